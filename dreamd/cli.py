@@ -1,0 +1,224 @@
+"""The command line: parse, load config, call one library function, print the result."""
+
+from __future__ import annotations
+
+import json
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dreamd import config as cfg
+from dreamd import log as logging_
+from dreamd.errors import DreamdError
+
+EXIT_OK, EXIT_JOB_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def fail(message: str) -> click.ClickException:
+    exc = click.ClickException(message)
+    exc.exit_code = EXIT_BAD_INPUT
+    return exc
+
+
+def load_config(obj: dict[str, Any]) -> cfg.Config:
+    try:
+        return cfg.load(obj.get("config"), db=obj.get("db"))
+    except DreamdError as exc:
+        raise fail(str(exc)) from None
+
+
+class Progress:
+    """A one-line progress display for long jobs, only on a terminal, at most 4 per second."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.last = 0.0
+
+    def __call__(self, job: str, done: int, total: int) -> None:
+        if not self.enabled or time.monotonic() - self.last < 0.25:
+            return
+        self.last = time.monotonic()
+        self.stream.write(f"\r{job}: {done}/{total}   ")
+        self.stream.flush()
+
+    def clear(self) -> None:
+        if self.enabled and self.last:
+            self.stream.write("\r" + " " * 40 + "\r")
+            self.stream.flush()
+
+
+class StopFlag:
+    """Signal handlers only set a flag; a second signal restores the default and re-raises."""
+
+    def __init__(self) -> None:
+        self.event = threading.Event()
+
+    def install(self) -> None:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self._handle)
+
+    def _handle(self, signum: int, _frame: Any) -> None:
+        if self.event.is_set():
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+        self.event.set()
+
+    def __call__(self) -> bool:
+        return self.event.is_set()
+
+
+def dream(config: cfg.Config, *, force: bool, loop: float | None) -> int:
+    from dreamd.app import open_store
+    from dreamd.backends.factory import make_backends
+    from dreamd.cycle import run_pass
+
+    log = logging_.get_logger()
+    stop = StopFlag()
+    stop.install()
+    try:
+        store = open_store(config, log)
+        embedder, completer = make_backends(config)
+    except DreamdError as exc:
+        raise fail(str(exc)) from None
+    progress = Progress(sys.stderr)
+    trigger = "force" if force else "loop"
+    exit_code = EXIT_OK
+    try:
+        while True:
+            result = run_pass(store, config, embedder, completer, trigger=trigger, force=force,
+                              stop=stop, log=log, progress=progress)
+            progress.clear()
+            if result.failed:
+                exit_code = EXIT_JOB_FAILED
+            if loop is None or stop.event.wait(loop):
+                break
+            exit_code = EXIT_OK  # in a loop, a failed pass is retried; the exit is clean
+    finally:
+        store.close()
+    if stop():
+        log.info("stopped", reason="signal")
+    return exit_code
+
+
+@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--db", "db", metavar="PATH", help="The memory file (default from config).")
+@click.option("--config", "config_path", metavar="PATH", type=click.Path(dir_okay=False),
+              help="A TOML config file (see config.example.toml).")
+@click.option("--force", is_flag=True, help="One pass running every job that has work, then exit.")
+@click.option("--loop", "loop", type=click.FloatRange(min=0.05), metavar="SECONDS",
+              help="A pass every SECONDS until SIGINT/SIGTERM.")
+@click.version_option(package_name="dreamd")
+@click.pass_context
+def main(ctx: click.Context, db: str | None, config_path: str | None, force: bool,
+         loop: float | None) -> None:
+    """Consolidate a chat app's memory file: gists, profile, eras, narrative, self-state.
+
+    \b
+    Examples:
+      dreamd --db ~/chat/memory.db --force     one pass, every job with work, then exit
+      dreamd --db ~/chat/memory.db --loop 600  a pass every ten minutes (tmux)
+      dreamd --db ~/chat/memory.db status      backlog, drives, why jobs ran or did not
+      dreamd --db ~/chat/memory.db show        the memory dreamd produced
+
+    Exit codes: 0 done; 1 a job failed (see `dreamd status`); 2 bad input or config.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj.update({"db": db, "config": config_path})
+    if ctx.invoked_subcommand is not None:
+        if force or loop is not None:
+            raise fail("--force and --loop run passes; they do not go with a subcommand")
+        return
+    if force and loop is not None:
+        raise fail("choose one of --force and --loop")
+    config = load_config(ctx.obj)
+    logging_.configure(config.log.level, config.log.format)
+    if not force and loop is None:
+        loop = config.loop.interval_seconds
+    ctx.exit(dream(config, force=force, loop=None if force else loop))
+
+
+def _open_existing(obj: dict[str, Any]) -> tuple[cfg.Config, Any]:
+    from dreamd.app import open_store
+
+    config = load_config(obj)
+    logging_.configure("warning", config.log.format)
+    try:
+        return config, open_store(config, logging_.get_logger(), create=False)
+    except DreamdError as exc:
+        raise fail(str(exc)) from None
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--runs", default=5, show_default=True, type=click.IntRange(1, 1000),
+              help="How many recent passes to show.")
+@click.pass_obj
+def status(obj: dict[str, Any], as_json: bool, runs: int) -> None:
+    """Backlog, drives, the last passes and why each job did or did not run.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db status --runs 3
+    """
+    from datetime import UTC, datetime
+
+    from dreamd import report
+    from dreamd.backends.factory import embedder_model_name
+    from dreamd.render import render_status
+
+    config, store = _open_existing(obj)
+    try:
+        data = report.status(store, config, embedder_model_name(config), datetime.now(UTC), runs)
+    finally:
+        store.close()
+    click.echo(json.dumps(data, indent=2, default=str) if as_json else render_status(data))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--gists", default=5, show_default=True, type=click.IntRange(0, 100000),
+              help="How many of the latest gists to print.")
+@click.pass_obj
+def show(obj: dict[str, Any], as_json: bool, gists: int) -> None:
+    """Print the memory dreamd produced: gists, profile, eras, narrative, self-state.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db show --gists 3
+    """
+    from dreamd import report
+    from dreamd.render import render_memory
+
+    config, store = _open_existing(obj)
+    try:
+        data = report.memory(store, config, gists)
+    finally:
+        store.close()
+    click.echo(json.dumps(data, indent=2) if as_json else render_memory(data))
+
+
+@main.command()
+@click.option("--replace", is_flag=True, help="Overwrite an existing demo file.")
+@click.pass_obj
+def demo(obj: dict[str, Any], replace: bool) -> None:
+    """Write the shipped sample conversations into a new memory file, as a chat app would.
+
+    \b
+    Example:
+      dreamd --db demo/memory.db demo && dreamd --db demo/memory.db --force
+    """
+    from dreamd.demo import build_demo
+
+    config = load_config(obj)
+    path = Path(config.db_path)
+    try:
+        count = build_demo(path, replace=replace)
+    except DreamdError as exc:
+        raise fail(str(exc)) from None
+    click.echo(f"wrote {count} turns of sample conversations to {path}")

@@ -1,0 +1,260 @@
+"""Configuration: frozen dataclasses whose defaults are the documentation.
+
+Precedence: built-in defaults < TOML file < DREAMD_* environment < command-line flags.
+Every key is checked; an unknown or invalid one raises ConfigError naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dreamd.errors import ConfigError
+
+DEFAULT_DB = "~/.local/share/dreamd/memory.db"
+
+
+def _check(kind: str, **limits: Any) -> dict[str, Any]:
+    return {"kind": kind, **limits}
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    busy_timeout_ms: int = field(default=5000, metadata=_check("int", min=100))
+
+
+@dataclass(frozen=True)
+class UserConfig:
+    id: str = field(default="default", metadata=_check("str"))
+    name: str = field(default="the user", metadata=_check("str"))
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    id: str = field(default="assistant", metadata=_check("str"))
+    name: str = field(default="the assistant", metadata=_check("str"))
+
+
+@dataclass(frozen=True)
+class DrivesConfig:
+    continuity_threshold: float = field(default=0.3, metadata=_check("float", min=0, max=1))
+    coherence_threshold: float = field(default=0.3, metadata=_check("float", min=0, max=1))
+    curiosity_threshold: float = field(default=0.5, metadata=_check("float", min=0, max=1))
+
+
+@dataclass(frozen=True)
+class EmbedConfig:
+    backend: str = field(default="local", metadata=_check("choice", choices=("local", "hashing")))
+    batch_size: int = field(default=64, metadata=_check("int", min=1, max=4096))
+    threads: int = field(default=0, metadata=_check("int", min=0, max=256))
+
+
+@dataclass(frozen=True)
+class CompleterConfig:
+    backend: str = field(default="extractive", metadata=_check("choice", choices=("extractive",)))
+
+
+@dataclass(frozen=True)
+class SummarizeConfig:
+    after: int = field(default=20, metadata=_check("int", min=1))
+    idle_minutes: float = field(default=30.0, metadata=_check("float", min=0))
+    chunk_turns: int = field(default=120, metadata=_check("int", min=4))
+    gist_lines: int = field(default=8, metadata=_check("int", min=1, max=100))
+
+
+@dataclass(frozen=True)
+class ProfileConfig:
+    max_facts: int = field(default=20, metadata=_check("int", min=1, max=500))
+
+
+@dataclass(frozen=True)
+class ErasConfig:
+    lines: int = field(default=6, metadata=_check("int", min=1, max=100))
+
+
+@dataclass(frozen=True)
+class NarrativeConfig:
+    months: int = field(default=3, metadata=_check("int", min=1, max=120))
+    lines: int = field(default=8, metadata=_check("int", min=1, max=100))
+
+
+@dataclass(frozen=True)
+class ReflectConfig:
+    max_reflections: int = field(default=20, metadata=_check("int", min=1, max=1000))
+    turns_scale: int = field(default=50, metadata=_check("int", min=1))
+    hours_scale: float = field(default=24.0, metadata=_check("float", min=0.01))
+
+
+@dataclass(frozen=True)
+class JobsConfig:
+    max_attempts: int = field(default=5, metadata=_check("int", min=1, max=100))
+    backoff_seconds: float = field(default=60.0, metadata=_check("float", min=0))
+    backoff_max_seconds: float = field(default=21600.0, metadata=_check("float", min=0))
+
+
+@dataclass(frozen=True)
+class PassConfig:
+    max_seconds: float = field(default=900.0, metadata=_check("float", min=0))
+    max_items: int = field(default=0, metadata=_check("int", min=0))
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    interval_seconds: float = field(default=600.0, metadata=_check("float", min=0.05))
+
+
+@dataclass(frozen=True)
+class LogConfig:
+    level: str = field(
+        default="info", metadata=_check("choice", choices=("debug", "info", "warning", "error"))
+    )
+    format: str = field(
+        default="auto", metadata=_check("choice", choices=("auto", "json", "console"))
+    )
+
+
+@dataclass(frozen=True)
+class Config:
+    db: str = field(default=DEFAULT_DB, metadata=_check("str"))
+    store: StoreConfig = StoreConfig()
+    user: UserConfig = UserConfig()
+    agent: AgentConfig = AgentConfig()
+    drives: DrivesConfig = DrivesConfig()
+    embed: EmbedConfig = EmbedConfig()
+    completer: CompleterConfig = CompleterConfig()
+    summarize: SummarizeConfig = SummarizeConfig()
+    profile: ProfileConfig = ProfileConfig()
+    eras: ErasConfig = ErasConfig()
+    narrative: NarrativeConfig = NarrativeConfig()
+    reflect: ReflectConfig = ReflectConfig()
+    jobs: JobsConfig = JobsConfig()
+    pass_: PassConfig = PassConfig()
+    loop: LoopConfig = LoopConfig()
+    log: LogConfig = LogConfig()
+
+    @property
+    def db_path(self) -> Path:
+        return Path(self.db).expanduser()
+
+
+def _section_name(f: dataclasses.Field[Any]) -> str:
+    return f.name.rstrip("_")
+
+
+def _sections() -> dict[str, dataclasses.Field[Any]]:
+    return {_section_name(f): f for f in dataclasses.fields(Config) if "kind" not in f.metadata}
+
+
+def _coerce(where: str, value: Any, meta: dict[str, Any], from_text: bool) -> Any:
+    kind = meta["kind"]
+    if kind in ("str", "choice"):
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{where} must be a non-empty string, got {value!r}")
+        if kind == "choice" and value not in meta["choices"]:
+            raise ConfigError(f"{where} must be one of {', '.join(meta['choices'])}, got {value!r}")
+        return value
+    if from_text:
+        try:
+            value = int(value) if kind == "int" else float(value)
+        except ValueError:
+            raise ConfigError(f"{where} must be a number, got {value!r}") from None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(f"{where} must be a number, got {value!r}")
+    if kind == "int" and not isinstance(value, int):
+        raise ConfigError(f"{where} must be a whole number, got {value!r}")
+    if "min" in meta and value < meta["min"]:
+        raise ConfigError(f"{where} must be at least {meta['min']}, got {value!r}")
+    if "max" in meta and value > meta["max"]:
+        raise ConfigError(f"{where} must be at most {meta['max']}, got {value!r}")
+    return float(value) if kind == "float" else value
+
+
+def _apply(base: Config, data: dict[str, Any], origin: str, from_text: bool = False) -> Config:
+    """Return `base` with the keys of `data` (nested like the TOML file) applied."""
+    top: dict[str, Any] = {}
+    sections = _sections()
+    for key, value in data.items():
+        if key == "db":
+            top["db"] = _coerce(f"{origin}db", value, {"kind": "str"}, from_text)
+            continue
+        if key not in sections:
+            raise ConfigError(f"{origin}{key} is not a known configuration key")
+        if not isinstance(value, dict):
+            raise ConfigError(f"{origin}{key} must be a table of settings")
+        f = sections[key]
+        current = getattr(base, f.name)
+        fields = {sf.name: sf for sf in dataclasses.fields(current)}
+        changes = {}
+        for sub, subvalue in value.items():
+            if sub not in fields:
+                raise ConfigError(f"{origin}{key}.{sub} is not a known configuration key")
+            changes[sub] = _coerce(
+                f"{origin}{key}.{sub}", subvalue, dict(fields[sub].metadata), from_text
+            )
+        top[f.name] = dataclasses.replace(current, **changes)
+    return dataclasses.replace(base, **top)
+
+
+def parse(text: str, base: Config | None = None) -> Config:
+    """Parse TOML text over `base` (the built-in defaults when None)."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config is not valid TOML: {exc}") from None
+    return _apply(base or Config(), data, "")
+
+
+def env_overrides(environ: dict[str, str], base: Config) -> Config:
+    """Apply DREAMD_DB and DREAMD_<SECTION>__<KEY> variables (values as text)."""
+    data: dict[str, Any] = {}
+    for name, value in environ.items():
+        if not name.startswith("DREAMD_") or name in _NOT_CONFIG:
+            continue
+        key = name[len("DREAMD_") :].lower()
+        if key == "db":
+            data["db"] = value
+            continue
+        section, sep, sub = key.partition("__")
+        if not sep or not sub:
+            raise ConfigError(
+                f"environment variable {name} is not a known configuration key "
+                "(use DREAMD_DB or DREAMD_<SECTION>__<KEY>)"
+            )
+        data.setdefault(section, {})[sub] = value
+    try:
+        return _apply(base, data, "environment DREAMD_", from_text=True)
+    except ConfigError as exc:
+        raise ConfigError(str(exc).replace("environment DREAMD_", "DREAMD_", 1)) from None
+
+
+# Variables with the DREAMD_ prefix that are not configuration keys.
+_NOT_CONFIG = frozenset({"DREAMD_CONFIG"})
+
+
+def load(
+    path: str | Path | None = None,
+    environ: dict[str, str] | None = None,
+    db: str | None = None,
+) -> Config:
+    """Defaults, then the TOML file at `path` (or $DREAMD_CONFIG), then env, then `db`."""
+    environ = dict(os.environ) if environ is None else environ
+    path = path or environ.get("DREAMD_CONFIG")
+    config = Config()
+    if path:
+        p = Path(path).expanduser()
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
+        try:
+            config = parse(text)
+        except ConfigError as exc:
+            raise ConfigError(f"{p}: {exc}") from None
+    config = env_overrides(environ, config)
+    if db is not None:
+        config = dataclasses.replace(config, db=db)
+    return config

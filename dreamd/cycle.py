@@ -1,0 +1,151 @@
+"""One dream pass: sense → drives → act → record."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from dreamd import drives as drv
+from dreamd.backends.protocols import Completer, Embedder
+from dreamd.config import Config
+from dreamd.jobs import embed, eras, narrative, profile, reflect, summarize
+from dreamd.jobs.base import Budget, JobContext, utcnow
+from dreamd.models import JOB_ORDER, BacklogStats, Drives, JobResult
+from dreamd.sensing import read_backlog, sync_tally
+from dreamd.store import queries as q
+from dreamd.store.connect import Store
+
+RUNNERS: dict[str, Callable[[JobContext, str], JobResult]] = {
+    "embed": embed.run,
+    "summarize": summarize.run,
+    "profile": profile.run,
+    "eras": eras.run,
+    "narrative": narrative.run,
+    "reflect": reflect.run,
+}
+
+# Drives are rewritten into the self-state only when one moved by more than this, so
+# an idle pass leaves the memory file untouched.
+DRIVE_EPSILON = 0.01
+
+
+@dataclass(frozen=True)
+class PassResult:
+    run_id: int
+    outcome: str
+    drives_before: Drives
+    drives_after: Drives
+    stats_before: BacklogStats
+    stats_after: BacklogStats
+    jobs: tuple[JobResult, ...]
+
+    @property
+    def failed(self) -> bool:
+        return any(j.failed for j in self.jobs)
+
+
+def read_drives(store: Store, agent_id: str) -> Drives:
+    with store.read() as conn:
+        state = q.self_state(conn, agent_id)
+    return Drives.from_dict(state[0].get("drives") if state else None)
+
+
+def save_drives(store: Store, agent_id: str, drives: Drives, now: str) -> bool:
+    """Mirror the levels into the self-state (the chat app renders them) if they moved."""
+    with store.read() as conn:
+        state = q.self_state(conn, agent_id)
+    data, updated_at = state if state else ({}, None)
+    old = Drives.from_dict(data.get("drives"))
+    if state and all(
+        abs(a - b) <= DRIVE_EPSILON
+        for a, b in zip(old.as_dict().values(), drives.as_dict().values(), strict=True)
+    ) and "drives" in data:
+        return False
+    with store.write() as conn:
+        return q.save_self_state(conn, agent_id, {**data, "drives": drives.as_dict()}, now,
+                                 updated_at)
+
+
+def outcome_of(results: list[JobResult], stopped: bool, budget: Budget) -> str:
+    if any(r.failed for r in results):
+        return "failed"
+    if stopped:
+        return "interrupted"
+    if budget.exhausted() and any(r.remaining for r in results):
+        return "partial"
+    return "ok"
+
+
+def run_pass(
+    store: Store,
+    config: Config,
+    embedder: Embedder,
+    completer: Completer,
+    *,
+    trigger: str,
+    force: bool = False,
+    stop: Callable[[], bool] = lambda: False,
+    clock: Callable[[], datetime] = utcnow,
+    log: Any = None,
+    progress: Callable[[str, int, int], None] = lambda job, done, total: None,
+) -> PassResult:
+    """Run one pass and record it in dreamd_runs. Job failures are recorded, not raised."""
+    now = clock()
+    with store.write() as conn:
+        run_id = q.start_run(conn, trigger, os.getpid(), now.isoformat())
+    budget = Budget(config.pass_.max_seconds, config.pass_.max_items, stop)
+    ctx = JobContext(store, config, embedder, completer, budget, force=force, clock=clock,
+                     log=log, progress=progress)
+    try:
+        sync_tally(store)
+        previous = read_drives(store, config.agent.id)
+        stats_before = read_backlog(store, config, now, embedder.model)
+        drives_before = drv.levels(stats_before, config, now)
+        results = [run_job(ctx, job, previous, trigger, log) for job in JOB_ORDER]
+        stats_after = read_backlog(store, config, clock(), embedder.model)
+        drives_after = drv.levels(stats_after, config, clock())
+        save_drives(store, config.agent.id, drives_after, clock().isoformat())
+    except BaseException as exc:
+        with store.write() as conn:
+            q.finish_run(conn, run_id, ended_at=clock().isoformat(), outcome="error",
+                         error=f"{type(exc).__name__}: {exc}"[:500])
+        raise
+    outcome = outcome_of(results, stop(), budget)
+    with store.write() as conn:
+        q.finish_run(
+            conn, run_id, ended_at=clock().isoformat(), outcome=outcome,
+            drives_before=drives_before.as_dict(), drives_after=drives_after.as_dict(),
+            stats_before=stats_before.as_dict(), stats_after=stats_after.as_dict(),
+            jobs=[r.as_dict() for r in results],
+            tokens_in=sum(r.tokens_in for r in results),
+            tokens_out=sum(r.tokens_out for r in results),
+        )
+    if log is not None:
+        log.info("pass_finished", run=run_id, trigger=trigger, outcome=outcome,
+                 ran=[r.job for r in results if r.ran and r.done],
+                 drives=drives_after.as_dict())
+    return PassResult(run_id, outcome, drives_before, drives_after, stats_before, stats_after,
+                      tuple(results))
+
+
+def run_job(ctx: JobContext, job: str, previous: Drives, trigger: str, log: Any) -> JobResult:
+    """Re-sense, decide this one job, and run it if due: gists made by summarize raise
+    coherence, so integration follows in the same pass."""
+    if ctx.budget.exhausted():
+        return JobResult(job, False, "pass budget exhausted or stop requested")
+    stats = read_backlog(ctx.store, ctx.config, ctx.now(), ctx.embedder.model)
+    decision = drv.decide_job(job, stats, previous, ctx.config, ctx.now(), force=ctx.force)
+    if not decision.due:
+        return JobResult(job, False, decision.reason)
+    try:
+        result = RUNNERS[job](ctx, decision.reason)
+    except Exception as exc:  # a bug or a broken file in one job must not end the pass
+        result = JobResult(job, True, decision.reason, failed=1,
+                           errors=(f"{type(exc).__name__}: {exc}"[:300],))
+    if log is not None and (result.done or result.failed):
+        log.info("job_finished", job=job, done=result.done, failed=result.failed,
+                 skipped=result.skipped, remaining=result.remaining, reason=result.reason)
+    return result

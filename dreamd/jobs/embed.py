@@ -1,0 +1,49 @@
+"""embed: give every new turn a vector of dreamd's model, in batches, in id order."""
+
+from __future__ import annotations
+
+from dreamd.jobs.base import JobContext, failed_items, note_failure, note_success
+from dreamd.models import JobResult
+from dreamd.prompts import turn_line
+from dreamd.store import queries as q
+
+JOB = "embed"
+
+
+def run(ctx: JobContext, reason: str) -> JobResult:
+    model = ctx.embedder.model
+    batch = ctx.config.embed.batch_size
+    done = failed = 0
+    errors: list[str] = []
+    failures = failed_items(ctx, JOB)
+    while not ctx.budget.exhausted():
+        with ctx.store.read() as conn:
+            watermark = q.embed_watermark(conn, model)
+            turns = q.turns_after(conn, watermark, batch)
+            remaining = q.count_exchanges_after(conn, watermark)
+        if not turns:
+            break
+        item = f"after:{watermark}"
+        if failures.get(item):
+            errors.append(f"{item}: {failures[item]}")
+            break
+        try:
+            vectors = ctx.embedder.embed([turn_line(t.role, t.content) for t in turns])
+            if vectors.shape != (len(turns), ctx.embedder.dim):
+                raise ValueError(f"embedder returned shape {vectors.shape}")
+        except Exception as exc:  # a backend fault: record it, leave the rest of the pass be
+            errors.append(note_failure(ctx, JOB, item, exc))
+            failed += 1
+            break
+        rows = [(t.id, q.to_blob(v)) for t, v in zip(turns, vectors, strict=True)]
+        with ctx.store.write() as conn:
+            stored = q.save_turn_vectors(conn, model, ctx.embedder.dim, watermark, rows, turns[-1].id)
+        if stored:
+            done += len(turns)
+            ctx.budget.spend(len(turns))
+            note_success(ctx, JOB, item, failures)
+        ctx.progress(JOB, done, done + remaining - len(turns))
+    with ctx.store.read() as conn:
+        left = q.count_exchanges_after(conn, q.embed_watermark(conn, model))
+    return JobResult(JOB, True, reason, done=done, failed=failed, remaining=left,
+                     errors=tuple(errors))

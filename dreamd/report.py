@@ -1,0 +1,60 @@
+"""What `dreamd status` and `dreamd show` read: plain dicts, rendered by the CLI."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from dreamd.config import Config
+from dreamd.ids import narrative_id, profile_id
+from dreamd.models import Drives
+from dreamd.sensing import read_backlog
+from dreamd.store import queries as q
+from dreamd.store.connect import Store
+
+
+def status(store: Store, config: Config, embed_model: str, now: datetime,
+           runs: int = 5) -> dict[str, Any]:
+    """Backlog, drives, the last passes with each job's reason, failures and quarantine."""
+    backlog = read_backlog(store, config, now, embed_model)
+    with store.read() as conn:
+        state = q.self_state(conn, config.agent.id)
+        unfolded = q.max_exchange_id(conn) - q.tally_watermark(conn)
+        recent = q.recent_runs(conn, runs)
+        fails = q.failures(conn)
+    return {
+        "db": str(store.path),
+        "backlog": {**backlog.as_dict(), "turns_since_last_pass": unfolded},
+        "drives": Drives.from_dict(state[0].get("drives") if state else None).as_dict(),
+        "runs": recent,
+        "failures": [f.__dict__ for f in fails if not f.quarantined],
+        "quarantined": [f.__dict__ for f in fails if f.quarantined],
+    }
+
+
+def memory(store: Store, config: Config, gists: int = 5) -> dict[str, Any]:
+    """The derived memory for the configured user and agent."""
+    user = config.user.id
+    with store.read() as conn:
+        all_gists = q.gists_for_user(conn, user)
+        profile = q.profile_row(conn, profile_id(user))
+        eras = q.eras_for_user(conn, user)
+        narrative = q.narrative_row(conn, narrative_id(user))
+        state = q.self_state(conn, config.agent.id)
+        sources = dict(conn.execute(
+            "SELECT 'profile', dreamd_source FROM profile WHERE id = ? UNION ALL "
+            "SELECT 'narrative', dreamd_source FROM narrative WHERE id = ?",
+            (profile_id(user), narrative_id(user)),
+        ).fetchall())
+    latest = sorted(all_gists, key=lambda g: g.last_exchange_id)[-gists:]
+    return {
+        "gists": {"count": len(all_gists),
+                  "latest": [{"session": g.session_id, "month": g.month, "content": g.content}
+                             for g in latest]},
+        "profile": profile.content if profile else None,
+        "profile_source": sources.get("profile"),
+        "eras": [{"month": m, "content": c} for m, c, _ in eras],
+        "narrative": narrative.content if narrative else None,
+        "narrative_source": sources.get("narrative"),
+        "self_state": state[0] if state else None,
+    }

@@ -1,0 +1,131 @@
+"""The connection contract with a shared WAL file: dreamd is a guest in it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+from dreamd.errors import StoreError
+
+# The WAL-reset bug (sqlite.org/wal.html#walresetbug) can corrupt a WAL database when
+# two connections write and checkpoint at the same moment — exactly dreamd's setting.
+# It is present from 3.7.0 through 3.51.2; fixed in 3.51.3 and backported to 3.44.6
+# and 3.50.7.
+_WAL_RESET_FIRST = (3, 7, 0)
+_WAL_RESET_FIXED = (3, 51, 3)
+_WAL_RESET_BACKPORTS = ((3, 44, 6), (3, 50, 7))
+
+
+def sqlite_version() -> tuple[int, int, int]:
+    major, minor, patch = (int(p) for p in sqlite3.sqlite_version.split(".")[:3])
+    return major, minor, patch
+
+
+def has_wal_reset_bug(version: tuple[int, int, int]) -> bool:
+    """True when this SQLite library version carries the WAL-reset bug."""
+    if not (_WAL_RESET_FIRST <= version < _WAL_RESET_FIXED):
+        return False
+    return not any(version[:2] == fix[:2] and version >= fix for fix in _WAL_RESET_BACKPORTS)
+
+
+class Store:
+    """One sqlite3 connection with dreamd's rules attached.
+
+    Autocommit mode (isolation_level=None) so that no transaction is ever opened
+    implicitly; writes go through `write()`, which is BEGIN IMMEDIATE: a deferred
+    transaction that later upgrades to a write fails at once with SQLITE_BUSY,
+    whatever the busy timeout, while IMMEDIATE waits its turn behind the chat app.
+    """
+
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.conn = conn
+        self.path = path
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.conn.in_transaction
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A short BEGIN IMMEDIATE transaction: commit on success, roll back on error."""
+        if self.conn.in_transaction:
+            raise StoreError("internal: nested write transaction")
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield self.conn
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction, so several SELECTs see one snapshot; closed on exit."""
+        if self.conn.in_transaction:
+            raise StoreError("internal: nested read transaction")
+        self.conn.execute("BEGIN")
+        try:
+            yield self.conn
+        finally:
+            self.conn.execute("COMMIT")
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _check_sqlite_file(path: Path) -> None:
+    """Refuse a file that exists but is not an SQLite database, before sqlite3 touches it."""
+    try:
+        with path.open("rb") as fh:
+            header = fh.read(16)
+    except IsADirectoryError:
+        raise StoreError(f"{path} is a directory, not an SQLite database file") from None
+    except PermissionError:
+        raise StoreError(f"{path} cannot be read: permission denied") from None
+    if header and header != b"SQLite format 3\x00":
+        raise StoreError(f"{path} is not an SQLite database file")
+
+
+def connect(path: str | Path, busy_timeout_ms: int = 5000, create: bool = False) -> Store:
+    """Open the memory file with the contract: busy timeout, autocommit, WAL verified.
+
+    With `create`, a missing file (and its directory) is created and put in WAL mode;
+    without it, a missing file is an error. An existing file must already answer `wal`
+    or be switched to it — if it cannot be (read-only, other journal in use), that is
+    an error, because without WAL the chat app and dreamd would block each other.
+    """
+    path = Path(path).expanduser()
+    exists = path.exists()
+    if exists:
+        _check_sqlite_file(path)
+    elif not create:
+        if not path.parent.is_dir():
+            raise StoreError(f"directory {path.parent} does not exist (for {path})")
+        raise StoreError(f"{path} does not exist")
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    if exists and not os.access(path, os.W_OK):
+        raise StoreError(f"{path} is read-only: dreamd needs to write its derived memory")
+    if exists and not os.access(path.parent, os.W_OK):
+        raise StoreError(
+            f"directory {path.parent} is not writable: SQLite keeps the -wal and -shm files there"
+        )
+    try:
+        conn = sqlite3.connect(
+            str(path), isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False
+        )
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode != "wal":
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=OFF")
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path} cannot be opened as an SQLite database: {exc}") from None
+    if str(mode).lower() != "wal":
+        conn.close()
+        raise StoreError(f"{path} could not be put in WAL mode (journal_mode is {mode!r})")
+    return Store(conn, path)

@@ -1,0 +1,571 @@
+"""The SQL dreamd runs: small named functions, one statement each where possible."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dreamd.models import Gist, Turn
+from dreamd.store.connect import Store
+
+# ---------------------------------------------------------------- small helpers
+
+
+def to_blob(vector: np.ndarray) -> bytes:
+    return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+def from_blob(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype=np.float32)
+
+
+def get_state(conn: sqlite3.Connection, key: str, default: str | None = None) -> str | None:
+    row = conn.execute("SELECT value FROM dreamd_state WHERE key = ?", (key,)).fetchone()
+    return row[0] if row else default
+
+
+def set_state(conn: sqlite3.Connection, key: str, value: str) -> None:
+    conn.execute(
+        "INSERT INTO dreamd_state (key, value) VALUES (?, ?) "
+        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (key, value),
+    )
+
+
+def next_seq(conn: sqlite3.Connection) -> int:
+    """A monotonic counter for derived rows; call inside a write transaction."""
+    seq = int(get_state(conn, "seq", "0") or 0) + 1
+    set_state(conn, "seq", str(seq))
+    return seq
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the core tables of this file require (an adopted file may differ)."""
+
+    summaries_embedding_required: bool
+    eras_embedding_required: bool
+
+
+def read_layout(store: Store) -> Layout:
+    def required(table: str, column: str) -> bool:
+        rows = store.conn.execute(f"PRAGMA table_info({table})").fetchall()
+        return any(r[1] == column and r[3] for r in rows)
+
+    return Layout(required("summaries", "embedding"), required("eras", "embedding"))
+
+
+def core_embedding(required: bool) -> bytes | None:
+    """What dreamd writes into a core table's embedding column.
+
+    dreamd's vectors live in dreamd_vectors per model; the core column keeps the app's
+    model. Where the prior-art layout makes it NOT NULL, an empty blob marks "no vector
+    of the app's model" rather than a vector of another dimension.
+    """
+    return b"" if required else None
+
+
+# ---------------------------------------------------------------- tally
+
+
+def tally_watermark(conn: sqlite3.Connection) -> int:
+    return int(get_state(conn, "tally_id", "0") or 0)
+
+
+def new_exchange_groups(
+    conn: sqlite3.Connection, after_id: int, upto_id: int
+) -> list[tuple[Any, ...]]:
+    """Per-session counts of exchanges with after_id < id <= upto_id (a rowid range scan)."""
+    return conn.execute(
+        "SELECT e.session_id, COALESCE(MAX(s.user_id), ?), COUNT(*), MIN(e.id), MAX(e.id), "
+        "MIN(e.created_at), MAX(e.created_at) "
+        "FROM exchanges e LEFT JOIN sessions s ON s.id = e.session_id "
+        "WHERE e.id > ? AND e.id <= ? GROUP BY e.session_id",
+        (DEFAULT_USER, after_id, upto_id),
+    ).fetchall()
+
+
+DEFAULT_USER = "default"
+
+
+def apply_tally(
+    conn: sqlite3.Connection, groups: list[tuple[Any, ...]], upto_id: int
+) -> None:
+    for session_id, user_id, turns, first_id, last_id, first_at, last_at in groups:
+        conn.execute(
+            "INSERT INTO dreamd_sessions (session_id, user_id, turns, first_id, last_id, "
+            "first_at, last_at, month, summarized_id, summarized_turns) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, substr(?, 1, 7), "
+            "COALESCE((SELECT last_exchange_id FROM summaries WHERE session_id = ?), 0), "
+            # An adopted gist: count the turns it already covers (index range, once).
+            "(SELECT COUNT(*) FROM exchanges x WHERE x.session_id = ? AND x.id <= "
+            "COALESCE((SELECT last_exchange_id FROM summaries WHERE session_id = ?), 0))) "
+            "ON CONFLICT(session_id) DO UPDATE SET turns = turns + excluded.turns, "
+            "last_id = MAX(last_id, excluded.last_id), last_at = MAX(last_at, excluded.last_at)",
+            (session_id, user_id, turns, first_id, last_id, first_at, last_at, first_at,
+             session_id, session_id, session_id),
+        )
+    set_state(conn, "tally_id", str(upto_id))
+
+
+def max_exchange_id(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM exchanges").fetchone()[0])
+
+
+def count_exchanges_after(conn: sqlite3.Connection, after_id: int) -> int:
+    return int(conn.execute("SELECT COUNT(*) FROM exchanges WHERE id > ?", (after_id,)).fetchone()[0])
+
+
+# ---------------------------------------------------------------- sessions and turns
+
+
+@dataclass(frozen=True)
+class DirtySession:
+    session_id: str
+    user_id: str
+    turns: int
+    last_id: int
+    last_at: str
+    month: str
+    summarized_id: int
+    summarized_turns: int
+
+    @property
+    def unsummarized(self) -> int:
+        return self.turns - self.summarized_turns
+
+
+def dirty_sessions(conn: sqlite3.Connection, user_id: str) -> list[DirtySession]:
+    """Sessions with turns past their gist, through the partial index (O(dirty))."""
+    rows = conn.execute(
+        "SELECT session_id, user_id, turns, last_id, last_at, month, summarized_id, "
+        "summarized_turns FROM dreamd_sessions "
+        "WHERE user_id = ? AND last_id > summarized_id ORDER BY last_at",
+        (user_id,),
+    ).fetchall()
+    return [DirtySession(*r) for r in rows]
+
+
+def count_sessions(conn: sqlite3.Connection, user_id: str) -> int:
+    return int(
+        conn.execute(
+            "SELECT COUNT(*) FROM dreamd_sessions WHERE user_id = ?", (user_id,)
+        ).fetchone()[0]
+    )
+
+
+def session_turns(
+    conn: sqlite3.Connection, session_id: str, after_id: int, upto_id: int
+) -> list[Turn]:
+    rows = conn.execute(
+        "SELECT id, session_id, role, content, created_at FROM exchanges "
+        "WHERE session_id = ? AND id > ? AND id <= ? ORDER BY id",
+        (session_id, after_id, upto_id),
+    ).fetchall()
+    return [Turn(*r) for r in rows]
+
+
+def summary_row(conn: sqlite3.Connection, session_id: str) -> tuple[str, int] | None:
+    row = conn.execute(
+        "SELECT content, last_exchange_id FROM summaries WHERE session_id = ?", (session_id,)
+    ).fetchone()
+    return (row[0], int(row[1])) if row else None
+
+
+def save_gist(
+    conn: sqlite3.Connection,
+    *,
+    session: DirtySession,
+    content: str,
+    last_exchange_id: int,
+    turns_covered: int,
+    source: str,
+    created_at: str,
+    embedding: bytes | None,
+    vector: bytes | None,
+    model: str,
+) -> bool:
+    """Store a gist if the session's watermark is still what the job read. Returns stored."""
+    current = conn.execute(
+        "SELECT summarized_id FROM dreamd_sessions WHERE session_id = ?", (session.session_id,)
+    ).fetchone()
+    if current is None or int(current[0]) != session.summarized_id:
+        return False
+    seq = next_seq(conn)
+    conn.execute(
+        "INSERT INTO summaries (session_id, content, embedding, last_exchange_id, created_at, "
+        "user_id, dreamd_seq, dreamd_month, dreamd_turns, dreamd_source) "
+        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(session_id) DO UPDATE SET "
+        "content = excluded.content, embedding = excluded.embedding, "
+        "last_exchange_id = excluded.last_exchange_id, created_at = excluded.created_at, "
+        "user_id = excluded.user_id, dreamd_seq = excluded.dreamd_seq, "
+        "dreamd_month = excluded.dreamd_month, dreamd_turns = excluded.dreamd_turns, "
+        "dreamd_source = excluded.dreamd_source",
+        (session.session_id, content, embedding, last_exchange_id, created_at, session.user_id,
+         seq, session.month, turns_covered, source),
+    )
+    conn.execute(
+        "UPDATE dreamd_sessions SET summarized_id = ?, summarized_turns = ? WHERE session_id = ?",
+        (last_exchange_id, turns_covered, session.session_id),
+    )
+    if vector is not None:
+        put_vector(conn, model, "summary", session.session_id, vector)
+    return True
+
+
+def put_vector(conn: sqlite3.Connection, model: str, kind: str, key: str, vector: bytes) -> None:
+    conn.execute(
+        "INSERT INTO dreamd_vectors (model, kind, key, vector) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT(model, kind, key) DO UPDATE SET vector = excluded.vector",
+        (model, kind, key, vector),
+    )
+
+
+# ---------------------------------------------------------------- embeddings
+
+
+def embed_watermark(conn: sqlite3.Connection, model: str) -> int:
+    row = conn.execute(
+        "SELECT last_exchange_id FROM dreamd_embed_state WHERE model = ?", (model,)
+    ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def turns_after(conn: sqlite3.Connection, after_id: int, limit: int) -> list[Turn]:
+    rows = conn.execute(
+        "SELECT id, session_id, role, content, created_at FROM exchanges "
+        "WHERE id > ? ORDER BY id LIMIT ?",
+        (after_id, limit),
+    ).fetchall()
+    return [Turn(*r) for r in rows]
+
+
+def save_turn_vectors(
+    conn: sqlite3.Connection,
+    model: str,
+    dim: int,
+    expected_watermark: int,
+    rows: list[tuple[int, bytes]],
+    new_watermark: int,
+) -> bool:
+    if embed_watermark(conn, model) != expected_watermark:
+        return False
+    conn.executemany(
+        "INSERT OR REPLACE INTO dreamd_exchange_vectors (model, exchange_id, vector) "
+        "VALUES (?, ?, ?)",
+        [(model, exchange_id, blob) for exchange_id, blob in rows],
+    )
+    conn.execute(
+        "INSERT INTO dreamd_embed_state (model, dim, last_exchange_id) VALUES (?, ?, ?) "
+        "ON CONFLICT(model) DO UPDATE SET dim = excluded.dim, "
+        "last_exchange_id = excluded.last_exchange_id",
+        (model, dim, new_watermark),
+    )
+    return True
+
+
+def turn_vectors(conn: sqlite3.Connection, model: str, ids: list[int]) -> dict[int, np.ndarray]:
+    out: dict[int, np.ndarray] = {}
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        marks = ",".join("?" * len(chunk))
+        for exchange_id, blob in conn.execute(
+            f"SELECT exchange_id, vector FROM dreamd_exchange_vectors "
+            f"WHERE model = ? AND exchange_id IN ({marks})",
+            (model, *chunk),
+        ):
+            out[int(exchange_id)] = from_blob(blob)
+    return out
+
+
+# ---------------------------------------------------------------- gists and tiers
+
+
+def gists_for_user(conn: sqlite3.Connection, user_id: str) -> list[Gist]:
+    rows = conn.execute(
+        "SELECT session_id, content, last_exchange_id, COALESCE(dreamd_month, ''), dreamd_seq "
+        "FROM summaries WHERE user_id = ? ORDER BY dreamd_month, last_exchange_id",
+        (user_id,),
+    ).fetchall()
+    return [Gist(*r) for r in rows]
+
+
+def gists_for_month(conn: sqlite3.Connection, user_id: str, month: str) -> list[Gist]:
+    rows = conn.execute(
+        "SELECT session_id, content, last_exchange_id, dreamd_month, dreamd_seq "
+        "FROM summaries WHERE user_id = ? AND dreamd_month = ? ORDER BY last_exchange_id",
+        (user_id, month),
+    ).fetchall()
+    return [Gist(*r) for r in rows]
+
+
+def max_gist_seq(conn: sqlite3.Connection, user_id: str) -> int:
+    row = conn.execute(
+        "SELECT COALESCE(MAX(dreamd_seq), 0) FROM summaries WHERE user_id = ?", (user_id,)
+    ).fetchone()
+    return int(row[0])
+
+
+def count_gists(conn: sqlite3.Connection, user_id: str) -> int:
+    return int(
+        conn.execute("SELECT COUNT(*) FROM summaries WHERE user_id = ?", (user_id,)).fetchone()[0]
+    )
+
+
+def count_gists_after(conn: sqlite3.Connection, user_id: str, seq: int) -> int:
+    return int(
+        conn.execute(
+            "SELECT COUNT(*) FROM summaries WHERE user_id = ? AND dreamd_seq > ?", (user_id, seq)
+        ).fetchone()[0]
+    )
+
+
+def month_gist_seqs(conn: sqlite3.Connection, user_id: str) -> dict[str, tuple[int, int]]:
+    """month -> (newest gist seq, gist count), from the covering index."""
+    rows = conn.execute(
+        "SELECT dreamd_month, MAX(dreamd_seq), COUNT(*) FROM summaries "
+        "WHERE user_id = ? AND dreamd_month IS NOT NULL GROUP BY dreamd_month",
+        (user_id,),
+    ).fetchall()
+    return {r[0]: (int(r[1]), int(r[2])) for r in rows}
+
+
+def era_seqs(conn: sqlite3.Connection, user_id: str) -> dict[str, tuple[int, int]]:
+    """month -> (gist seq the era was built from, session count)."""
+    rows = conn.execute(
+        "SELECT month, dreamd_seq, session_count FROM eras WHERE user_id = ?", (user_id,)
+    ).fetchall()
+    return {r[0]: (int(r[1]), int(r[2])) for r in rows}
+
+
+@dataclass(frozen=True)
+class Tier:
+    """A single-row tier (profile or narrative) as dreamd sees it."""
+
+    content: str
+    seq: int
+    updated_at: str
+    source: str | None
+
+
+def profile_row(conn: sqlite3.Connection, profile_id: str) -> Tier | None:
+    row = conn.execute(
+        "SELECT content, dreamd_seq, updated_at, dreamd_source FROM profile WHERE id = ?",
+        (profile_id,),
+    ).fetchone()
+    return Tier(row[0], int(row[1]), row[2], row[3]) if row else None
+
+
+def save_profile(
+    conn: sqlite3.Connection, *, profile_id: str, user_id: str, content: str,
+    sessions_covered: int, seq: int, expected_seq: int | None, source: str, now: str,
+) -> bool:
+    current = profile_row(conn, profile_id)
+    if (current.seq if current else None) != expected_seq:
+        return False
+    conn.execute(
+        "INSERT INTO profile (id, content, sessions_covered, updated_at, user_id, dreamd_seq, "
+        "dreamd_source) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+        "content = excluded.content, sessions_covered = excluded.sessions_covered, "
+        "updated_at = excluded.updated_at, user_id = excluded.user_id, "
+        "dreamd_seq = excluded.dreamd_seq, dreamd_source = excluded.dreamd_source",
+        (profile_id, content, sessions_covered, now, user_id, seq, source),
+    )
+    return True
+
+
+def eras_for_user(conn: sqlite3.Connection, user_id: str) -> list[tuple[str, str, int]]:
+    """(month, content, seq) for every era, oldest first."""
+    rows = conn.execute(
+        "SELECT month, content, dreamd_seq FROM eras WHERE user_id = ? ORDER BY month",
+        (user_id,),
+    ).fetchall()
+    return [(r[0], r[1], int(r[2])) for r in rows]
+
+
+def save_era(
+    conn: sqlite3.Connection, *, month: str, user_id: str, content: str, session_count: int,
+    seq: int, expected_seq: int | None, source: str, now: str, embedding: bytes | None,
+    vector: bytes | None, model: str,
+) -> bool:
+    current = conn.execute("SELECT dreamd_seq FROM eras WHERE month = ?", (month,)).fetchone()
+    if (int(current[0]) if current else None) != expected_seq:
+        return False
+    conn.execute(
+        "INSERT INTO eras (month, content, embedding, session_count, created_at, user_id, "
+        "dreamd_seq, dreamd_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(month) DO UPDATE "
+        "SET content = excluded.content, embedding = excluded.embedding, "
+        "session_count = excluded.session_count, created_at = excluded.created_at, "
+        "user_id = excluded.user_id, dreamd_seq = excluded.dreamd_seq, "
+        "dreamd_source = excluded.dreamd_source",
+        (month, content, embedding, session_count, now, user_id, seq, source),
+    )
+    if vector is not None:
+        put_vector(conn, model, "era", month, vector)
+    return True
+
+
+def narrative_row(conn: sqlite3.Connection, narrative_id: str) -> Tier | None:
+    row = conn.execute(
+        "SELECT content, dreamd_seq, updated_at, dreamd_source FROM narrative WHERE id = ?",
+        (narrative_id,),
+    ).fetchone()
+    return Tier(row[0], int(row[1]), row[2], row[3]) if row else None
+
+
+def save_narrative(
+    conn: sqlite3.Connection, *, narrative_id: str, user_id: str, content: str, seq: int,
+    expected_seq: int | None, source: str, now: str,
+) -> bool:
+    current = narrative_row(conn, narrative_id)
+    if (current.seq if current else None) != expected_seq:
+        return False
+    conn.execute(
+        "INSERT INTO narrative (id, content, updated_at, user_id, dreamd_seq, dreamd_source) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET content = excluded.content, "
+        "updated_at = excluded.updated_at, user_id = excluded.user_id, "
+        "dreamd_seq = excluded.dreamd_seq, dreamd_source = excluded.dreamd_source",
+        (narrative_id, content, now, user_id, seq, source),
+    )
+    return True
+
+
+def max_tier_seq(conn: sqlite3.Connection, user_id: str, profile_id: str) -> int:
+    """The newest seq among the narrative's inputs: the profile and the eras."""
+    row = conn.execute(
+        "SELECT MAX(COALESCE((SELECT dreamd_seq FROM profile WHERE id = ?), 0), "
+        "COALESCE((SELECT MAX(dreamd_seq) FROM eras WHERE user_id = ?), 0))",
+        (profile_id, user_id),
+    ).fetchone()
+    return int(row[0])
+
+
+def self_state(conn: sqlite3.Connection, agent_id: str) -> tuple[dict[str, Any], str] | None:
+    row = conn.execute(
+        "SELECT data, updated_at FROM self_state WHERE id = ?", (agent_id,)
+    ).fetchone()
+    if row is None:
+        return None
+    try:
+        data = json.loads(row[0])
+    except ValueError:
+        data = {}
+    return (data if isinstance(data, dict) else {}), row[1]
+
+
+def save_self_state(
+    conn: sqlite3.Connection, agent_id: str, data: dict[str, Any], now: str,
+    expected_updated_at: str | None,
+) -> bool:
+    current = self_state(conn, agent_id)
+    if (current[1] if current else None) != expected_updated_at:
+        return False
+    conn.execute(
+        "INSERT INTO self_state (id, data, updated_at) VALUES (?, ?, ?) "
+        "ON CONFLICT(id) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at",
+        (agent_id, json.dumps(data, sort_keys=True), now),
+    )
+    return True
+
+
+def recent_user_turns(
+    conn: sqlite3.Connection, user_id: str, after_id: int, limit: int
+) -> list[Turn]:
+    rows = conn.execute(
+        "SELECT e.id, e.session_id, e.role, e.content, e.created_at FROM exchanges e "
+        "JOIN dreamd_sessions t ON t.session_id = e.session_id "
+        "WHERE e.id > ? AND t.user_id = ? ORDER BY e.id DESC LIMIT ?",
+        (after_id, user_id, limit),
+    ).fetchall()
+    return [Turn(*r) for r in reversed(rows)]
+
+
+# ---------------------------------------------------------------- failures
+
+
+@dataclass(frozen=True)
+class Failure:
+    job: str
+    item: str
+    attempts: int
+    last_error: str
+    last_failed_at: str
+    next_attempt_at: str
+    quarantined: bool
+
+
+def failures(conn: sqlite3.Connection, job: str | None = None) -> list[Failure]:
+    sql = (
+        "SELECT job, item, attempts, last_error, last_failed_at, next_attempt_at, quarantined "
+        "FROM dreamd_failures"
+    )
+    rows = conn.execute(sql + (" WHERE job = ?" if job else "") + " ORDER BY job, item",
+                        (job,) if job else ()).fetchall()
+    return [Failure(r[0], r[1], int(r[2]), r[3], r[4], r[5], bool(r[6])) for r in rows]
+
+
+def record_failure(
+    conn: sqlite3.Connection, job: str, item: str, error: str, now: str, next_at: str,
+    quarantine: bool,
+) -> int:
+    conn.execute(
+        "INSERT INTO dreamd_failures (job, item, attempts, last_error, first_failed_at, "
+        "last_failed_at, next_attempt_at, quarantined) VALUES (?, ?, 1, ?, ?, ?, ?, ?) "
+        "ON CONFLICT(job, item) DO UPDATE SET attempts = attempts + 1, "
+        "last_error = excluded.last_error, last_failed_at = excluded.last_failed_at, "
+        "next_attempt_at = excluded.next_attempt_at, quarantined = excluded.quarantined",
+        (job, item, error[:500], now, now, next_at, int(quarantine)),
+    )
+    return int(
+        conn.execute(
+            "SELECT attempts FROM dreamd_failures WHERE job = ? AND item = ?", (job, item)
+        ).fetchone()[0]
+    )
+
+
+def clear_failure(conn: sqlite3.Connection, job: str, item: str) -> None:
+    conn.execute("DELETE FROM dreamd_failures WHERE job = ? AND item = ?", (job, item))
+
+
+# ---------------------------------------------------------------- runs
+
+
+def start_run(conn: sqlite3.Connection, trigger: str, pid: int, now: str) -> int:
+    cur = conn.execute(
+        "INSERT INTO dreamd_runs (trigger, pid, started_at, outcome) VALUES (?, ?, ?, 'running')",
+        (trigger, pid, now),
+    )
+    return int(cur.lastrowid or 0)
+
+
+def finish_run(conn: sqlite3.Connection, run_id: int, **fields: Any) -> None:
+    names = sorted(fields)
+    values = [
+        json.dumps(fields[n], sort_keys=True) if isinstance(fields[n], dict | list) else fields[n]
+        for n in names
+    ]
+    assignments = ", ".join(f"{n} = ?" for n in names)
+    conn.execute(f"UPDATE dreamd_runs SET {assignments} WHERE id = ?", (*values, run_id))
+
+
+def recent_runs(conn: sqlite3.Connection, limit: int) -> list[dict[str, Any]]:
+    conn_rows = conn.execute(
+        "SELECT id, trigger, pid, started_at, ended_at, outcome, drives_before, drives_after, "
+        "stats_before, stats_after, jobs, tokens_in, tokens_out, error FROM dreamd_runs "
+        "ORDER BY id DESC LIMIT ?",
+        (limit,),
+    ).fetchall()
+    keys = ("id", "trigger", "pid", "started_at", "ended_at", "outcome", "drives_before",
+            "drives_after", "stats_before", "stats_after", "jobs", "tokens_in", "tokens_out",
+            "error")
+    out = []
+    for row in conn_rows:
+        record = dict(zip(keys, row, strict=True))
+        for k in ("drives_before", "drives_after", "stats_before", "stats_after", "jobs"):
+            record[k] = json.loads(record[k]) if record[k] else None
+        out.append(record)
+    return out
