@@ -1,0 +1,31 @@
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dreamd.store.connect import Store
+
+# Tests never read a developer's own config or DREAMD_* settings.
+for _name in [n for n in os.environ if n.startswith("DREAMD_")]:
+    del os.environ[_name]
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "memory.db"
+
+
+@pytest.fixture
+def opened(db: Path) -> Iterator[Store]:
+    from dreamd.app import open_store
+    from dreamd.log import get_logger
+
+    from tests.helpers import make_chat_file, config_for
+
+    make_chat_file(db).close()
+    store = open_store(config_for(db), get_logger())
+    yield store
+    store.close()

@@ -1,0 +1,84 @@
+"""Config: defaults < TOML < DREAMD_* env < flags; unknown or invalid keys are named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dreamd.config import Config, load, parse
+from dreamd.errors import ConfigError
+
+
+def test_defaults_are_the_documentation() -> None:
+    config = parse("")
+    assert config == Config()
+    assert config.summarize.after == 20 and config.embed.backend == "local"
+
+
+def test_toml_overrides_defaults() -> None:
+    config = parse('db = "/x.db"\n[summarize]\nafter = 5\nidle_minutes = 1.5\n[pass]\nmax_items = 3')
+    assert (config.db, config.summarize.after, config.summarize.idle_minutes) == ("/x.db", 5, 1.5)
+    assert config.pass_.max_items == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[summarize]\nafter = -3", "summarize.after must be at least 1, got -3"),
+        ("[summarize]\nafter = 2.5", "summarize.after must be a whole number"),
+        ("[summarize]\nafter = true", "summarize.after must be a number"),
+        ("[summarise]\nafter = 3", "summarise is not a known configuration key"),
+        ("[summarize]\nafte = 3", "summarize.afte is not a known configuration key"),
+        ("[embed]\nbackend = 'gpt'", "embed.backend must be one of local, hashing"),
+        ("[drives]\ncoherence_threshold = 1.5", "drives.coherence_threshold must be at most 1"),
+        ("summarize = 3", "summarize must be a table"),
+        ("[summarize\n", "config is not valid TOML"),
+    ],
+)
+def test_invalid_keys_are_named(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        parse(text)
+
+
+def test_env_overrides_file_and_flag_overrides_env(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text('db = "/file.db"\n[summarize]\nafter = 7\n')
+    env = {"DREAMD_SUMMARIZE__AFTER": "9", "DREAMD_DB": "/env.db"}
+    config = load(path, environ=env)
+    assert (config.summarize.after, config.db) == (9, "/env.db")
+    assert load(path, environ=env, db="/flag.db").db == "/flag.db"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"DREAMD_SUMMARIZE__AFTER": "x"}, "DREAMD_summarize.after must be a number"),
+        ({"DREAMD_NOPE": "1"}, "DREAMD_NOPE is not a known configuration key"),
+        ({"DREAMD_LOOP__SPEED": "1"}, "loop.speed is not a known configuration key"),
+    ],
+)
+def test_invalid_env_is_named(env: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace(".", r"\.")):
+        load(None, environ=env)
+
+
+def test_missing_config_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read config file"):
+        load(tmp_path / "absent.toml", environ={})
+
+
+def test_example_config_lists_every_key_with_its_default() -> None:
+    """config.example.toml parses to exactly the defaults and mentions every key."""
+    import dataclasses
+
+    text = (Path(__file__).parent.parent / "config.example.toml").read_text()
+    assert parse(text) == Config()
+    for f in dataclasses.fields(Config):
+        section = getattr(Config(), f.name)
+        if not dataclasses.is_dataclass(section):
+            assert f"{f.name} =" in text
+            continue
+        assert f"[{f.name.rstrip('_')}]" in text
+        for sub in dataclasses.fields(section):
+            assert f"{sub.name} =" in text, f"{f.name}.{sub.name} missing from example"

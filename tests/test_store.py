@@ -1,0 +1,185 @@
+"""The memory file contract: WAL, migrations, adoption, bad files, the SQLite check."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dreamd.app import open_store
+from dreamd.errors import StoreError
+from dreamd.log import get_logger
+from dreamd.store.connect import connect, has_wal_reset_bug
+from dreamd.store.migrations import MIGRATIONS, migrate
+
+from tests.helpers import config_for
+
+PRIOR_ART_DDL = """
+CREATE TABLE IF NOT EXISTS exchanges (
+id INTEGER PRIMARY KEY AUTOINCREMENT,
+session_id TEXT NOT NULL,
+role TEXT NOT NULL,
+content TEXT NOT NULL,
+embedding BLOB NOT NULL,
+created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_session_created ON exchanges(session_id, created_at);
+CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, name TEXT, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS summaries (
+session_id TEXT PRIMARY KEY, content TEXT NOT NULL, embedding BLOB NOT NULL,
+last_exchange_id INTEGER NOT NULL, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS profile (
+id TEXT PRIMARY KEY, content TEXT NOT NULL, sessions_covered INTEGER NOT NULL,
+updated_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS eras (
+month TEXT PRIMARY KEY, content TEXT NOT NULL, embedding BLOB NOT NULL,
+session_count INTEGER NOT NULL, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS narrative (id TEXT PRIMARY KEY, content TEXT NOT NULL,
+updated_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS self_state (id TEXT PRIMARY KEY, data TEXT NOT NULL,
+updated_at TEXT NOT NULL);
+"""
+
+
+def test_fresh_file_is_wal_with_core_and_dreamd_tables(db: Path) -> None:
+    store = open_store(config_for(db), get_logger())
+    conn = store.conn
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert {"exchanges", "sessions", "summaries", "profile", "eras", "narrative",
+            "self_state", "dreamd_runs", "dreamd_failures", "dreamd_migrations"} <= tables
+    notnull = {r[1]: r[3] for r in conn.execute("PRAGMA table_info(exchanges)")}
+    assert notnull["embedding"] == 0
+    versions = [r[0] for r in conn.execute("SELECT version FROM dreamd_migrations ORDER BY 1")]
+    assert versions == [m.version for m in MIGRATIONS]
+    assert migrate(store) == []  # idempotent
+    store.close()
+
+
+def test_a_failing_migration_leaves_no_trace(db: Path) -> None:
+    """Each migration is one transaction with its record: a failure rolls back both."""
+    conn = sqlite3.connect(db)
+    conn.execute("PRAGMA journal_mode=WAL")
+    # A table named like one migration 2 creates makes it fail half-way.
+    conn.execute("CREATE TABLE exchanges (id INTEGER PRIMARY KEY, session_id TEXT, role TEXT, "
+                 "content TEXT, embedding BLOB, created_at TEXT)")
+    conn.execute("CREATE TABLE dreamd_runs (x)")
+    conn.commit()
+    conn.close()
+    with pytest.raises(StoreError, match="migration 2"):
+        open_store(config_for(db), get_logger())
+    conn = sqlite3.connect(db)
+    assert [r[0] for r in conn.execute("SELECT version FROM dreamd_migrations")] == [1]
+    names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert "dreamd_state" not in names
+    assert "user_id" not in {r[1] for r in conn.execute("PRAGMA table_info(sessions)")}
+
+
+def prior_art_file(path: Path) -> None:
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.executescript(PRIOR_ART_DDL)
+    rng = np.random.default_rng(0)
+    for i in range(30):
+        conn.execute(
+            "INSERT INTO exchanges (session_id, role, content, embedding, created_at) "
+            "VALUES (?, ?, ?, ?, ?)",
+            (f"s{i % 3}", "user" if i % 2 == 0 else "assistant",
+             f"I told you about my garden, item {i}, and my dog Pepper.",
+             rng.standard_normal(1536).astype(np.float32).tobytes(),
+             f"2026-0{1 + i % 3}-0{1 + i % 9}T10:00:00+00:00"),
+        )
+    conn.execute("INSERT INTO sessions VALUES ('s0', 'first', '2026-01-01T10:00:00+00:00')")
+    conn.execute("INSERT INTO summaries VALUES ('s0', 'An old gist by the app.', ?, 3, "
+                 "'2026-01-02T00:00:00+00:00')", (b"\0" * 6144,))
+    conn.execute("INSERT INTO profile VALUES ('self', 'Likes gardens.', 1, '2026-01-02')")
+    conn.commit()
+    conn.close()
+
+
+def test_prior_art_file_is_adopted_in_place(db: Path) -> None:
+    """The app's rows keep their values and dreamd consolidates on top of them."""
+    from dreamd.cycle import run_pass
+
+    from tests.helpers import RecordingCompleter
+
+    prior_art_file(db)
+    before = sqlite3.connect(db).execute(
+        "SELECT id, session_id, role, content, embedding, created_at FROM exchanges ORDER BY id"
+    ).fetchall()
+    config = config_for(db)
+    store = open_store(config, get_logger())
+    completer = RecordingCompleter(store)
+    result = run_pass(store, config, completer.embedder, completer, trigger="test", force=True)
+    assert not result.failed, result.jobs
+    conn = store.conn
+    after = conn.execute(
+        "SELECT id, session_id, role, content, embedding, created_at FROM exchanges ORDER BY id"
+    ).fetchall()
+    assert after == before  # the app's rows, vectors included, are untouched
+    gists = dict(conn.execute("SELECT session_id, last_exchange_id FROM summaries"))
+    last = dict(conn.execute("SELECT session_id, MAX(id) FROM exchanges GROUP BY session_id"))
+    assert gists == last
+    # The adopted gist was continued incrementally: its text was the previous gist.
+    first = [p for p in completer.prompts if p.task == "summarize" and "An old gist" in p.user]
+    assert len(first) == 1
+    # NOT NULL embedding columns got an empty blob, never a vector of another dimension.
+    blobs = {len(r[0]) for r in conn.execute("SELECT embedding FROM summaries")}
+    assert blobs == {0}
+    assert conn.execute("SELECT COUNT(*) FROM eras").fetchone()[0] == 3
+    assert conn.execute("SELECT content FROM profile WHERE id='self'").fetchone()[0]
+    store.close()
+
+
+def test_non_sqlite_file_is_refused_and_unchanged(db: Path) -> None:
+    db.write_bytes(b"this is a text file, not a database\n" * 10)
+    before = db.read_bytes()
+    with pytest.raises(StoreError, match="not an SQLite database"):
+        open_store(config_for(db), get_logger())
+    assert db.read_bytes() == before
+    assert not Path(f"{db}-wal").exists()
+
+
+def test_missing_directory_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(StoreError, match="does not exist"):
+        open_store(config_for(tmp_path / "nope" / "m.db"), get_logger())
+    assert not (tmp_path / "nope").exists()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root can write a read-only file; "
+                    "the CLI test covers the read-only directory case")
+def test_read_only_file_is_refused(db: Path) -> None:
+    open_store(config_for(db), get_logger()).close()
+    db.chmod(0o444)
+    with pytest.raises(StoreError, match="read-only"):
+        open_store(config_for(db), get_logger())
+
+
+def test_existing_file_without_create_is_not_created(db: Path) -> None:
+    with pytest.raises(StoreError, match="does not exist"):
+        connect(db, create=False)
+    assert not db.exists()
+
+
+@pytest.mark.parametrize(
+    ("version", "affected"),
+    [((3, 6, 23), False), ((3, 7, 0), True), ((3, 40, 1), True), ((3, 44, 5), True),
+     ((3, 44, 6), False), ((3, 45, 0), True), ((3, 50, 6), True), ((3, 50, 7), False),
+     ((3, 51, 2), True), ((3, 51, 3), False), ((3, 52, 0), False)],
+)
+def test_wal_reset_bug_versions(version: tuple[int, int, int], affected: bool) -> None:
+    assert has_wal_reset_bug(version) is affected
+
+
+def test_write_is_begin_immediate(opened) -> None:  # type: ignore[no-untyped-def]
+    """A write takes the write lock at BEGIN: a second writer waits, no upgrade deadlock."""
+    other = sqlite3.connect(opened.path, isolation_level=None, timeout=0.05)
+    with opened.write():
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            other.execute("BEGIN IMMEDIATE")
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("ROLLBACK")
+    other.close()
