@@ -69,12 +69,15 @@ def save_drives(store: Store, agent_id: str, drives: Drives, now: str) -> bool:
                                  updated_at)
 
 
-def outcome_of(results: list[JobResult], stopped: bool, budget: Budget) -> str:
+def outcome_of(results: list[JobResult], stopped: bool, budget: Budget,
+               after: BacklogStats) -> str:
     if any(r.failed for r in results):
         return "failed"
     if stopped:
         return "interrupted"
-    if budget.exhausted() and any(r.remaining for r in results):
+    pending = (after.dirty or after.unembedded_turns or after.gists_newer_than_profile
+               or after.stale_months or after.narrative_stale)
+    if budget.exhausted() and pending:
         return "partial"
     return "ok"
 
@@ -113,7 +116,7 @@ def run_pass(
             q.finish_run(conn, run_id, ended_at=clock().isoformat(), outcome="error",
                          error=f"{type(exc).__name__}: {exc}"[:500])
         raise
-    outcome = outcome_of(results, stop(), budget)
+    outcome = outcome_of(results, stop(), budget, stats_after)
     with store.write() as conn:
         q.finish_run(
             conn, run_id, ended_at=clock().isoformat(), outcome=outcome,

@@ -40,7 +40,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             stored = q.save_turn_vectors(conn, model, ctx.embedder.dim, watermark, rows, turns[-1].id)
         if stored:
             done += len(turns)
-            ctx.budget.spend(len(turns))
+            ctx.budget.spend()  # a batch is one item of the pass budget
             note_success(ctx, JOB, item, failures)
         ctx.progress(JOB, done, done + remaining - len(turns))
     with ctx.store.read() as conn:

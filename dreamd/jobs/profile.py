@@ -27,11 +27,15 @@ def rebuild(ctx: JobContext) -> bool:
     lines = [ln for g in new_gists for ln in g.content.splitlines() if ln.strip()]
     prompt = profile_prompt(ctx.names, current.content if current else None, lines,
                             ctx.config.profile.max_facts, USER_ROLE)
-    content = ctx.complete(prompt).text.strip()
-    if not content and current is None:
-        content = f"(no standing facts about {ctx.config.user.name} stated yet)"
-    elif not content:
+    completion = ctx.complete(prompt)
+    content = completion.text.strip()
+    if not content and not completion.extractive:
         raise OutputInvalid("empty profile")
+    if not content:
+        # Selection found no standing facts in these gists: the profile stands as it was,
+        # and its watermark moves past them.
+        content = current.content if current else (
+            f"(no standing facts about {ctx.config.user.name} stated yet)")
     with ctx.store.write() as conn:
         return q.save_profile(
             conn, profile_id=key, user_id=user, content=content, sessions_covered=sessions,

@@ -1,0 +1,232 @@
+"""One pass end to end on real files, with a Completer that refuses open transactions."""
+
+from __future__ import annotations
+
+import dataclasses
+import sqlite3
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from dreamd.app import open_store
+from dreamd.config import JobsConfig, PassConfig, SummarizeConfig
+from dreamd.cycle import run_pass
+from dreamd.demo import sample_sessions, write_sessions
+from dreamd.log import get_logger
+from dreamd.store.connect import Store
+
+from tests.helpers import (
+    RecordingCompleter,
+    add_turns,
+    chat_texts,
+    config_for,
+    derived_digest,
+    make_chat_file,
+)
+
+LATER = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def pass_(store: Store, completer: RecordingCompleter, config=None, force=True, clock=None):  # type: ignore[no-untyped-def]
+    config = config or config_for(store.path)
+    return run_pass(store, config, completer.embedder, completer, trigger="test", force=force,
+                    clock=clock or (lambda: LATER))
+
+
+@pytest.fixture
+def demo_store(db: Path):  # type: ignore[no-untyped-def]
+    conn = make_chat_file(db)
+    write_sessions(conn, sample_sessions())
+    conn.close()
+    store = open_store(config_for(db), get_logger())
+    yield store
+    store.close()
+
+
+def last_turns(conn: sqlite3.Connection) -> dict[str, int]:
+    return dict(conn.execute("SELECT session_id, MAX(id) FROM exchanges GROUP BY session_id"))
+
+
+def test_force_pass_builds_every_tier(demo_store: Store) -> None:
+    completer = RecordingCompleter(demo_store)
+    result = pass_(demo_store, completer)
+    assert result.outcome == "ok" and not result.failed
+    conn = demo_store.conn
+    gists = dict(conn.execute("SELECT session_id, last_exchange_id FROM summaries"))
+    assert gists == last_turns(conn)  # every gist covers its session's last turn
+    assert conn.execute("SELECT content FROM profile WHERE id = 'self'").fetchone()
+    months = [r[0] for r in conn.execute("SELECT month FROM eras ORDER BY month")]
+    assert months == ["2026-07", "2026-08", "2026-09", "2026-10"]
+    assert conn.execute("SELECT content FROM narrative WHERE id = 'current'").fetchone()
+    state = conn.execute("SELECT data FROM self_state WHERE id = 'assistant'").fetchone()[0]
+    assert '"self_narrative"' in state and '"drives"' in state
+    sources = {r[0] for r in conn.execute("SELECT dreamd_source FROM summaries")}
+    assert all(s.startswith("extractive:") for s in sources)
+    run = conn.execute("SELECT outcome, jobs, drives_before, drives_after FROM dreamd_runs")
+    outcome, jobs, before, after = run.fetchone()
+    assert outcome == "ok" and '"summarize"' in jobs and before and after
+    assert result.drives_after.stability == 1.0 and result.drives_before.continuity > 0.3
+
+
+def test_second_pass_writes_nothing_and_calls_no_backend(demo_store: Store) -> None:
+    completer = RecordingCompleter(demo_store)
+    pass_(demo_store, completer)
+    digest = derived_digest(demo_store.path)
+    calls, embeds = len(completer.prompts), completer.embedder.calls
+    result = pass_(demo_store, completer)
+    assert len(completer.prompts) == calls and completer.embedder.calls == embeds
+    assert derived_digest(demo_store.path) == digest
+    assert all(not j.ran for j in result.jobs)
+    assert all(j.reason.startswith("nothing to do") for j in result.jobs)
+
+
+def test_new_turns_are_summarized_incrementally(demo_store: Store) -> None:
+    """The second gist sees the previous gist plus only the new turns."""
+    completer = RecordingCompleter(demo_store)
+    pass_(demo_store, completer)
+    conn = sqlite3.connect(demo_store.path, isolation_level=None)
+    new = ["I adopted a second dog called Crumble today!", "Two dogs now, how exciting."]
+    ids = add_turns(conn, "s12", new, start=datetime(2026, 10, 28, tzinfo=UTC))
+    conn.close()
+    completer.prompts.clear()
+    pass_(demo_store, completer)
+    summary = [p for p in completer.prompts if p.task == "summarize"]
+    assert len(summary) == 1
+    assert "Previous gist" in summary[0].user
+    assert "Crumble" in summary[0].user and "Moved into the new flat" in summary[0].user
+    # Only the two new turns were sent as new turns.
+    new_part = summary[0].user.split("New turns:")[1]
+    assert new_part.count("\nuser:") + new_part.count("\nassistant:") == 2
+    row = demo_store.conn.execute(
+        "SELECT last_exchange_id FROM summaries WHERE session_id='s12'").fetchone()
+    assert row[0] == ids[-1]
+
+
+def test_long_first_summary_is_chunked_and_merged(db: Path) -> None:
+    conn = make_chat_file(db)
+    texts = chat_texts(0, 50)
+    texts[47] = "The very end: I finally booked the flight to Osaka for April."
+    add_turns(conn, "long", texts)
+    conn.close()
+    config = config_for(db, summarize=SummarizeConfig(chunk_turns=12, gist_lines=4))
+    store = open_store(config, get_logger())
+    completer = RecordingCompleter(store)
+    result = pass_(store, completer, config)
+    assert not result.failed
+    tasks = [p.task for p in completer.prompts if p.task in ("summarize", "merge")]
+    assert tasks == ["summarize"] * 5 + ["merge"]
+    merged = completer.prompts[tasks.index("merge")]
+    # The merge saw material from the last chunk: nothing was silently dropped.
+    assert "Turn 48" in merged.user or "Osaka" in merged.user
+    assert store.conn.execute("SELECT last_exchange_id FROM summaries").fetchone()[0] == 50
+    store.close()
+
+
+def test_idle_gating_waits_for_a_quiet_chat(db: Path) -> None:
+    conn = make_chat_file(db)
+    start = LATER - timedelta(minutes=5)
+    add_turns(conn, "live", chat_texts(1, 30), start=start - timedelta(minutes=30))
+    add_turns(conn, "quiet", chat_texts(2, 30), start=start - timedelta(hours=5))
+    conn.close()
+    store = open_store(config_for(db), get_logger())
+    completer = RecordingCompleter(store)
+    result = pass_(store, completer, force=False, clock=lambda: start + timedelta(minutes=1))
+    summarized = {r[0] for r in store.conn.execute("SELECT session_id FROM summaries")}
+    assert summarized == {"quiet"}
+    job = next(j for j in result.jobs if j.job == "summarize")
+    assert job.ran and job.done == 1
+    later = pass_(store, completer, force=False, clock=lambda: start + timedelta(hours=2))
+    assert {r[0] for r in store.conn.execute("SELECT session_id FROM summaries")} == {
+        "quiet", "live"}
+    assert later.outcome == "ok"
+    store.close()
+
+
+def test_failures_back_off_then_quarantine_and_the_pass_goes_on(db: Path) -> None:
+    conn = make_chat_file(db)
+    add_turns(conn, "good", chat_texts(0, 6))
+    add_turns(conn, "bad", ["POISON turn that the backend refuses", "reply"] * 3)
+    conn.close()
+    config = config_for(db, jobs=JobsConfig(max_attempts=2, backoff_seconds=60))
+    store = open_store(config, get_logger())
+    completer = RecordingCompleter(store, fail_on={"POISON"})
+    clock = [LATER]
+    result = pass_(store, completer, config, force=False, clock=lambda: clock[0])
+    job = next(j for j in result.jobs if j.job == "summarize")
+    assert (job.done, job.failed) == (1, 1) and result.outcome == "failed"
+    assert store.conn.execute("SELECT session_id FROM summaries").fetchall() == [("good",)]
+    assert next(j for j in result.jobs if j.job == "eras").done == 1  # the pass went on
+    row = store.conn.execute("SELECT attempts, quarantined FROM dreamd_failures").fetchone()
+    assert row == (1, 0)
+    # Within the backoff window the item is not retried ...
+    calls = len(completer.prompts)
+    pass_(store, completer, config, force=False, clock=lambda: clock[0] + timedelta(seconds=30))
+    assert not [p for p in completer.prompts[calls:] if "POISON" in p.user]
+    # ... after it, it is, and the second failure quarantines it.
+    clock[0] = LATER + timedelta(minutes=5)
+    pass_(store, completer, config, force=False, clock=lambda: clock[0])
+    row = store.conn.execute("SELECT attempts, quarantined FROM dreamd_failures").fetchone()
+    assert row == (2, 1)
+    # Quarantined items are not retried, even forced; nothing was written for them.
+    calls = len(completer.prompts)
+    pass_(store, completer, config, force=True, clock=lambda: clock[0] + timedelta(days=1))
+    assert not [p for p in completer.prompts[calls:] if "POISON" in p.user]
+    assert store.conn.execute("SELECT COUNT(*) FROM summaries WHERE session_id='bad'"
+                              ).fetchone()[0] == 0
+    store.close()
+
+
+def test_a_stale_write_is_discarded_not_stored_over_newer_state(db: Path) -> None:
+    """If the gist moved while the backend was thinking, the older answer is dropped."""
+    conn = make_chat_file(db)
+    add_turns(conn, "s", chat_texts(0, 6))
+    conn.close()
+    config = config_for(db)
+    store = open_store(config, get_logger())
+
+    class Racing(RecordingCompleter):
+        def complete(self, prompt):  # type: ignore[no-untyped-def]
+            if prompt.task == "summarize" and not getattr(self, "raced", False):
+                self.raced = True
+                other = sqlite3.connect(db, isolation_level=None)
+                other.execute("UPDATE dreamd_sessions SET summarized_id = 99")
+                other.close()
+            return super().complete(prompt)
+
+    completer = Racing(store)
+    result = pass_(store, completer, config)
+    job = next(j for j in result.jobs if j.job == "summarize")
+    assert (job.done, job.skipped) == (0, 1)
+    assert store.conn.execute("SELECT COUNT(*) FROM summaries").fetchone()[0] == 0
+    store.close()
+
+
+def test_pass_budget_leaves_the_rest_for_the_next_pass(db: Path) -> None:
+    conn = make_chat_file(db)
+    for i in range(6):
+        add_turns(conn, f"s{i}", chat_texts(i, 4), start=LATER - timedelta(days=30 - i))
+    conn.close()
+    config = config_for(db, pass_=PassConfig(max_seconds=0, max_items=3))
+    store = open_store(config, get_logger())
+    completer = RecordingCompleter(store)
+    first = pass_(store, completer, config)
+    assert first.outcome == "partial"
+    count = store.conn.execute("SELECT COUNT(*) FROM summaries").fetchone()[0]
+    assert count < 6
+    for _ in range(10):
+        if pass_(store, completer, config).outcome == "ok":
+            break
+    assert store.conn.execute("SELECT COUNT(*) FROM summaries").fetchone()[0] == 6
+    store.close()
+
+
+def test_drives_persist_between_passes(demo_store: Store) -> None:
+    completer = RecordingCompleter(demo_store)
+    result = pass_(demo_store, completer, force=False)
+    from dreamd.cycle import read_drives
+
+    assert read_drives(demo_store, "assistant") == dataclasses.replace(
+        result.drives_after,
+        **{k: round(v, 3) for k, v in result.drives_after.as_dict().items()},
+    )
