@@ -1,0 +1,31 @@
+# Two commands on a fresh machine with Python 3.11:  make demo  and  make test
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+DEMO_DB := demo/memory.db
+
+.PHONY: demo test install bench clean
+
+$(BIN)/dreamd: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+install: $(BIN)/dreamd
+
+# Build a memory file from the shipped sample conversations, dream once, show the result.
+demo: install
+	$(BIN)/dreamd --db $(DEMO_DB) demo --replace
+	$(BIN)/dreamd --db $(DEMO_DB) --config examples/demo.toml --force
+	$(BIN)/dreamd --db $(DEMO_DB) --config examples/demo.toml show --gists 3
+	$(BIN)/dreamd --db $(DEMO_DB) --config examples/demo.toml status --runs 1
+
+test: install
+	$(BIN)/python -m pytest
+
+bench: install
+	$(BIN)/python -m bench.run
+
+clean:
+	rm -rf $(VENV) demo *.egg-info

@@ -1,0 +1,117 @@
+"""Real processes on real files: a live chat writer during a pass, and kill -9 at random."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import add_turns, chat_texts, make_chat_file
+
+ROOT = Path(__file__).parent.parent
+
+
+def dreamd_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMD_")}
+    env.update({"DREAMD_EMBED__BACKEND": "hashing", "DREAMD_LOG__FORMAT": "json",
+                "PYTHONPATH": str(ROOT)}, **extra)
+    return env
+
+
+def big_file(db: Path, sessions: int, turns_each: int) -> None:
+    conn = make_chat_file(db)
+    for s in range(sessions):
+        add_turns(conn, f"s{s:05d}", chat_texts(s, turns_each))
+    conn.close()
+
+
+def test_live_writer_during_a_force_pass(tmp_path: Path) -> None:
+    """≥ 50 inserts/s by another process through a whole pass on 20k turns: no lock errors,
+    every row kept, and the new turns are consolidated by the next pass."""
+    db = tmp_path / "memory.db"
+    big_file(db, 400, 50)  # 20,000 turns
+    stop, report = tmp_path / "stop", tmp_path / "report.json"
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "tests.chat_writer", str(db), "80", str(stop), str(report)],
+        cwd=ROOT, env=dreamd_env(),
+    )
+    time.sleep(0.5)
+    started = time.monotonic()
+    run = subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), "--force"],
+                         cwd=ROOT, env=dreamd_env(), capture_output=True, text=True, timeout=600)
+    elapsed = time.monotonic() - started
+    stop.touch()
+    writer.wait(timeout=30)
+    data = json.loads(report.read_text())
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "locked" not in run.stderr and "busy" not in run.stderr.lower()
+    assert data["errors"] == []
+    assert len(data["ids"]) >= 50 * elapsed * 0.9  # the writer kept its pace
+    conn = sqlite3.connect(db)
+    present = {r[0] for r in conn.execute("SELECT id FROM exchanges WHERE id > 20000")}
+    assert set(data["ids"]) <= present
+    conn.close()
+    # The next pass picks every live turn up.
+    again = subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), "--force"],
+                           cwd=ROOT, env=dreamd_env(), capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stderr[-2000:]
+    conn = sqlite3.connect(db)
+    behind = conn.execute(
+        "SELECT COUNT(*) FROM (SELECT e.session_id, MAX(e.id) m FROM exchanges e "
+        "GROUP BY e.session_id) x LEFT JOIN summaries s ON s.session_id = x.session_id "
+        "WHERE s.last_exchange_id IS NOT x.m").fetchone()[0]
+    assert behind == 0
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    conn.close()
+
+
+@pytest.mark.slow
+def test_kill_9_at_random_moments_then_one_clean_pass(tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    big_file(db, 300, 40)
+    rng = random.Random(20261122)
+    kills = 0
+    for round_ in range(60):
+        if kills >= 22:
+            break
+        # The chat app keeps writing between crashes, so every pass has work to be cut.
+        conn = sqlite3.connect(db, isolation_level=None, timeout=10)
+        for s in rng.sample(range(300), 150):
+            add_turns(conn, f"s{s:05d}", chat_texts(round_, 2))
+        add_turns(conn, f"new{round_}", chat_texts(round_, 5))
+        conn.close()
+        proc = subprocess.Popen([sys.executable, "-m", "dreamd", "--db", str(db), "--force"],
+                                cwd=ROOT, env=dreamd_env(), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.15, 0.8))
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+            kills += 1
+        proc.wait(timeout=30)
+    assert kills >= 20
+    final = subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), "--force"],
+                           cwd=ROOT, env=dreamd_env(), capture_output=True, text=True, timeout=600)
+    assert final.returncode == 0, final.stderr[-2000:]
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    last = dict(conn.execute("SELECT session_id, MAX(id) FROM exchanges GROUP BY session_id"))
+    gists = dict(conn.execute("SELECT session_id, last_exchange_id FROM summaries"))
+    assert gists == last  # every session summarized exactly up to its last turn
+    tally = dict(conn.execute("SELECT session_id, turns FROM dreamd_sessions"))
+    counts = dict(conn.execute("SELECT session_id, COUNT(*) FROM exchanges GROUP BY session_id"))
+    assert tally == counts  # no turn folded in twice or lost
+    vectors = conn.execute("SELECT COUNT(*), COUNT(DISTINCT exchange_id) FROM "
+                           "dreamd_exchange_vectors").fetchone()
+    assert vectors[0] == vectors[1] == conn.execute("SELECT COUNT(*) FROM exchanges").fetchone()[0]
+    assert conn.execute("SELECT COUNT(*) FROM summaries WHERE content = ''").fetchone()[0] == 0
+    months = {r[0] for r in conn.execute("SELECT dreamd_month FROM summaries")}
+    assert {r[0] for r in conn.execute("SELECT month FROM eras")} == months
+    conn.close()
