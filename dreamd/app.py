@@ -32,7 +32,6 @@ def check_sqlite(log: Any) -> None:
 
 def open_store(config: Config, log: Any, create: bool = True) -> Store:
     """Open (creating where allowed) and migrate the configured memory file."""
-    check_sqlite(log)
     path = config.db_path
     default = path == config.__class__().db_path and config.db == DEFAULT_DB
     if create and not path.parent.exists() and not default:
@@ -46,4 +45,5 @@ def open_store(config: Config, log: Any, create: bool = True) -> Store:
     except BaseException:
         store.close()
         raise
+    check_sqlite(log)
     return store

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sqlite3
 from pathlib import Path
 
@@ -149,15 +148,6 @@ def test_missing_directory_is_refused(tmp_path: Path) -> None:
     assert not (tmp_path / "nope").exists()
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root can write a read-only file; "
-                    "the CLI test covers the read-only directory case")
-def test_read_only_file_is_refused(db: Path) -> None:
-    open_store(config_for(db), get_logger()).close()
-    db.chmod(0o444)
-    with pytest.raises(StoreError, match="read-only"):
-        open_store(config_for(db), get_logger())
-
-
 def test_existing_file_without_create_is_not_created(db: Path) -> None:
     with pytest.raises(StoreError, match="does not exist"):
         connect(db, create=False)
@@ -183,3 +173,18 @@ def test_write_is_begin_immediate(opened) -> None:  # type: ignore[no-untyped-de
     other.execute("BEGIN IMMEDIATE")
     other.execute("ROLLBACK")
     other.close()
+
+
+def test_sqlite_version_is_logged_and_the_bug_warned_once(db: Path) -> None:
+    from structlog.testing import capture_logs
+
+    import dreamd.app
+    from dreamd.store.connect import sqlite_version
+
+    dreamd.app._warned = False
+    with capture_logs() as logs:
+        open_store(config_for(db), get_logger()).close()
+        open_store(config_for(db), get_logger()).close()
+    events = [e["event"] for e in logs]
+    assert events.count("sqlite_library") == 1
+    assert events.count("sqlite_wal_reset_bug") == int(has_wal_reset_bug(sqlite_version()))

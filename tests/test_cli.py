@@ -1,0 +1,149 @@
+"""The CLI: one clear line and exit 2 for bad input, nothing written; status and show."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dreamd.cli import main
+
+from tests.helpers import add_turns, chat_texts, make_chat_file
+
+ROOT = Path(__file__).parent.parent
+
+
+def files_digest(folder: Path) -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
+
+
+def invoke(*args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+    base = {"DREAMD_EMBED__BACKEND": "hashing"}
+    return CliRunner().invoke(main, list(args), env={**base, **(env or {})})
+
+
+def test_non_sqlite_db_is_one_line_and_untouched(tmp_path: Path) -> None:
+    db = tmp_path / "notes.txt"
+    db.write_text("shopping list\n")
+    before = files_digest(tmp_path)
+    result = invoke("--db", str(db), "--force")
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [f"Error: {db} is not an SQLite database file"]
+    assert files_digest(tmp_path) == before
+
+
+def test_missing_directory_is_refused(tmp_path: Path) -> None:
+    result = invoke("--db", str(tmp_path / "no" / "m.db"), "--force")
+    assert result.exit_code == 2 and "does not exist" in result.output
+    assert not (tmp_path / "no").exists()
+
+
+@pytest.mark.parametrize(
+    ("config_text", "env", "message"),
+    [
+        ("[summarize]\nafte = 3\n", {}, "summarize.afte is not a known configuration key"),
+        ("[summarize]\nafter = 0\n", {}, "summarize.after must be at least 1, got 0"),
+        ("", {"DREAMD_SUMMARIZE__AFTER": "-1"}, "summarize.after must be at least 1"),
+    ],
+)
+def test_bad_config_is_named_and_the_file_unchanged(
+    tmp_path: Path, config_text: str, env: dict[str, str], message: str
+) -> None:
+    db = tmp_path / "memory.db"
+    conn = make_chat_file(db)
+    add_turns(conn, "s", chat_texts(0, 4))
+    conn.close()
+    config = tmp_path / "dreamd.toml"
+    config.write_text(config_text)
+    before = files_digest(tmp_path)
+    result = invoke("--db", str(db), "--config", str(config), "--force", env=env)
+    assert result.exit_code == 2
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0]
+    assert files_digest(tmp_path) == before
+
+
+def test_status_without_a_file_does_not_create_one(tmp_path: Path) -> None:
+    result = invoke("--db", str(tmp_path / "m.db"), "status")
+    assert result.exit_code == 2 and "does not exist" in result.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_force_then_status_and_show(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    assert invoke("--db", str(db), "demo").exit_code == 0
+    forced = invoke("--db", str(db), "--force")
+    assert forced.exit_code == 0, forced.output
+    status = invoke("--db", str(db), "status", "--json")
+    data = json.loads(status.output)
+    assert data["backlog"]["dirty"] == 0 and data["drives"]["stability"] == 1.0
+    run = data["runs"][0]
+    assert run["outcome"] == "ok" and {j["job"] for j in run["jobs"] if j["ran"]} == {
+        "embed", "summarize", "profile", "eras", "narrative", "reflect"}
+    text = invoke("--db", str(db), "status").output
+    assert "summarize  ran" in text and "forced:" in text
+    shown = invoke("--db", str(db), "show").output
+    assert "== profile" in shown and "Recent arc" in shown and "self_narrative" in shown
+
+
+def test_subcommand_with_force_is_refused(tmp_path: Path) -> None:
+    result = invoke("--db", str(tmp_path / "m.db"), "--force", "status")
+    assert result.exit_code == 2 and "do not go with a subcommand" in result.output
+
+
+def test_read_only_file_is_refused(tmp_path: Path) -> None:
+    """A file the user may read but not write: one line, exit 2, nothing changed."""
+    db = tmp_path / "memory.db"
+    conn = make_chat_file(db)
+    add_turns(conn, "s", chat_texts(0, 4))
+    conn.close()
+    db.chmod(0o444)
+    command = [sys.executable, "-m", "dreamd", "--db", str(db), "--force"]
+    if os.geteuid() == 0:
+        setpriv = shutil.which("setpriv")
+        assert setpriv, "setpriv (util-linux) is needed to drop root for this test"
+        tmp_path.chmod(0o755)
+        for parent in tmp_path.parents:
+            if parent == Path("/"):
+                break
+            parent.chmod(parent.stat().st_mode | 0o005)
+        command = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+    before = files_digest(tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMD_")}
+    env.update(PYTHONPATH=str(ROOT), DREAMD_EMBED__BACKEND="hashing", HOME=str(tmp_path))
+    run = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
+    assert run.returncode == 2, run.stderr
+    assert run.stderr.strip().splitlines()[-1] == f"Error: {db} is read-only: dreamd needs to " \
+        "write its derived memory"
+    assert files_digest(tmp_path) == before
+
+
+def test_demo_pass_with_the_real_local_embedder(tmp_path: Path) -> None:
+    """The quick start's path: the embedded default model, no network, no key."""
+    db = tmp_path / "m.db"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMD_")}
+    env.update(PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), "demo"], check=True,
+                   env=env, cwd=ROOT, capture_output=True)
+    run = subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), "--force"],
+                         env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert '"event": "sqlite_library"' in run.stderr
+    status = subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), "status", "--json"],
+                            env=env, cwd=ROOT, capture_output=True, text=True, check=True)
+    data = json.loads(status.stdout)
+    assert data["backlog"]["unembedded_turns"] == 0 and data["backlog"]["dirty"] == 0
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    models = {r[0] for r in conn.execute("SELECT DISTINCT model FROM dreamd_exchange_vectors")}
+    assert models == {"all-MiniLM-L6-v2-int8"}
+    dims = {r[0] for r in conn.execute("SELECT DISTINCT length(vector) FROM dreamd_vectors")}
+    assert dims == {384 * 4}

@@ -1,0 +1,63 @@
+"""The embedded default: the real all-MiniLM-L6-v2 int8 model, offline, pinned by sha256."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dreamd.backends.extractive import ExtractiveCompleter
+from dreamd.backends.local import MODEL_SHA256, LocalEmbedder, model_file, verified
+from dreamd.errors import ModelFileError
+
+
+@pytest.fixture(scope="module")
+def embedder() -> LocalEmbedder:
+    return LocalEmbedder(threads=2)
+
+
+def test_vectors_are_unit_length_and_semantic(embedder: LocalEmbedder) -> None:
+    vectors = embedder.embed(["The cat sits on the mat", "A feline rests on a rug",
+                              "Stock markets fell sharply today"])
+    assert vectors.shape == (3, 384) and vectors.dtype == np.float32
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-5)
+    sims = vectors @ vectors.T
+    assert sims[0, 1] > 0.4 > sims[0, 2] + 0.2
+
+
+def test_batching_and_order_do_not_change_vectors(embedder: LocalEmbedder) -> None:
+    texts = [f"sentence number {i} about {'dogs' if i % 2 else 'taxes'}" * (1 + i % 4)
+             for i in range(40)]
+    together = embedder.embed(texts)
+    alone = np.stack([embedder.embed([t])[0] for t in texts[:5]])
+    assert np.allclose(together[:5], alone, atol=1e-4)
+
+
+def test_a_changed_model_file_fails_loudly(tmp_path: Path) -> None:
+    copy = tmp_path / "model.onnx"
+    shutil.copy(model_file(), copy)
+    assert verified(copy, MODEL_SHA256) == copy
+    with copy.open("r+b") as fh:
+        fh.seek(1000)
+        fh.write(b"\x00\x01\x02")
+    with pytest.raises(ModelFileError, match="differs from the pinned version"):
+        verified(copy, MODEL_SHA256)
+
+
+def test_extractive_gist_keeps_lines_verbatim_and_is_deterministic(
+    embedder: LocalEmbedder,
+) -> None:
+    from dreamd.prompts import summary_prompt
+
+    lines = [f"user: I planted {n} tomato plants in the garden" for n in range(3)] + [
+        "assistant: ok", "user: My brother Tom visits from Porto next Friday.",
+        "user: The dentist appointment is on the 14th at 9 am.", "assistant: Noted!"]
+    prompt = summary_prompt({"user": "U", "agent": "A"}, None, lines, 3)
+    completer = ExtractiveCompleter(embedder)
+    first = completer.complete(prompt).text
+    assert first == completer.complete(prompt).text
+    chosen = first.splitlines()
+    assert len(chosen) == 3 and all(line in lines for line in chosen)
+    assert "assistant: ok" not in chosen
