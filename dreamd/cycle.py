@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -107,7 +109,7 @@ def run_pass(
         previous = read_drives(store, config.agent.id)
         stats_before = read_backlog(store, config, now, embedder.model)
         drives_before = drv.levels(stats_before, config, now)
-        results = [run_job(ctx, job, previous, trigger, log) for job in JOB_ORDER]
+        results = [run_job(ctx, job, previous, log) for job in JOB_ORDER]
         stats_after = read_backlog(store, config, clock(), embedder.model)
         drives_after = drv.levels(stats_after, config, clock())
         save_drives(store, config.agent.id, drives_after, clock().isoformat())
@@ -134,7 +136,7 @@ def run_pass(
                       tuple(results))
 
 
-def run_job(ctx: JobContext, job: str, previous: Drives, trigger: str, log: Any) -> JobResult:
+def run_job(ctx: JobContext, job: str, previous: Drives, log: Any) -> JobResult:
     """Re-sense, decide this one job, and run it if due: gists made by summarize raise
     coherence, so integration follows in the same pass."""
     if ctx.budget.exhausted():
@@ -143,11 +145,13 @@ def run_job(ctx: JobContext, job: str, previous: Drives, trigger: str, log: Any)
     decision = drv.decide_job(job, stats, previous, ctx.config, ctx.now(), force=ctx.force)
     if not decision.due:
         return JobResult(job, False, decision.reason)
+    started = time.monotonic()
     try:
         result = RUNNERS[job](ctx, decision.reason)
     except Exception as exc:  # a bug or a broken file in one job must not end the pass
         result = JobResult(job, True, decision.reason, failed=1,
                            errors=(f"{type(exc).__name__}: {exc}"[:300],))
+    result = dataclasses.replace(result, seconds=time.monotonic() - started)
     if log is not None and (result.done or result.failed):
         log.info("job_finished", job=job, done=result.done, failed=result.failed,
                  skipped=result.skipped, remaining=result.remaining, reason=result.reason)

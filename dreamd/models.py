@@ -130,9 +130,11 @@ class JobResult:
     tokens_in: int = 0
     tokens_out: int = 0
     errors: tuple[str, ...] = ()
+    seconds: float = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         return {
+            "seconds": round(self.seconds, 3),
             "job": self.job,
             "ran": self.ran,
             "reason": self.reason,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from dreamd.config import Config
 from dreamd.ids import narrative_id, profile_id
@@ -36,13 +36,8 @@ def sync_tally(store: Store, chunk: int = TALLY_CHUNK) -> int:
 
 
 def is_idle(last_at: str, cutoff: datetime) -> bool:
-    try:
-        last = datetime.fromisoformat(last_at)
-    except ValueError:
-        return True  # an unreadable time cannot prove the chat is active
-    if last.tzinfo is None:
-        last = last.replace(tzinfo=cutoff.tzinfo)
-    return last <= cutoff
+    """The tally keeps times as ISO UTC text (queries.iso_utc), so they compare as text."""
+    return last_at <= cutoff.astimezone(UTC).isoformat()
 
 
 def read_backlog(store: Store, config: Config, now: datetime, embed_model: str) -> BacklogStats:
@@ -50,17 +45,10 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str) 
     user = config.user.id
     cutoff = now - timedelta(minutes=config.summarize.idle_minutes)
     with store.read() as conn:
-        dirty = q.dirty_sessions(conn, user)
-        ripe = [s for s in dirty if s.summarized_id == 0 or s.unsummarized >= config.summarize.after]
-        idle_ripe = [s for s in ripe if is_idle(s.last_at, cutoff)]
+        dirty = q.dirty_totals(conn, user, config.summarize.after,
+                              cutoff.astimezone(UTC).isoformat())
         max_id = q.max_exchange_id(conn)
         profile = q.profile_row(conn, profile_id(user))
-        month_seqs = q.month_gist_seqs(conn, user)
-        eras = q.era_seqs(conn, user)
-        stale_months = sum(
-            1 for month, (seq, count) in month_seqs.items()
-            if month not in eras or eras[month][0] < seq or eras[month][1] != count
-        )
         narrative = q.narrative_row(conn, narrative_id(user))
         tier_seq = q.max_tier_seq(conn, user, profile_id(user))
         state = q.self_state(conn, config.agent.id)
@@ -69,15 +57,15 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str) 
         reflected_seq = int(marks.get("reflected_seq", 0))
         return BacklogStats(
             sessions=q.count_sessions(conn, user),
-            dirty=len(dirty),
-            ripe=len(ripe),
-            idle_ripe=len(idle_ripe),
-            unsummarized_turns=sum(s.unsummarized for s in dirty),
-            idle_ripe_turns=sum(s.unsummarized for s in idle_ripe),
+            dirty=dirty.dirty,
+            ripe=dirty.ripe,
+            idle_ripe=dirty.idle_ripe,
+            unsummarized_turns=dirty.unsummarized,
+            idle_ripe_turns=dirty.idle_ripe_turns,
             unembedded_turns=q.count_exchanges_after(conn, q.embed_watermark(conn, embed_model)),
             gists=q.count_gists(conn, user),
             gists_newer_than_profile=q.count_gists_after(conn, user, profile.seq if profile else 0),
-            stale_months=stale_months,
+            stale_months=len(q.stale_months(conn, user)),
             narrative_stale=tier_seq > 0 and (narrative is None or narrative.seq < tier_seq),
             turns_since_reflection=q.count_exchanges_after(conn, reflected_id),
             gists_since_reflection=q.count_gists_after(conn, user, reflected_seq),

@@ -181,6 +181,9 @@ def test_sqlite_version_is_logged_and_the_bug_warned_once(db: Path) -> None:
     import dreamd.app
     from dreamd.store.connect import sqlite_version
 
+    from dreamd.log import configure
+
+    configure("debug")  # an earlier test may have left a stricter level configured
     dreamd.app._warned = False
     with capture_logs() as logs:
         open_store(config_for(db), get_logger()).close()

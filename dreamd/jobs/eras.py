@@ -12,14 +12,8 @@ JOB = "eras"
 
 
 def stale_months(ctx: JobContext) -> list[str]:
-    user = ctx.config.user.id
     with ctx.store.read() as conn:
-        months = q.month_gist_seqs(conn, user)
-        eras = q.era_seqs(conn, user)
-    return sorted(
-        m for m, (seq, count) in months.items()
-        if m not in eras or eras[m][0] < seq or eras[m][1] != count
-    )
+        return q.stale_months(conn, ctx.config.user.id)
 
 
 def rebuild_month(ctx: JobContext, month: str, layout: q.Layout) -> bool:
@@ -38,7 +32,7 @@ def rebuild_month(ctx: JobContext, month: str, layout: q.Layout) -> bool:
     with ctx.store.write() as conn:
         return q.save_era(
             conn, month=month, user_id=user, content=content, session_count=len(gists),
-            seq=max(g.seq for g in gists), expected_seq=current[0] if current else None,
+            seq=max(g.seq for g in gists), expected_seq=current,
             source=ctx.source, now=ctx.now_text(),
             embedding=q.core_embedding(layout.eras_embedding_required),
             vector=q.to_blob(vector), model=ctx.embedder.model,

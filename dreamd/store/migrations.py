@@ -80,8 +80,10 @@ CREATE TABLE dreamd_sessions (
     summarized_turns INTEGER NOT NULL DEFAULT 0
 );
 -- Only the sessions with unsummarized turns: sensing reads O(dirty), not O(sessions).
-CREATE INDEX dreamd_sessions_dirty ON dreamd_sessions(user_id, last_at)
+CREATE INDEX dreamd_sessions_dirty ON dreamd_sessions(
+    user_id, last_at, turns, summarized_turns, summarized_id, last_id)
     WHERE last_id > summarized_id;
+CREATE INDEX dreamd_sessions_user ON dreamd_sessions(user_id);
 -- dreamd's own vectors, per embedding model: never mixed with the app's column.
 CREATE TABLE dreamd_exchange_vectors (
     model TEXT NOT NULL,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -92,10 +93,26 @@ def new_exchange_groups(
 DEFAULT_USER = "default"
 
 
+def iso_utc(text: str) -> str:
+    """A timestamp as ISO-8601 UTC text, so that the tally's times compare as strings.
+
+    The app's text may end in Z, use a space, or carry no zone (taken as UTC); text that
+    is no timestamp at all is kept as it is.
+    """
+    try:
+        moment = datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return text
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat()
+
+
 def apply_tally(
     conn: sqlite3.Connection, groups: list[tuple[Any, ...]], upto_id: int
 ) -> None:
-    for session_id, user_id, turns, first_id, last_id, first_at, last_at in groups:
+    for session_id, user_id, turns, first_id, last_id, raw_first, raw_last in groups:
+        first_at, last_at = iso_utc(raw_first), iso_utc(raw_last)
         conn.execute(
             "INSERT INTO dreamd_sessions (session_id, user_id, turns, first_id, last_id, "
             "first_at, last_at, month, summarized_id, summarized_turns) "
@@ -148,6 +165,31 @@ def dirty_sessions(conn: sqlite3.Connection, user_id: str) -> list[DirtySession]
         (user_id,),
     ).fetchall()
     return [DirtySession(*r) for r in rows]
+
+
+@dataclass(frozen=True)
+class DirtyTotals:
+    dirty: int
+    unsummarized: int
+    ripe: int
+    idle_ripe: int
+    idle_ripe_turns: int
+
+
+def dirty_totals(
+    conn: sqlite3.Connection, user_id: str, ripe_after: int, idle_before: str
+) -> DirtyTotals:
+    """Sensing's view of the dirty sessions, aggregated in SQL over the partial index."""
+    row = conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(turns - summarized_turns), 0), "
+        "COALESCE(SUM(ripe), 0), COALESCE(SUM(ripe AND last_at <= ?), 0), "
+        "COALESCE(SUM(CASE WHEN ripe AND last_at <= ? THEN turns - summarized_turns END), 0) "
+        "FROM (SELECT turns, summarized_turns, last_at, "
+        "(summarized_id = 0 OR turns - summarized_turns >= ?) AS ripe FROM dreamd_sessions "
+        "WHERE user_id = ? AND last_id > summarized_id)",
+        (idle_before, idle_before, ripe_after, user_id),
+    ).fetchone()
+    return DirtyTotals(*(int(v) for v in row))
 
 
 def count_sessions(conn: sqlite3.Connection, user_id: str) -> int:
@@ -324,22 +366,34 @@ def count_gists_after(conn: sqlite3.Connection, user_id: str, seq: int) -> int:
     )
 
 
-def month_gist_seqs(conn: sqlite3.Connection, user_id: str) -> dict[str, tuple[int, int]]:
-    """month -> (newest gist seq, gist count), from the covering index."""
+def month_gist_seqs(conn: sqlite3.Connection, user_id: str) -> dict[str, int]:
+    """month -> newest gist seq, by a skip-scan of the (user, month, seq) index.
+
+    One index seek per month instead of a pass over every gist: sensing stays cheap when a
+    user has tens of thousands of sessions.
+    """
     rows = conn.execute(
-        "SELECT dreamd_month, MAX(dreamd_seq), COUNT(*) FROM summaries "
-        "WHERE user_id = ? AND dreamd_month IS NOT NULL GROUP BY dreamd_month",
+        "WITH RECURSIVE m(month) AS ("
+        " SELECT MIN(dreamd_month) FROM summaries WHERE user_id = ?1 AND dreamd_month IS NOT NULL"
+        " UNION ALL SELECT (SELECT MIN(dreamd_month) FROM summaries"
+        "  WHERE user_id = ?1 AND dreamd_month > m.month) FROM m WHERE m.month IS NOT NULL) "
+        "SELECT month, (SELECT MAX(dreamd_seq) FROM summaries WHERE user_id = ?1 "
+        "AND dreamd_month = m.month) FROM m WHERE month IS NOT NULL",
         (user_id,),
     ).fetchall()
-    return {r[0]: (int(r[1]), int(r[2])) for r in rows}
+    return {r[0]: int(r[1]) for r in rows}
 
 
-def era_seqs(conn: sqlite3.Connection, user_id: str) -> dict[str, tuple[int, int]]:
-    """month -> (gist seq the era was built from, session count)."""
-    rows = conn.execute(
-        "SELECT month, dreamd_seq, session_count FROM eras WHERE user_id = ?", (user_id,)
-    ).fetchall()
-    return {r[0]: (int(r[1]), int(r[2])) for r in rows}
+def era_seqs(conn: sqlite3.Connection, user_id: str) -> dict[str, int]:
+    """month -> the newest gist seq the era was built from."""
+    rows = conn.execute("SELECT month, dreamd_seq FROM eras WHERE user_id = ?", (user_id,))
+    return {r[0]: int(r[1]) for r in rows}
+
+
+def stale_months(conn: sqlite3.Connection, user_id: str) -> list[str]:
+    """Months with a gist newer than their era, or with no era yet."""
+    eras = era_seqs(conn, user_id)
+    return sorted(m for m, seq in month_gist_seqs(conn, user_id).items() if eras.get(m, -1) < seq)
 
 
 @dataclass(frozen=True)

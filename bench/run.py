@@ -1,0 +1,175 @@
+"""dreamd benchmarks: each measures dreamd and its baseline side by side in one run.
+
+    python -m bench.run [sensing] [pass] [embed]    (all three by default)
+
+Files are generated under bench/out/ (ignored by git) and reused between runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from bench.generate import generate
+
+OUT = Path(__file__).parent / "out"
+
+# The prior art's backlog_stats(): one GROUP BY over every exchange.
+PRIOR_ART_BACKLOG = """
+SELECT SUM(CASE WHEN e.id > COALESCE(su.last_exchange_id, 0) THEN 1 ELSE 0 END),
+       (su.session_id IS NULL)
+FROM exchanges e LEFT JOIN summaries su ON su.session_id = e.session_id
+GROUP BY e.session_id
+"""
+
+
+def timed(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
+    """Median wall time of `repeat` calls, in seconds."""
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def steady_state(db: Path) -> None:
+    """Most sessions consolidated, as in a file dreamd has kept up with for months."""
+    from dreamd.app import open_store
+    from dreamd.config import Config
+    from dreamd.log import configure, get_logger
+    from dreamd.sensing import sync_tally
+
+    configure("warning")
+    store = open_store(Config(db=str(db)), get_logger())
+    started = time.perf_counter()
+    sync_tally(store)
+    print(f"sensing: first fold of {db.name} into the tally: "
+          f"{time.perf_counter() - started:.2f} s (once per file)")
+    with store.write() as conn:
+        rows = conn.execute("SELECT session_id, last_id, turns, month FROM dreamd_sessions "
+                            "ORDER BY session_id").fetchall()
+        for i, (sid, last_id, turns, month) in enumerate(rows):
+            if i % 20 == 0:
+                continue  # 5 % of sessions never summarized
+            covered = last_id - (5 if i % 7 == 0 else 0)  # some with new turns
+            conn.execute("INSERT INTO summaries (session_id, content, embedding, "
+                         "last_exchange_id, created_at, dreamd_seq, dreamd_month) "
+                         "VALUES (?, 'gist', NULL, ?, '2025-07-01', ?, ?)",
+                         (sid, covered, i + 1, month))
+            conn.execute("UPDATE dreamd_sessions SET summarized_id = ?, summarized_turns = ? "
+                         "WHERE session_id = ?", (covered, turns - (last_id - covered), sid))
+        conn.execute("INSERT OR REPLACE INTO dreamd_state VALUES ('seq', ?)", (len(rows),))
+        top = conn.execute("SELECT MAX(id) FROM exchanges").fetchone()[0]
+        # Embedded and reflected up to the last few hundred turns.
+        conn.execute("INSERT INTO dreamd_embed_state VALUES ('m', 384, ?)", (top - 300,))
+        marks = {"dreamd": {"reflected_exchange_id": top - 500, "reflected_seq": len(rows) - 40,
+                            "reflected_at": "2025-12-31T00:00:00+00:00"}}
+        conn.execute("INSERT INTO self_state VALUES ('assistant', ?, '2025-12-31')",
+                     (json.dumps(marks),))
+    store.close()
+
+
+def bench_sensing() -> None:
+    from dreamd.app import open_store
+    from dreamd.config import Config
+    from dreamd.log import get_logger
+    from dreamd.sensing import read_backlog, sync_tally
+
+    db = OUT / "sensing-1m.db"
+    if not db.exists():
+        OUT.mkdir(exist_ok=True)
+        generate(db, 1_000_000, 20_000, users=1, months=12)
+        steady_state(db)
+    store = open_store(Config(db=str(db)), get_logger())
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    stats = read_backlog(store, Config(), now, "m")
+
+    def ours() -> None:
+        sync_tally(store)
+        read_backlog(store, Config(), now, "m")
+
+    conn = sqlite3.connect(db)
+    prior_rows = conn.execute(PRIOR_ART_BACKLOG).fetchall()
+    dirty_prior = sum(1 for u, _ in prior_rows if u)
+    ours_s = timed(ours, 30)
+    prior_s = timed(lambda: conn.execute(PRIOR_ART_BACKLOG).fetchall(), 5)
+    conn.close()
+    store.close()
+    assert stats.dirty == dirty_prior, (stats.dirty, dirty_prior)  # same answer
+    print(f"sensing: 1,000,000 turns / 20,000 sessions, {stats.dirty} dirty: "
+          f"dreamd {ours_s * 1000:.1f} ms vs prior-art GROUP BY {prior_s * 1000:.0f} ms "
+          f"-> {prior_s / ours_s:.0f}x faster")
+
+
+def bench_pass() -> None:
+    db = OUT / "pass-10k.db"
+    OUT.mkdir(exist_ok=True)
+    generate(db, 10_000, 200, users=1, months=6)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMD_")}
+    env["DREAMD_LOG__FORMAT"] = "json"
+    started = time.perf_counter()
+    run = subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), "--force"],
+                         env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if run.returncode != 0:
+        raise SystemExit(run.stderr[-2000:])
+    rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    conn = sqlite3.connect(db)
+    jobs = {j["job"]: j for j in json.loads(conn.execute(
+        "SELECT jobs FROM dreamd_runs ORDER BY id DESC LIMIT 1").fetchone()[0])}
+    conn.close()
+    embed_s, summ_s = jobs["embed"]["seconds"], jobs["summarize"]["seconds"]
+    print(f"pass: 10,000 turns / 200 sessions, embedded default, wall {wall:.1f} s; "
+          f"embed {10_000 / embed_s:.0f} turns/s ({embed_s:.1f} s), summarize "
+          f"{10_000 / summ_s:.0f} turns/s ({summ_s:.1f} s, {jobs['summarize']['done']} gists), "
+          f"profile+eras+narrative+reflect "
+          f"{sum(jobs[j]['seconds'] for j in ('profile', 'eras', 'narrative', 'reflect')):.2f} s; "
+          f"peak RSS {rss_mb:.0f} MB")
+
+
+def bench_embed() -> None:
+    from dreamd.backends.local import LocalEmbedder
+    from dreamd.prompts import turn_line
+
+    db = OUT / "pass-10k.db"
+    if not db.exists():
+        generate(db, 10_000, 200, users=1, months=6)
+    conn = sqlite3.connect(db)
+    texts = [turn_line(r, c) for r, c in conn.execute(
+        "SELECT role, content FROM exchanges ORDER BY id LIMIT 2048")]
+    conn.close()
+    embedder = LocalEmbedder()
+    embedder.embed(texts[:64])  # warm-up
+
+    def bare() -> np.ndarray:
+        """Plain onnxruntime: tokenize each batch of 32 in input order, run, mean-pool."""
+        out = [embedder.run(embedder.feeds(texts[i : i + 32])) for i in range(0, len(texts), 32)]
+        return np.concatenate(out)
+
+    ours_s = timed(lambda: embedder.embed(texts), 3)
+    bare_s = timed(bare, 3)
+    assert np.allclose(embedder.embed(texts[:32]), bare()[:32], atol=1e-4)
+    print(f"embed: {len(texts)} turns, batch 32: dreamd {len(texts) / ours_s:.0f}/s vs bare "
+          f"onnxruntime {len(texts) / bare_s:.0f}/s -> {bare_s / ours_s * 100:.0f} % "
+          "of bare throughput")
+
+
+def main() -> None:
+    chosen = sys.argv[1:] or ["sensing", "pass", "embed"]
+    for name in chosen:
+        {"sensing": bench_sensing, "pass": bench_pass, "embed": bench_embed}[name]()
+
+
+if __name__ == "__main__":
+    main()
