@@ -34,7 +34,8 @@ def render_status(data: dict[str, Any]) -> str:
             f"  {run['outcome']}"
         )
         if run.get("drives_after"):
-            out.append(f"  drives {_drives(run['drives_before'])}  →  {_drives(run['drives_after'])}")
+            before, after = _drives(run["drives_before"]), _drives(run["drives_after"])
+            out.append(f"  drives {before}  →  {after}")
         for job in run.get("jobs") or []:
             counts = ""
             if job["ran"]:

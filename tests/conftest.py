@@ -22,8 +22,7 @@ def db(tmp_path: Path) -> Path:
 def opened(db: Path) -> Iterator[Store]:
     from dreamd.app import open_store
     from dreamd.log import get_logger
-
-    from tests.helpers import make_chat_file, config_for
+    from tests.helpers import config_for, make_chat_file
 
     make_chat_file(db).close()
     store = open_store(config_for(db), get_logger())

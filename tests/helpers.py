@@ -11,7 +11,7 @@ from pathlib import Path
 
 from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.hashing import HashingEmbedder
-from dreamd.config import Config, EmbedConfig, SummarizeConfig
+from dreamd.config import Config, EmbedConfig
 from dreamd.models import Completion, Prompt
 from dreamd.store.connect import Store
 from dreamd.store.migrations import CORE_TABLES

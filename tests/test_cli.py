@@ -14,7 +14,6 @@ import pytest
 from click.testing import CliRunner
 
 from dreamd.cli import main
-
 from tests.helpers import add_turns, chat_texts, make_chat_file
 
 ROOT = Path(__file__).parent.parent

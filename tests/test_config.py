@@ -17,7 +17,8 @@ def test_defaults_are_the_documentation() -> None:
 
 
 def test_toml_overrides_defaults() -> None:
-    config = parse('db = "/x.db"\n[summarize]\nafter = 5\nidle_minutes = 1.5\n[pass]\nmax_items = 3')
+    text = 'db = "/x.db"\n[summarize]\nafter = 5\nidle_minutes = 1.5\n[pass]\nmax_items = 3'
+    config = parse(text)
     assert (config.db, config.summarize.after, config.summarize.idle_minutes) == ("/x.db", 5, 1.5)
     assert config.pass_.max_items == 3
 

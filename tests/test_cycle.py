@@ -15,7 +15,6 @@ from dreamd.cycle import run_pass
 from dreamd.demo import sample_sessions, write_sessions
 from dreamd.log import get_logger
 from dreamd.store.connect import Store
-
 from tests.helpers import (
     RecordingCompleter,
     add_turns,

@@ -115,3 +115,30 @@ def test_kill_9_at_random_moments_then_one_clean_pass(tmp_path: Path) -> None:
     months = {r[0] for r in conn.execute("SELECT dreamd_month FROM summaries")}
     assert {r[0] for r in conn.execute("SELECT month FROM eras")} == months
     conn.close()
+
+
+def test_loop_runs_passes_until_sigterm(tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    big_file(db, 5, 6)
+    proc = subprocess.Popen([sys.executable, "-m", "dreamd", "--db", str(db), "--loop", "0.2"],
+                            cwd=ROOT, env=dreamd_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    passes = 0
+    while time.monotonic() < deadline and passes < 3:
+        time.sleep(0.2)
+        conn = sqlite3.connect(db)
+        try:
+            passes = conn.execute("SELECT COUNT(*) FROM dreamd_runs WHERE ended_at IS NOT NULL"
+                                  ).fetchone()[0]
+        except sqlite3.OperationalError:
+            passes = 0  # not migrated yet
+        conn.close()
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert passes >= 3 and proc.returncode == 0, err[-2000:]
+    assert '"event": "stopped"' in err
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT COUNT(*) FROM dreamd_runs WHERE outcome = 'running'"
+                        ).fetchone()[0] == 0
+    assert conn.execute("SELECT COUNT(*) FROM summaries").fetchone()[0] == 5

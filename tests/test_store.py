@@ -13,7 +13,6 @@ from dreamd.errors import StoreError
 from dreamd.log import get_logger
 from dreamd.store.connect import connect, has_wal_reset_bug
 from dreamd.store.migrations import MIGRATIONS, migrate
-
 from tests.helpers import config_for
 
 PRIOR_ART_DDL = """
@@ -102,7 +101,6 @@ def prior_art_file(path: Path) -> None:
 def test_prior_art_file_is_adopted_in_place(db: Path) -> None:
     """The app's rows keep their values and dreamd consolidates on top of them."""
     from dreamd.cycle import run_pass
-
     from tests.helpers import RecordingCompleter
 
     prior_art_file(db)
@@ -167,9 +165,8 @@ def test_wal_reset_bug_versions(version: tuple[int, int, int], affected: bool) -
 def test_write_is_begin_immediate(opened) -> None:  # type: ignore[no-untyped-def]
     """A write takes the write lock at BEGIN: a second writer waits, no upgrade deadlock."""
     other = sqlite3.connect(opened.path, isolation_level=None, timeout=0.05)
-    with opened.write():
-        with pytest.raises(sqlite3.OperationalError, match="locked"):
-            other.execute("BEGIN IMMEDIATE")
+    with opened.write(), pytest.raises(sqlite3.OperationalError, match="locked"):
+        other.execute("BEGIN IMMEDIATE")
     other.execute("BEGIN IMMEDIATE")
     other.execute("ROLLBACK")
     other.close()
@@ -179,9 +176,8 @@ def test_sqlite_version_is_logged_and_the_bug_warned_once(db: Path) -> None:
     from structlog.testing import capture_logs
 
     import dreamd.app
-    from dreamd.store.connect import sqlite_version
-
     from dreamd.log import configure
+    from dreamd.store.connect import sqlite_version
 
     configure("debug")  # an earlier test may have left a stricter level configured
     dreamd.app._warned = False

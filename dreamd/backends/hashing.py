@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
 import re
 
 import numpy as np
@@ -21,7 +22,7 @@ class HashingEmbedder:
     def _vector(self, text: str) -> np.ndarray:
         vec = np.zeros(self.dim, dtype=np.float32)
         words = _WORD.findall(text.lower())
-        for token in words + [f"{a} {b}" for a, b in zip(words, words[1:], strict=False)]:
+        for token in words + [f"{a} {b}" for a, b in itertools.pairwise(words)]:
             digest = hashlib.blake2b(token.encode(), digest_size=8).digest()
             index = int.from_bytes(digest[:4], "little") % self.dim
             vec[index] += 1.0 if digest[4] & 1 else -1.0

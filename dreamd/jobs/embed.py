@@ -37,7 +37,9 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             break
         rows = [(t.id, q.to_blob(v)) for t, v in zip(turns, vectors, strict=True)]
         with ctx.store.write() as conn:
-            stored = q.save_turn_vectors(conn, model, ctx.embedder.dim, watermark, rows, turns[-1].id)
+            stored = q.save_turn_vectors(
+                conn, model, ctx.embedder.dim, watermark, rows, turns[-1].id
+            )
         if stored:
             done += len(turns)
             ctx.budget.spend()  # a batch is one item of the pass budget

@@ -47,7 +47,7 @@ def evolve(previous: dict[str, Any], reflection: dict[str, Any], marks: dict[str
     state.update({k: reflection[k] for k in ("mood", "mood_score", "energy", "self_narrative",
                                               "topics")})
     history = [r for r in previous.get("reflections", []) if isinstance(r, str)]
-    state["reflections"] = (history + [reflection["reflection"]])[-limit:]
+    state["reflections"] = [*history, reflection["reflection"]][-limit:]
     state["dreamd"] = {**previous.get("dreamd", {}), **marks}
     return state
 

@@ -12,7 +12,6 @@ import numpy as np
 
 from dreamd.errors import OutputInvalid
 from dreamd.jobs.base import JobContext, failed_items, note_failure, note_success
-
 from dreamd.models import JobResult, Turn
 from dreamd.prompts import merge_prompt, summary_prompt, turn_line
 from dreamd.sensing import is_idle

@@ -134,7 +134,8 @@ def max_exchange_id(conn: sqlite3.Connection) -> int:
 
 
 def count_exchanges_after(conn: sqlite3.Connection, after_id: int) -> int:
-    return int(conn.execute("SELECT COUNT(*) FROM exchanges WHERE id > ?", (after_id,)).fetchone()[0])
+    row = conn.execute("SELECT COUNT(*) FROM exchanges WHERE id > ?", (after_id,)).fetchone()
+    return int(row[0])
 
 
 # ---------------------------------------------------------------- sessions and turns
