@@ -9,7 +9,7 @@ DEMO_DB := demo/memory.db
 $(BIN)/dreamd: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $@
 
 install: $(BIN)/dreamd
@@ -22,6 +22,8 @@ demo: install
 	$(BIN)/dreamd --db $(DEMO_DB) --config examples/demo.toml status --runs 1
 
 test: install
+	$(BIN)/ruff check dreamd tests bench
+	$(BIN)/mypy
 	$(BIN)/python -m pytest
 
 bench: install

@@ -74,6 +74,20 @@ def generate(path: Path, turns: int, sessions: int, users: int, months: int,
                          "VALUES (?, ?, ?, ?)", rows)
     conn.execute("COMMIT")
     conn.close()
+    if users > 1:
+        assign_users(path)
+
+
+def assign_users(path: Path) -> None:
+    """Give each session its user (sessions.user_id, a column dreamd's migrations add)."""
+    from dreamd.store.connect import connect
+    from dreamd.store.migrations import migrate
+
+    store = connect(path)
+    migrate(store)
+    with store.write() as conn:
+        conn.execute("UPDATE sessions SET user_id = substr(id, 1, instr(id, '-') - 1)")
+    store.close()
 
 
 def main() -> None:

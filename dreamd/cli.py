@@ -19,10 +19,14 @@ from dreamd.errors import DreamdError
 EXIT_OK, EXIT_JOB_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
+class BadInput(click.ClickException):
+    """Bad input or config: one line on stderr, exit 2, nothing written."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
 def fail(message: str) -> click.ClickException:
-    exc = click.ClickException(message)
-    exc.exit_code = EXIT_BAD_INPUT
-    return exc
+    return BadInput(message)
 
 
 def load_config(obj: dict[str, Any]) -> cfg.Config:

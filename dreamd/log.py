@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import MutableMapping
 from typing import Any
 
 import structlog
@@ -13,7 +14,7 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 _SECRET_WORDS = ("key", "token", "secret", "password", "authorization")
 
 
-def drop_secrets(_: Any, __: str, event: dict[str, Any]) -> dict[str, Any]:
+def drop_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
     """Never let a field named like a secret reach a log line."""
     for name in list(event):
         if any(word in name.lower() for word in _SECRET_WORDS) and not name.startswith("tokens_"):

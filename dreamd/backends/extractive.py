@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter
+from collections import Counter, OrderedDict
 from typing import Any
 
 import numpy as np
@@ -113,10 +113,15 @@ class ExtractiveCompleter:
 
     name = "extractive"
 
-    def __init__(self, embedder: Embedder) -> None:
+    def __init__(self, embedder: Embedder, cache_size: int = 20_000) -> None:
         self.embedder = embedder
         self.model = f"extractive+{embedder.model}"
         self.calls = 0
+        # Line -> vector. Gist lines are turns kept verbatim, and eras, profile and the
+        # narrative select among those same lines again: remembering their vectors saves
+        # embedding them once per tier (bounded: ~1.5 KB a line at 384 dims).
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
 
     def complete(self, prompt: Prompt) -> Completion:
         self.calls += 1
@@ -126,10 +131,23 @@ class ExtractiveCompleter:
         text = handler(prompt)
         return Completion(text=text, backend=self.name, model=self.model, extractive=True)
 
+    def _remember(self, text: str, vector: np.ndarray) -> None:
+        self._cache[text] = vector
+        self._cache.move_to_end(text)
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
     def _vectors(self, prompt: Prompt, items: list[str]) -> np.ndarray:
         if prompt.vectors is not None and len(prompt.vectors) == len(items):
-            return np.asarray(prompt.vectors, dtype=np.float32)
-        return self.embedder.embed(items)
+            vectors = np.asarray(prompt.vectors, dtype=np.float32)
+            for text, vector in zip(items, vectors, strict=True):
+                self._remember(text, vector)
+            return vectors
+        missing = list(dict.fromkeys(t for t in items if t not in self._cache))
+        if missing:
+            for text, vector in zip(missing, self.embedder.embed(missing), strict=True):
+                self._remember(text, vector)
+        return np.stack([self._cache[t] for t in items])
 
     def _pick(self, prompt: Prompt, items: list[str], k: int) -> list[str]:
         if not items:
