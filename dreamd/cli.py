@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import signal
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ from dreamd import config as cfg
 from dreamd import log as logging_
 from dreamd.errors import DreamdError
 
-EXIT_OK, EXIT_JOB_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_OK, EXIT_JOB_FAILED, EXIT_BAD_INPUT, EXIT_ALREADY_RUNNING = 0, 1, 2, 3
 
 
 class BadInput(click.ClickException):
@@ -57,57 +55,29 @@ class Progress:
             self.stream.flush()
 
 
-class StopFlag:
-    """Signal handlers only set a flag; a second signal restores the default and re-raises."""
-
-    def __init__(self) -> None:
-        self.event = threading.Event()
-
-    def install(self) -> None:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, self._handle)
-
-    def _handle(self, signum: int, _frame: Any) -> None:
-        if self.event.is_set():
-            signal.signal(signum, signal.SIG_DFL)
-            signal.raise_signal(signum)
-        self.event.set()
-
-    def __call__(self) -> bool:
-        return self.event.is_set()
-
-
-def dream(config: cfg.Config, *, force: bool, loop: float | None) -> int:
-    from dreamd.app import open_store
-    from dreamd.backends.factory import make_backends
-    from dreamd.cycle import run_pass
+def dream(obj: dict[str, Any], config: cfg.Config, *, force: bool, loop: float | None) -> int:
+    from dreamd.daemon import Daemon, run_force
+    from dreamd.lock import AlreadyRunning
 
     log = logging_.get_logger()
-    stop = StopFlag()
-    stop.install()
     try:
-        store = open_store(config, log)
-        embedder, completer = make_backends(config)
+        if force:
+            progress = Progress(sys.stderr)
+            try:
+                return run_force(config, log, progress)
+            finally:
+                progress.clear()
+        daemon = Daemon(config, log, config_path=obj.get("config"), db_flag=obj.get("db"),
+                        fixed_interval=loop)
+        return daemon.run()
+    except AlreadyRunning as exc:
+        raise AlreadyRunningError(str(exc)) from None
     except DreamdError as exc:
         raise fail(str(exc)) from None
-    progress = Progress(sys.stderr)
-    trigger = "force" if force else "loop"
-    exit_code = EXIT_OK
-    try:
-        while True:
-            result = run_pass(store, config, embedder, completer, trigger=trigger, force=force,
-                              stop=stop, log=log, progress=progress)
-            progress.clear()
-            if result.failed:
-                exit_code = EXIT_JOB_FAILED
-            if loop is None or stop.event.wait(loop):
-                break
-            exit_code = EXIT_OK  # in a loop, a failed pass is retried; the exit is clean
-    finally:
-        store.close()
-    if stop():
-        log.info("stopped", reason="signal")
-    return exit_code
+
+
+class AlreadyRunningError(click.ClickException):
+    exit_code = EXIT_ALREADY_RUNNING
 
 
 @click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
@@ -116,21 +86,27 @@ def dream(config: cfg.Config, *, force: bool, loop: float | None) -> int:
               help="A TOML config file (see config.example.toml).")
 @click.option("--force", is_flag=True, help="One pass running every job that has work, then exit.")
 @click.option("--loop", "loop", type=click.FloatRange(min=0.05), metavar="SECONDS",
-              help="A pass every SECONDS until SIGINT/SIGTERM.")
+              help="A pass every SECONDS until SIGINT/SIGTERM (instead of the adaptive "
+              "schedule).")
 @click.version_option(package_name="dreamd")
 @click.pass_context
 def main(ctx: click.Context, db: str | None, config_path: str | None, force: bool,
          loop: float | None) -> None:
     """Consolidate a chat app's memory file: gists, profile, eras, narrative, self-state.
 
+    Without --force or --loop, dreamd runs as a daemon: a pass at start, then passes on an
+    adaptive schedule (config [schedule]) until SIGTERM/SIGINT; SIGHUP reloads config.
+
     \b
     Examples:
+      dreamd --db ~/chat/memory.db             the daemon (systemd, see README)
       dreamd --db ~/chat/memory.db --force     one pass, every job with work, then exit
       dreamd --db ~/chat/memory.db --loop 600  a pass every ten minutes (tmux)
       dreamd --db ~/chat/memory.db status      backlog, drives, why jobs ran or did not
       dreamd --db ~/chat/memory.db show        the memory dreamd produced
 
-    Exit codes: 0 done; 1 a job failed (see `dreamd status`); 2 bad input or config.
+    Exit codes: 0 done; 1 a job failed (see `dreamd status`); 2 bad input or config;
+    3 another dreamd is already working on the file.
     """
     ctx.ensure_object(dict)
     ctx.obj.update({"db": db, "config": config_path})
@@ -141,10 +117,9 @@ def main(ctx: click.Context, db: str | None, config_path: str | None, force: boo
     if force and loop is not None:
         raise fail("choose one of --force and --loop")
     config = load_config(ctx.obj)
-    logging_.configure(config.log.level, config.log.format)
-    if not force and loop is None:
-        loop = config.loop.interval_seconds
-    ctx.exit(dream(config, force=force, loop=None if force else loop))
+    # Pass logs go to stdout (journald under systemd); status output keeps stdout clean.
+    logging_.configure(config.log.level, config.log.format, stream=sys.stdout)
+    ctx.exit(dream(ctx.obj, config, force=force, loop=loop))
 
 
 def _open_existing(obj: dict[str, Any]) -> tuple[cfg.Config, Any]:

@@ -103,8 +103,11 @@ class PassConfig:
 
 
 @dataclass(frozen=True)
-class LoopConfig:
-    interval_seconds: float = field(default=600.0, metadata=_check("float", min=0.05))
+class ScheduleConfig:
+    min_interval_seconds: float = field(default=60.0, metadata=_check("float", min=0.05))
+    max_interval_seconds: float = field(default=1800.0, metadata=_check("float", min=0.05))
+    quiet_hours: str = field(default="", metadata=_check("quiet_hours"))
+    deep_pass_cron: str = field(default="", metadata=_check("cron"))
 
 
 @dataclass(frozen=True)
@@ -133,7 +136,7 @@ class Config:
     reflect: ReflectConfig = ReflectConfig()
     jobs: JobsConfig = JobsConfig()
     pass_: PassConfig = PassConfig()
-    loop: LoopConfig = LoopConfig()
+    schedule: ScheduleConfig = ScheduleConfig()
     log: LogConfig = LogConfig()
 
     @property
@@ -149,8 +152,46 @@ def _sections() -> dict[str, dataclasses.Field[Any]]:
     return {_section_name(f): f for f in dataclasses.fields(Config) if "kind" not in f.metadata}
 
 
+def parse_quiet_hours(spec: str) -> tuple[int, int] | None:
+    """'23:00-07:30' -> (start, end) in minutes after midnight; '' -> None."""
+    if not spec:
+        return None
+    try:
+        start, end = (part.strip() for part in spec.split("-"))
+        minutes = []
+        for part in (start, end):
+            hours, mins = part.split(":")
+            value = int(hours) * 60 + int(mins)
+            if not (0 <= int(hours) < 24 and 0 <= int(mins) < 60):
+                raise ValueError
+            minutes.append(value)
+    except ValueError:
+        raise ConfigError(f"quiet hours must look like 23:00-07:00, got {spec!r}") from None
+    return minutes[0], minutes[1]
+
+
+def _special(where: str, value: Any, kind: str) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(f"{where} must be a string, got {value!r}")
+    if kind == "quiet_hours":
+        try:
+            parse_quiet_hours(value)
+        except ConfigError as exc:
+            raise ConfigError(f"{where}: {exc}") from None
+    elif value:
+        from apscheduler.triggers.cron import CronTrigger
+
+        try:
+            CronTrigger.from_crontab(value)
+        except ValueError as exc:
+            raise ConfigError(f"{where} is not a crontab expression ({exc}): {value!r}") from None
+    return value
+
+
 def _coerce(where: str, value: Any, meta: dict[str, Any], from_text: bool) -> Any:
     kind = meta["kind"]
+    if kind in ("quiet_hours", "cron"):
+        return _special(where, value, kind)
     if kind in ("str", "choice"):
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{where} must be a non-empty string, got {value!r}")
@@ -257,4 +298,15 @@ def load(
     config = env_overrides(environ, config)
     if db is not None:
         config = dataclasses.replace(config, db=db)
+    return check(config)
+
+
+def check(config: Config) -> Config:
+    """Rules that span keys."""
+    s = config.schedule
+    if s.min_interval_seconds > s.max_interval_seconds:
+        raise ConfigError(
+            f"schedule.min_interval_seconds ({s.min_interval_seconds:g}) is more than "
+            f"schedule.max_interval_seconds ({s.max_interval_seconds:g})"
+        )
     return config

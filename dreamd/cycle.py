@@ -128,6 +128,7 @@ def run_pass(
             tokens_in=sum(r.tokens_in for r in results),
             tokens_out=sum(r.tokens_out for r in results),
         )
+    store.checkpoint_passive()
     if log is not None:
         log.info("pass_finished", run=run_id, trigger=trigger, outcome=outcome,
                  ran=[r.job for r in results if r.ran and r.done],

@@ -134,7 +134,8 @@ def test_demo_pass_with_the_real_local_embedder(tmp_path: Path) -> None:
     run = subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), "--force"],
                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
-    assert '"event": "sqlite_library"' in run.stderr
+    assert '"event": "sqlite_library"' in run.stdout  # pass logs are JSON lines on stdout
+    assert all(json.loads(line) for line in run.stdout.splitlines())
     status = subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), "status", "--json"],
                             env=env, cwd=ROOT, capture_output=True, text=True, check=True)
     data = json.loads(status.stdout)

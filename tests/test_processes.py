@@ -52,7 +52,8 @@ def test_live_writer_during_a_force_pass(tmp_path: Path) -> None:
     writer.wait(timeout=30)
     data = json.loads(report.read_text())
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "locked" not in run.stderr and "busy" not in run.stderr.lower()
+    output = run.stdout + run.stderr
+    assert "locked" not in output and "busy" not in output.lower()
     assert data["errors"] == []
     assert len(data["ids"]) >= 50 * elapsed * 0.9  # the writer kept its pace
     conn = sqlite3.connect(db)
@@ -135,9 +136,9 @@ def test_loop_runs_passes_until_sigterm(tmp_path: Path) -> None:
             passes = 0  # not migrated yet
         conn.close()
     proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=30)
     assert passes >= 3 and proc.returncode == 0, err[-2000:]
-    assert '"event": "stopped"' in err
+    assert '"event": "stopped"' in out
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT COUNT(*) FROM dreamd_runs WHERE outcome = 'running'"
                         ).fetchone()[0] == 0

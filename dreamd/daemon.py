@@ -1,0 +1,282 @@
+"""Running dreamd: one pass (--force), or passes on a schedule until a signal.
+
+Signal handlers only set flags; the main thread acts on them. One pass runs at a time,
+in the scheduler's single worker thread, and checks the stop flag between items.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from dreamd import config as cfg
+from dreamd.app import open_store
+from dreamd.backends.factory import make_backends
+from dreamd.cycle import PassResult, run_pass
+from dreamd.errors import DreamdError
+from dreamd.lock import InstanceLock
+from dreamd.notify import Notifier
+from dreamd.schedule import in_quiet_hours, next_delay
+
+EXIT_OK, EXIT_JOB_FAILED = 0, 1
+
+
+class Flags:
+    """What the signal handlers set. A second SIGTERM/SIGINT exits at once: SQLite's
+    atomic commit means an interrupted transaction simply never happened."""
+
+    def __init__(self) -> None:
+        self.stop = threading.Event()
+        self.reload = threading.Event()
+        self.wake = threading.Event()
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        signal.signal(signal.SIGHUP, self._reload)
+
+    def _stop(self, signum: int, _frame: Any) -> None:
+        if self.stop.is_set():
+            os._exit(128 + signum)
+        self.stop.set()
+        self.wake.set()
+
+    def _reload(self, _signum: int, _frame: Any) -> None:
+        self.reload.set()
+        self.wake.set()
+
+
+@dataclass
+class Health:
+    """Progress as the watchdog sees it: a pass must keep beating, idle time is fine."""
+
+    running: bool = False
+    last_beat: float = field(default_factory=time.monotonic)
+
+    def beat(self) -> None:
+        self.last_beat = time.monotonic()
+
+    def healthy(self, limit: float) -> bool:
+        return not self.running or time.monotonic() - self.last_beat < limit
+
+
+def status_line(result: PassResult | None) -> str:
+    if result is None:
+        return "started; no pass yet"
+    d = result.drives_after
+    return (f"last pass {result.outcome}; continuity {d.continuity:.2f} coherence "
+            f"{d.coherence:.2f} curiosity {d.curiosity:.2f} stability {d.stability:.2f}")
+
+
+class Runner:
+    """The open memory file, its lock and backends, and the flags: shared by both modes."""
+
+    def __init__(self, config: cfg.Config, log: Any, notifier: Notifier) -> None:
+        self.config = config
+        self.log = log
+        self.notifier = notifier
+        self.flags = Flags()
+        self.health = Health()
+        self.lock = InstanceLock(config.db_path)
+        self.store: Any = None
+        self.last: PassResult | None = None
+
+    def start(self) -> None:
+        self.flags.install()
+        self.store = open_store(self.config, self.log)
+        try:
+            self.lock.acquire()
+        except DreamdError:
+            self.store.close()
+            raise
+        self.embedder, self.completer = make_backends(self.config)
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+        self.lock.release()
+
+    def should_stop(self) -> bool:
+        self.health.beat()  # called between items: the pass is making progress
+        return self.flags.stop.is_set()
+
+    def one_pass(self, trigger: str, force: bool, progress: Any = None) -> PassResult:
+        self.health.running = True
+        self.health.beat()
+        try:
+            kwargs = {"progress": progress} if progress else {}
+            result = run_pass(self.store, self.config, self.embedder, self.completer,
+                              trigger=trigger, force=force, stop=self.should_stop, log=self.log,
+                              **kwargs)
+        finally:
+            self.health.running = False
+        self.last = result
+        self.notifier.status(status_line(result))
+        return result
+
+
+def run_force(config: cfg.Config, log: Any, progress: Any = None) -> int:
+    runner = Runner(config, log, Notifier())
+    runner.start()
+    try:
+        result = runner.one_pass("force", True, progress)
+    finally:
+        runner.close()
+    if runner.flags.stop.is_set():
+        log.info("stopped", reason="signal")
+    return EXIT_JOB_FAILED if result.failed else EXIT_OK
+
+
+class Daemon:
+    """Passes on an APScheduler 3 schedule until SIGTERM/SIGINT; SIGHUP reloads config."""
+
+    def __init__(self, config: cfg.Config, log: Any, *, config_path: str | None,
+                 db_flag: str | None, fixed_interval: float | None,
+                 notifier: Notifier | None = None) -> None:
+        self.config_path, self.db_flag, self.fixed = config_path, db_flag, fixed_interval
+        self.runner = Runner(self.effective(config), log, notifier or Notifier())
+        self.log = log
+        self._quiet_logged = False
+
+    def effective(self, config: cfg.Config) -> cfg.Config:
+        """--loop SECONDS fixes the delay between passes."""
+        if self.fixed is None:
+            return config
+        schedule = dataclasses.replace(config.schedule, min_interval_seconds=self.fixed,
+                                       max_interval_seconds=self.fixed)
+        return dataclasses.replace(config, schedule=schedule)
+
+    @property
+    def config(self) -> cfg.Config:
+        return self.runner.config
+
+    def run(self) -> int:
+        from apscheduler.executors.pool import ThreadPoolExecutor
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        # APScheduler logs through the stdlib; our own lines say what matters, in JSON.
+        logging.getLogger("apscheduler").addHandler(logging.NullHandler())
+        logging.getLogger("apscheduler").propagate = False
+        self.runner.start()
+        self.scheduler = BackgroundScheduler(executors={"default": ThreadPoolExecutor(1)})
+        self.schedule_jobs(first_run=True)
+        self.scheduler.start()
+        notifier = self.runner.notifier
+        notifier.ready(status_line(None))
+        self.log.info("daemon_started", pid=os.getpid(), db=str(self.config.db_path),
+                      min_interval=self.config.schedule.min_interval_seconds,
+                      max_interval=self.config.schedule.max_interval_seconds)
+        watchdog = self.start_watchdog()
+        try:
+            while not self.runner.flags.stop.is_set():
+                self.runner.flags.wake.wait(1.0)
+                self.runner.flags.wake.clear()
+                if self.runner.flags.reload.is_set():
+                    self.runner.flags.reload.clear()
+                    self.reload()
+            notifier.stopping()
+            self.log.info("stopping", reason="signal")
+            self.scheduler.shutdown(wait=True)  # the running pass stops between items
+        finally:
+            if watchdog is not None:
+                watchdog.set()
+            self.runner.close()
+        self.log.info("stopped", reason="signal")
+        return EXIT_OK
+
+    def schedule_jobs(self, first_run: bool = False) -> None:
+        s = self.config.schedule
+        now = datetime.now(self.scheduler.timezone)
+        self.scheduler.add_job(
+            self.scheduled_pass, "interval", seconds=s.max_interval_seconds, id="pass",
+            replace_existing=True, coalesce=True, max_instances=1,
+            misfire_grace_time=int(max(1, s.max_interval_seconds)),
+            next_run_time=now if first_run else now + timedelta(seconds=s.min_interval_seconds),
+        )
+        if s.deep_pass_cron:
+            from apscheduler.triggers.cron import CronTrigger
+
+            self.scheduler.add_job(
+                self.deep_pass, CronTrigger.from_crontab(s.deep_pass_cron), id="deep",
+                replace_existing=True, coalesce=True, max_instances=1,
+                misfire_grace_time=3600,
+            )
+        elif self.scheduler.get_job("deep"):
+            self.scheduler.remove_job("deep")
+
+    def scheduled_pass(self) -> None:
+        if self.runner.flags.stop.is_set():
+            return
+        if in_quiet_hours(datetime.now().astimezone(), self.config.schedule.quiet_hours):
+            if not self._quiet_logged:
+                self.log.info("quiet_hours", window=self.config.schedule.quiet_hours)
+                self._quiet_logged = True
+            return
+        self._quiet_logged = False
+        self.guarded_pass("schedule", force=False)
+
+    def deep_pass(self) -> None:
+        if not self.runner.flags.stop.is_set():
+            self.guarded_pass("deep", force=True)
+
+    def guarded_pass(self, trigger: str, force: bool) -> None:
+        """A pass that cannot kill the daemon; then choose when to wake next."""
+        stability = 0.0
+        try:
+            stability = self.runner.one_pass(trigger, force).drives_after.stability
+        except Exception as exc:  # a broken file or bug: logged, retried at the soonest
+            self.log.error("pass_error", error=f"{type(exc).__name__}: {exc}"[:300])
+        if self.runner.flags.stop.is_set():
+            return
+        delay = next_delay(stability, self.config.schedule)
+        wake = datetime.now(self.scheduler.timezone) + timedelta(seconds=delay)
+        self.scheduler.modify_job("pass", next_run_time=wake)
+
+    def reload(self) -> None:
+        try:
+            new = cfg.load(self.config_path, db=self.db_flag)
+        except DreamdError as exc:
+            self.log.error("config_reload_failed", error=str(exc), kept="previous config")
+            return
+        new = self.effective(new)
+        if new.db_path != self.config.db_path:
+            self.log.warning("config_reload_db_ignored", db=str(new.db_path),
+                             detail="a new memory file needs a restart")
+            new = dataclasses.replace(new, db=self.config.db)
+        changed = sorted(
+            f"{f.name}" for f in dataclasses.fields(new)
+            if getattr(new, f.name) != getattr(self.config, f.name)
+        )
+        if new.embed != self.config.embed or new.completer != self.config.completer:
+            self.runner.embedder, self.runner.completer = make_backends(new)
+        self.runner.config = new
+        self.schedule_jobs()
+        self.log.info("config_reloaded", changed=changed)
+
+    def start_watchdog(self) -> threading.Event | None:
+        """Ping at a quarter of WATCHDOG_USEC while healthy; fall silent when a pass is
+        stuck (no progress for half the interval), so systemd restarts us."""
+        seconds = self.runner.notifier.watchdog_seconds
+        if not seconds:
+            return None
+        done = threading.Event()
+
+        def loop() -> None:
+            while not done.wait(seconds / 4):
+                if self.runner.health.healthy(seconds / 2):
+                    self.runner.notifier.watchdog()
+
+        threading.Thread(target=loop, name="watchdog", daemon=True).start()
+        return done
+
+
+def config_path_of(path: str | None) -> str | None:
+    return str(Path(path).expanduser()) if path else None
