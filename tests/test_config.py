@@ -56,7 +56,10 @@ def test_env_overrides_file_and_flag_overrides_env(tmp_path: Path) -> None:
     [
         ({"DREAMD_SUMMARIZE__AFTER": "x"}, "DREAMD_summarize.after must be a number"),
         ({"DREAMD_NOPE": "1"}, "DREAMD_NOPE is not a known configuration key"),
-        ({"DREAMD_LOOP__SPEED": "1"}, "loop.speed is not a known configuration key"),
+        ({"DREAMD_SCHEDULE__SPEED": "1"}, "schedule.speed is not a known configuration key"),
+        ({"DREAMD_SCHEDULE__QUIET_HOURS": "25:00-7"}, "quiet hours must look like"),
+        ({"DREAMD_SCHEDULE__DEEP_PASS_CRON": "every night"}, "is not a crontab expression"),
+        ({"DREAMD_SCHEDULE__MIN_INTERVAL_SECONDS": "9000"}, "is more than"),
     ],
 )
 def test_invalid_env_is_named(env: dict[str, str], message: str) -> None:
