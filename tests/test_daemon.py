@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
 import json
-import os
 import shutil
 import signal
 import socket
@@ -181,7 +181,7 @@ def test_notify_ready_status_watchdog_and_a_stuck_pass(tmp_path: Path) -> None:
         assert any(m.startswith("STATUS=last pass ok") for m in texts)
         pings = [t for t, m in healthy if m == "WATCHDOG=1"]
         assert len(pings) >= 4
-        assert max(b - a for a, b in zip(pings, pings[1:], strict=False)) <= 0.5
+        assert max(b - a for a, b in itertools.pairwise(pings)) <= 0.5
         # The chat app holds the write lock: the next pass blocks inside a write.
         holder = sqlite3.connect(db, isolation_level=None)
         holder.execute("BEGIN IMMEDIATE")
@@ -261,7 +261,7 @@ def test_many_passes_with_a_live_writer_keep_wal_and_memory_bounded(tmp_path: Pa
         stop.touch()
         writer.wait(timeout=30)
         proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=30)
+        _, err = proc.communicate(timeout=30)
     data = json.loads(report.read_text())
     assert proc.returncode == 0, err[-2000:]
     assert passes >= 120
