@@ -48,14 +48,45 @@ class DrivesConfig:
 
 @dataclass(frozen=True)
 class EmbedConfig:
-    backend: str = field(default="local", metadata=_check("choice", choices=("local", "hashing")))
+    backend: str = field(
+        default="local", metadata=_check("choice", choices=("local", "openai", "hashing"))
+    )
     batch_size: int = field(default=64, metadata=_check("int", min=1, max=4096))
     threads: int = field(default=0, metadata=_check("int", min=0, max=256))
+    model: str = field(default="text-embedding-3-small", metadata=_check("str"))
+    base_url: str = field(default="", metadata=_check("optstr"))
 
 
 @dataclass(frozen=True)
 class CompleterConfig:
-    backend: str = field(default="extractive", metadata=_check("choice", choices=("extractive",)))
+    backend: str = field(
+        default="extractive", metadata=_check("choice", choices=("extractive", "openai"))
+    )
+    base_url: str = field(default="https://api.openai.com/v1", metadata=_check("str"))
+    model: str = field(default="gpt-4o-mini", metadata=_check("str"))
+    summarize_model: str = field(default="", metadata=_check("optstr"))
+    profile_model: str = field(default="", metadata=_check("optstr"))
+    eras_model: str = field(default="", metadata=_check("optstr"))
+    narrative_model: str = field(default="", metadata=_check("optstr"))
+    reflect_model: str = field(default="", metadata=_check("optstr"))
+    api_key_env: str = field(default="OPENAI_API_KEY", metadata=_check("str"))
+    credential: str = field(default="openai-api-key", metadata=_check("str"))
+    connect_timeout_seconds: float = field(default=5.0, metadata=_check("float", min=0.1))
+    read_timeout_seconds: float = field(default=120.0, metadata=_check("float", min=0.1))
+    item_deadline_seconds: float = field(default=300.0, metadata=_check("float", min=0.1))
+    retries: int = field(default=3, metadata=_check("int", min=0, max=20))
+    retry_after_cap_seconds: float = field(default=60.0, metadata=_check("float", min=0))
+    breaker_failures: int = field(default=5, metadata=_check("int", min=1))
+    breaker_cooldown_seconds: float = field(default=300.0, metadata=_check("float", min=0))
+    workers: int = field(default=4, metadata=_check("int", min=1, max=64))
+    temperature: float = field(default=0.2, metadata=_check("float", min=0, max=2))
+    max_output_tokens: int = field(default=600, metadata=_check("int", min=16))
+
+
+@dataclass(frozen=True)
+class BudgetConfig:
+    tokens_per_pass: int = field(default=0, metadata=_check("int", min=0))
+    tokens_per_day: int = field(default=0, metadata=_check("int", min=0))
 
 
 @dataclass(frozen=True)
@@ -129,6 +160,7 @@ class Config:
     drives: DrivesConfig = DrivesConfig()
     embed: EmbedConfig = EmbedConfig()
     completer: CompleterConfig = CompleterConfig()
+    budget: BudgetConfig = BudgetConfig()
     summarize: SummarizeConfig = SummarizeConfig()
     profile: ProfileConfig = ProfileConfig()
     eras: ErasConfig = ErasConfig()
@@ -192,6 +224,10 @@ def _coerce(where: str, value: Any, meta: dict[str, Any], from_text: bool) -> An
     kind = meta["kind"]
     if kind in ("quiet_hours", "cron"):
         return _special(where, value, kind)
+    if kind == "optstr":
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, got {value!r}")
+        return value
     if kind in ("str", "choice"):
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{where} must be a non-empty string, got {value!r}")

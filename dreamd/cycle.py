@@ -43,6 +43,9 @@ class PassResult:
     stats_before: BacklogStats
     stats_after: BacklogStats
     jobs: tuple[JobResult, ...]
+    notes: tuple[str, ...] = ()
+    tokens_in: int = 0
+    tokens_out: int = 0
 
     @property
     def failed(self) -> bool:
@@ -104,6 +107,9 @@ def run_pass(
     budget = Budget(config.pass_.max_seconds, config.pass_.max_items, stop)
     ctx = JobContext(store, config, embedder, completer, budget, force=force, clock=clock,
                      log=log, progress=progress)
+    with store.read() as conn:
+        midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        ctx.tokens.before_today = q.tokens_since(conn, midnight.isoformat())
     try:
         sync_tally(store)
         previous = read_drives(store, config.agent.id)
@@ -125,8 +131,8 @@ def run_pass(
             drives_before=drives_before.as_dict(), drives_after=drives_after.as_dict(),
             stats_before=stats_before.as_dict(), stats_after=stats_after.as_dict(),
             jobs=[r.as_dict() for r in results],
-            tokens_in=sum(r.tokens_in for r in results),
-            tokens_out=sum(r.tokens_out for r in results),
+            tokens_in=ctx.tokens.used_in, tokens_out=ctx.tokens.used_out,
+            notes=ctx.notes or None,
         )
     store.checkpoint_passive()
     if log is not None:
@@ -134,7 +140,7 @@ def run_pass(
                  ran=[r.job for r in results if r.ran and r.done],
                  drives=drives_after.as_dict())
     return PassResult(run_id, outcome, drives_before, drives_after, stats_before, stats_after,
-                      tuple(results))
+                      tuple(results), tuple(ctx.notes), ctx.tokens.used_in, ctx.tokens.used_out)
 
 
 def run_job(ctx: JobContext, job: str, previous: Drives, log: Any) -> JobResult:
@@ -142,17 +148,23 @@ def run_job(ctx: JobContext, job: str, previous: Drives, log: Any) -> JobResult:
     coherence, so integration follows in the same pass."""
     if ctx.budget.exhausted():
         return JobResult(job, False, "pass budget exhausted or stop requested")
+    if ctx.halted is not None and job != "embed":
+        return JobResult(job, False, f"not run: LLM work stopped for this pass ({ctx.halted})")
     stats = read_backlog(ctx.store, ctx.config, ctx.now(), ctx.embedder.model)
     decision = drv.decide_job(job, stats, previous, ctx.config, ctx.now(), force=ctx.force)
     if not decision.due:
         return JobResult(job, False, decision.reason)
     started = time.monotonic()
+    used_in, used_out = ctx.tokens.used_in, ctx.tokens.used_out
     try:
         result = RUNNERS[job](ctx, decision.reason)
     except Exception as exc:  # a bug or a broken file in one job must not end the pass
         result = JobResult(job, True, decision.reason, failed=1,
                            errors=(f"{type(exc).__name__}: {exc}"[:300],))
-    result = dataclasses.replace(result, seconds=time.monotonic() - started)
+    result = dataclasses.replace(
+        result, seconds=time.monotonic() - started,
+        tokens_in=ctx.tokens.used_in - used_in, tokens_out=ctx.tokens.used_out - used_out,
+    )
     if log is not None and (result.done or result.failed):
         log.info("job_finished", job=job, done=result.done, failed=result.failed,
                  skipped=result.skipped, remaining=result.remaining, reason=result.reason)

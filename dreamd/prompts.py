@@ -48,6 +48,18 @@ REFLECT_SYSTEM = (
 )
 
 
+REPAIR_SYSTEM = (
+    "Your previous answer was not valid. Answer again with only one JSON object with keys "
+    "mood (string), mood_score (number -1..1), energy (number 0..1), self_narrative "
+    "(string), reflection (string) and topics (list of strings). No other text."
+)
+
+
+def repair_prompt(invalid: str, problem: str) -> Prompt:
+    user = f"Problem: {problem}\n\nYour answer was:\n" + _data(invalid.splitlines())
+    return Prompt(task="reflect", system=REPAIR_SYSTEM, user=user)
+
+
 def _data(lines: list[str]) -> str:
     return "<data>\n" + "\n".join(lines) + "\n</data>"
 

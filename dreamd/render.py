@@ -33,6 +33,10 @@ def render_status(data: dict[str, Any]) -> str:
             f"pass {run['id']}  {run['trigger']}  {run['started_at']} → {run['ended_at'] or '…'}"
             f"  {run['outcome']}"
         )
+        if run.get("tokens_in") or run.get("tokens_out"):
+            out.append(f"  tokens {run['tokens_in']} in, {run['tokens_out']} out")
+        for note in run.get("notes") or []:
+            out.append(f"  ! {note}")
         if run.get("drives_after"):
             before, after = _drives(run["drives_before"]), _drives(run["drives_after"])
             out.append(f"  drives {before}  →  {after}")

@@ -31,7 +31,7 @@ def test_toml_overrides_defaults() -> None:
         ("[summarize]\nafter = true", "summarize.after must be a number"),
         ("[summarise]\nafter = 3", "summarise is not a known configuration key"),
         ("[summarize]\nafte = 3", "summarize.afte is not a known configuration key"),
-        ("[embed]\nbackend = 'gpt'", "embed.backend must be one of local, hashing"),
+        ("[embed]\nbackend = 'gpt'", "embed.backend must be one of local, openai, hashing"),
         ("[drives]\ncoherence_threshold = 1.5", "drives.coherence_threshold must be at most 1"),
         ("summarize = 3", "summarize must be a table"),
         ("[summarize\n", "config is not valid TOML"),

@@ -12,11 +12,19 @@ from dreamd.config import Config
 def make_embedder(config: Config) -> Embedder:
     if config.embed.backend == "hashing":
         return HashingEmbedder()
+    if config.embed.backend == "openai":
+        from dreamd.backends.openai_backend import OpenAIEmbedder
+
+        return OpenAIEmbedder(config)
     return LocalEmbedder(threads=config.embed.threads)
 
 
 def make_backends(config: Config) -> tuple[Embedder, Completer]:
     embedder = make_embedder(config)
+    if config.completer.backend == "openai":
+        from dreamd.backends.openai_backend import OpenAICompleter
+
+        return embedder, OpenAICompleter(config.completer)
     return embedder, ExtractiveCompleter(embedder)
 
 
@@ -24,6 +32,8 @@ def embedder_model_name(config: Config) -> str:
     """The model id the configured embedder writes under, without loading it."""
     if config.embed.backend == "hashing":
         return HashingEmbedder().model
+    if config.embed.backend == "openai":
+        return f"openai:{config.embed.model}"
     from dreamd.backends.local import MODEL_ID
 
     return MODEL_ID

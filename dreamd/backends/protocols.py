@@ -13,7 +13,9 @@ class Embedder(Protocol):
     """Turns texts into unit-length float32 vectors of a fixed dimension."""
 
     model: str
-    dim: int
+
+    @property
+    def dim(self) -> int: ...
 
     def embed(self, texts: list[str]) -> np.ndarray: ...
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import hashlib
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from dreamd.backends.llm_output import estimate_tokens
 from dreamd.backends.protocols import Completer, Embedder
 from dreamd.config import Config
+from dreamd.errors import PASS_STOPPING, BudgetExhausted, InputRejected
 from dreamd.models import Completion, JobResult, Prompt
 from dreamd.store import queries as q
 from dreamd.store.connect import Store
@@ -41,6 +45,21 @@ class Budget:
 
 
 @dataclass
+class Tokens:
+    """Token use of this pass, and reservations for calls in flight (thread-safe)."""
+
+    used_in: int = 0
+    used_out: int = 0
+    reserved: int = 0
+    before_today: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def used(self) -> int:
+        return self.used_in + self.used_out
+
+
+@dataclass
 class JobContext:
     store: Store
     config: Config
@@ -51,6 +70,10 @@ class JobContext:
     clock: Callable[[], datetime] = utcnow
     log: Any = None
     progress: Callable[[str, int, int], None] = lambda job, done, total: None
+    tokens: Tokens = field(default_factory=Tokens)
+    halted: BaseException | None = None
+    notes: list[str] = field(default_factory=list)
+    owner: int = field(default_factory=threading.get_ident)
 
     def now(self) -> datetime:
         return self.clock()
@@ -63,16 +86,82 @@ class JobContext:
         return {"user": self.config.user.name, "agent": self.config.agent.name}
 
     @property
+    def llm(self) -> bool:
+        return self.completer.name != "extractive"
+
+    @property
+    def workers(self) -> int:
+        """Concurrent backend calls: an LLM waits on the network; extraction is CPU-bound."""
+        return self.config.completer.workers if self.llm else 1
+
+    @property
     def source(self) -> str:
         """How derived rows are marked: which kind of backend and model made them."""
-        kind = "extractive" if self.completer.name == "extractive" else "llm"
+        kind = "llm" if self.llm else "extractive"
         return f"{kind}:{getattr(self.completer, 'model', self.completer.name)}"
 
+    def stopped(self) -> bool:
+        return self.halted is not None or self.budget.exhausted()
+
+    def halt(self, error: BaseException) -> None:
+        """Stop LLM work for the rest of the pass (configuration, breaker or budget)."""
+        if self.halted is None:
+            self.halted = error
+            note = f"LLM work stopped for this pass: {type(error).__name__}: {error}"
+            self.notes.append(note)
+            if self.log is not None:
+                self.log.error("llm_halted", reason=type(error).__name__, detail=str(error))
+
+    def _reserve(self, prompt: Prompt) -> int:
+        if not self.llm:
+            return 0
+        estimate = estimate_tokens(prompt.system + prompt.user)
+        estimate += self.config.completer.max_output_tokens
+        limits = self.config.budget
+        with self.tokens.lock:
+            if self.halted is not None:
+                raise type(self.halted)(str(self.halted))
+            pending = self.tokens.used + self.tokens.reserved + estimate
+            if limits.tokens_per_pass and pending > limits.tokens_per_pass:
+                raise BudgetExhausted(
+                    f"the next call (~{estimate} tokens) would pass budget.tokens_per_pass "
+                    f"({limits.tokens_per_pass}; {self.tokens.used} used this pass)")
+            if limits.tokens_per_day and self.tokens.before_today + pending > limits.tokens_per_day:
+                raise BudgetExhausted(
+                    f"the next call (~{estimate} tokens) would pass budget.tokens_per_day "
+                    f"({limits.tokens_per_day}; {self.tokens.before_today + self.tokens.used} "
+                    "used today)")
+            self.tokens.reserved += estimate
+        return estimate
+
     def complete(self, prompt: Prompt) -> Completion:
-        """Call the Completer; never with a transaction open on the memory file."""
-        if self.store.in_transaction:
+        """Call the Completer: never inside a transaction, within the token budget."""
+        if threading.get_ident() == self.owner and self.store.in_transaction:
             raise RuntimeError("internal: backend call inside a transaction")
-        return self.completer.complete(prompt)
+        estimate = self._reserve(prompt)
+        try:
+            completion = self.completer.complete(prompt)
+        finally:
+            with self.tokens.lock:
+                self.tokens.reserved -= estimate
+        with self.tokens.lock:
+            self.tokens.used_in += completion.tokens_in
+            self.tokens.used_out += completion.tokens_out
+        return completion
+
+
+def input_hash(prompt: Prompt) -> str:
+    return hashlib.sha256(f"{prompt.task}\0{prompt.system}\0{prompt.user}".encode()).hexdigest()
+
+
+def complete_once(ctx: JobContext, prompt: Prompt, cached: tuple[str, str] | None
+                  ) -> tuple[Completion, str]:
+    """The answer for a prompt, reusing the stored one when the inputs are unchanged:
+    an unchanged input costs no tokens. Returns the completion and the input hash."""
+    digest = input_hash(prompt)
+    if cached is not None and cached[0] == digest:
+        return Completion(cached[1], "cache", "cache", extractive=not ctx.llm), digest
+    return ctx.complete(prompt), digest
 
 
 def failed_items(ctx: JobContext, job: str) -> dict[str, str | None]:
@@ -100,14 +189,22 @@ def backoff_seconds(config: Config, attempts: int) -> float:
 
 
 def note_failure(ctx: JobContext, job: str, item: str, error: BaseException) -> str:
-    """Record a failed item in one short write; quarantine it after max_attempts."""
+    """Record what went wrong with an item, by class.
+
+    Configuration, breaker and budget stops halt LLM work for the pass and burn no
+    attempt. Input the backend rejected even after shrinking is quarantined at once.
+    Anything else is retried with backoff and quarantined after max_attempts.
+    """
     message = f"{type(error).__name__}: {error}"
+    if isinstance(error, PASS_STOPPING):
+        ctx.halt(error)
+        return f"{item}: {message[:200]} (no attempt counted)"
     with ctx.store.write() as conn:
         previous = conn.execute(
             "SELECT attempts FROM dreamd_failures WHERE job = ? AND item = ?", (job, item)
         ).fetchone()
         attempts = (int(previous[0]) if previous else 0) + 1
-        quarantine = attempts >= ctx.config.jobs.max_attempts
+        quarantine = isinstance(error, InputRejected) or attempts >= ctx.config.jobs.max_attempts
         next_at = ctx.now() + timedelta(seconds=backoff_seconds(ctx.config, attempts))
         q.record_failure(conn, job, item, message, ctx.now_text(), next_at.isoformat(), quarantine)
     if ctx.log is not None:
@@ -125,17 +222,20 @@ def run_single(
     failures = failed_items(ctx, job)
     if failures.get(item):
         return JobResult(job, True, reason, skipped=1, errors=(f"{item}: {failures[item]}",))
+    if ctx.halted is not None:
+        return JobResult(job, False, f"{reason} — not run: {ctx.halted}")
     try:
         stored = attempt()
     except Exception as exc:  # recorded, shown in status; the rest of the pass goes on
-        return JobResult(job, True, reason, failed=1, errors=(note_failure(ctx, job, item, exc),))
+        return JobResult(job, True, reason, failed=1,
+                         errors=(note_failure(ctx, job, item, exc),))
     note_success(ctx, job, item, failures)
     if stored:
         ctx.budget.spend()
     return JobResult(job, True, reason, done=int(stored), skipped=int(not stored))
 
 
-def note_success(ctx: JobContext, job: str, item: str, failed: dict[str, str | None]) -> None:
-    if item in failed:
+def note_success(ctx: JobContext, job: str, item: str, failures: dict[str, str | None]) -> None:
+    if item in failures:
         with ctx.store.write() as conn:
             q.clear_failure(conn, job, item)

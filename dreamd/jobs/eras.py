@@ -2,9 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+import numpy as np
+
 from dreamd.errors import OutputInvalid
-from dreamd.jobs.base import JobContext, failed_items, note_failure, note_success
-from dreamd.models import JobResult
+from dreamd.jobs.base import (
+    JobContext,
+    complete_once,
+    failed_items,
+    note_failure,
+    note_success,
+)
+from dreamd.jobs.pool import run_items
+from dreamd.models import Gist, JobResult
 from dreamd.prompts import era_prompt
 from dreamd.store import queries as q
 
@@ -16,50 +27,69 @@ def stale_months(ctx: JobContext) -> list[str]:
         return q.stale_months(conn, ctx.config.user.id)
 
 
-def rebuild_month(ctx: JobContext, month: str, layout: q.Layout) -> bool:
+@dataclass(frozen=True)
+class Work:
+    month: str
+    gists: list[Gist]
+    current_seq: int | None
+    cached: tuple[str, str] | None
+
+
+def prepare(ctx: JobContext, month: str) -> Work | None:
     user = ctx.config.user.id
     with ctx.store.read() as conn:
         gists = q.gists_for_month(conn, user, month)
         current = q.era_seqs(conn, user).get(month)
-    if not gists:
-        return False
-    lines = [ln for g in gists for ln in g.content.splitlines() if ln.strip()]
-    body = ctx.complete(era_prompt(ctx.names, month, lines, ctx.config.eras.lines)).text.strip()
+        cached = q.cached_output(conn, JOB, month)
+    return Work(month, gists, current, cached) if gists else None
+
+
+def think(ctx: JobContext, work: Work) -> tuple[str, str, str, np.ndarray]:
+    lines = [ln for g in work.gists for ln in g.content.splitlines() if ln.strip()]
+    prompt = era_prompt(ctx.names, work.month, lines, ctx.config.eras.lines)
+    completion, digest = complete_once(ctx, prompt, work.cached)
+    body = completion.text.strip()
     if not body:
-        raise OutputInvalid(f"empty digest for {month}")
-    content = f"{month}: {len(gists)} conversations.\n{body}"
-    vector = ctx.embedder.embed([content])[0]
+        raise OutputInvalid(f"empty digest for {work.month}")
+    content = f"{work.month}: {len(work.gists)} conversations.\n{body}"
+    return content, digest, completion.text, ctx.embedder.embed([content])[0]
+
+
+def store(ctx: JobContext, work: Work, result: tuple[str, str, str, np.ndarray],
+          layout: q.Layout) -> bool:
+    content, digest, raw, vector = result
     with ctx.store.write() as conn:
-        return q.save_era(
-            conn, month=month, user_id=user, content=content, session_count=len(gists),
-            seq=max(g.seq for g in gists), expected_seq=current,
-            source=ctx.source, now=ctx.now_text(),
+        stored = q.save_era(
+            conn, month=work.month, user_id=ctx.config.user.id, content=content,
+            session_count=len(work.gists), seq=max(g.seq for g in work.gists),
+            expected_seq=work.current_seq, source=ctx.source, now=ctx.now_text(),
             embedding=q.core_embedding(layout.eras_embedding_required),
             vector=q.to_blob(vector), model=ctx.embedder.model,
         )
+        if stored:
+            q.save_output(conn, JOB, work.month, digest, raw)
+        return stored
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
     months = stale_months(ctx)
     failures = failed_items(ctx, JOB)
     layout = q.read_layout(ctx.store)
-    done = failed = skipped = 0
-    errors: list[str] = []
-    for month in months:
-        if ctx.budget.exhausted():
-            break
-        if failures.get(month):
-            skipped += 1
-            continue
-        try:
-            stored = rebuild_month(ctx, month, layout)
-        except Exception as exc:  # one bad month must not stop the others
-            errors.append(note_failure(ctx, JOB, month, exc))
-            failed += 1
-            continue
-        note_success(ctx, JOB, month, failures)
-        done += int(stored)
-        skipped += int(not stored)
-        ctx.budget.spend()
-    return JobResult(JOB, True, reason, done=done, failed=failed, skipped=skipped,
-                     remaining=len(stale_months(ctx)), errors=tuple(errors))
+
+    def store_one(work: Work, result: tuple[str, str, str, np.ndarray]) -> bool:
+        stored = store(ctx, work, result, layout)
+        note_success(ctx, JOB, work.month, failures)
+        return stored
+
+    tally = run_items(
+        ctx,
+        (m for m in months if not failures.get(m)),
+        prepare=lambda month: prepare(ctx, month),
+        think=lambda work: think(ctx, work),
+        store=store_one,
+        on_error=lambda month, exc: note_failure(ctx, JOB, month, exc),
+    )
+    blocked = sum(1 for m in months if failures.get(m))
+    return JobResult(JOB, True, reason, done=tally.done, failed=tally.failed,
+                     skipped=tally.skipped + blocked, remaining=len(stale_months(ctx)),
+                     errors=tuple(tally.errors))

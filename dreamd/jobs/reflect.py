@@ -6,9 +6,9 @@ import json
 from typing import Any
 
 from dreamd.errors import OutputInvalid
-from dreamd.jobs.base import JobContext, run_single
+from dreamd.jobs.base import JobContext, complete_once, run_single
 from dreamd.models import JobResult
-from dreamd.prompts import reflect_prompt, turn_line
+from dreamd.prompts import reflect_prompt, repair_prompt, turn_line
 from dreamd.store import queries as q
 
 JOB = "reflect"
@@ -54,7 +54,9 @@ def evolve(previous: dict[str, Any], reflection: dict[str, Any], marks: dict[str
 
 def reflect_once(ctx: JobContext) -> bool:
     user = ctx.config.user.id
+    item = f"agent:{ctx.config.agent.id}"
     with ctx.store.read() as conn:
+        cached = q.cached_output(conn, JOB, item)
         current = q.self_state(conn, ctx.config.agent.id)
         previous, updated_at = current if current else ({}, None)
         marks = previous.get("dreamd", {}) if isinstance(previous.get("dreamd"), dict) else {}
@@ -70,7 +72,16 @@ def reflect_once(ctx: JobContext) -> bool:
         ctx.names, previous, [turn_line(t.role, t.content) for t in turns if t.role == "user"],
         {"new_turns": new_turns, "sessions": sessions, "now": ctx.now_text()},
     )
-    reflection = validate(ctx.complete(prompt).text)
+    completion, digest = complete_once(ctx, prompt, cached)
+    raw = completion.text
+    try:
+        reflection = validate(raw)
+    except OutputInvalid as exc:
+        if not ctx.llm:
+            raise
+        # One repair attempt; if that fails too, the old self-state stays.
+        raw = ctx.complete(repair_prompt(raw, str(exc))).text
+        reflection = validate(raw)
     state = evolve(previous, reflection, {
         "reflected_exchange_id": top_id,
         "reflected_seq": top_seq,
@@ -78,7 +89,10 @@ def reflect_once(ctx: JobContext) -> bool:
         "source": ctx.source,
     }, ctx.config.reflect.max_reflections)
     with ctx.store.write() as conn:
-        return q.save_self_state(conn, ctx.config.agent.id, state, ctx.now_text(), updated_at)
+        stored = q.save_self_state(conn, ctx.config.agent.id, state, ctx.now_text(), updated_at)
+        if stored:
+            q.save_output(conn, JOB, item, digest, raw)
+        return stored
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:

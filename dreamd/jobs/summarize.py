@@ -6,12 +6,14 @@ turns) is cut into chunks whose partial gists are merged — nothing is silently
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import timedelta
 
 import numpy as np
 
-from dreamd.errors import OutputInvalid
+from dreamd.errors import InputRejected, OutputInvalid
 from dreamd.jobs.base import JobContext, failed_items, note_failure, note_success
+from dreamd.jobs.pool import run_items
 from dreamd.models import JobResult, Turn
 from dreamd.prompts import merge_prompt, summary_prompt, turn_line
 from dreamd.sensing import is_idle
@@ -42,10 +44,10 @@ def validate(text: str) -> str:
 
 
 def gist_for(ctx: JobContext, previous: str | None, turns: list[Turn],
-             vectors: dict[int, np.ndarray]) -> str:
-    """Pure selection of prompts plus backend calls; no transaction is open here."""
+             vectors: dict[int, np.ndarray], chunk: int | None = None) -> str:
+    """Prompts (pure) and backend calls; no transaction is open here."""
     lines = ctx.config.summarize.gist_lines
-    chunk = ctx.config.summarize.chunk_turns
+    chunk = chunk or ctx.config.summarize.chunk_turns
 
     def block_vectors(block: list[Turn]) -> np.ndarray | None:
         if all(t.id in vectors for t in block):
@@ -68,26 +70,49 @@ def gist_for(ctx: JobContext, previous: str | None, turns: list[Turn],
     return validate(ctx.complete(merge_prompt(ctx.names, partials, lines)).text)
 
 
-def summarize_session(ctx: JobContext, session: q.DirtySession, layout: q.Layout) -> bool:
+@dataclass(frozen=True)
+class Work:
+    session: q.DirtySession
+    previous: str | None
+    turns: list[Turn]
+    vectors: dict[int, np.ndarray]
+
+
+def prepare(ctx: JobContext, session: q.DirtySession) -> Work:
     with ctx.store.read() as conn:
         existing = q.summary_row(conn, session.session_id)
         turns = q.session_turns(conn, session.session_id, session.summarized_id, session.last_id)
         vectors = q.turn_vectors(conn, ctx.embedder.model, [t.id for t in turns])
-    previous = existing[0] if existing else None
-    if turns:
-        gist = gist_for(ctx, previous, turns, vectors)
-    elif previous:
-        gist = previous  # the new turns were deleted by the app: only the watermark moves
+    return Work(session, existing[0] if existing else None, turns, vectors)
+
+
+def think(ctx: JobContext, work: Work) -> tuple[str, np.ndarray] | None:
+    """The new gist and its vector. Input the backend rejects is split once, smaller."""
+    if not work.turns:
+        if not work.previous:
+            return None
+        gist = work.previous  # the new turns were deleted by the app: only the mark moves
     else:
+        try:
+            gist = gist_for(ctx, work.previous, work.turns, work.vectors)
+        except InputRejected:
+            size = max(2, min(len(work.turns), ctx.config.summarize.chunk_turns) // 2)
+            gist = gist_for(ctx, work.previous, work.turns, work.vectors, chunk=size)
+    return gist, ctx.embedder.embed([gist])[0]
+
+
+def store(ctx: JobContext, work: Work, result: tuple[str, np.ndarray] | None,
+          layout: q.Layout) -> bool:
+    if result is None:
         return False
-    vector = ctx.embedder.embed([gist])[0]
+    gist, vector = result
     with ctx.store.write() as conn:
         return q.save_gist(
             conn,
-            session=session,
+            session=work.session,
             content=gist,
-            last_exchange_id=session.last_id,
-            turns_covered=session.summarized_turns + len(turns),
+            last_exchange_id=work.session.last_id,
+            turns_covered=work.session.summarized_turns + len(work.turns),
             source=ctx.source,
             created_at=ctx.now_text(),
             embedding=q.core_embedding(layout.summaries_embedding_required),
@@ -100,27 +125,25 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     todo = candidates(ctx)
     failures = failed_items(ctx, JOB)
     layout = q.read_layout(ctx.store)
-    done = failed = skipped = 0
-    errors: list[str] = []
-    for index, session in enumerate(todo):
-        if ctx.budget.exhausted():
-            break
-        if failures.get(session.session_id):
-            skipped += 1
-            continue
-        try:
-            stored = summarize_session(ctx, session, layout)
-        except Exception as exc:  # one bad session must not stop the pass
-            errors.append(note_failure(ctx, JOB, session.session_id, exc))
-            failed += 1
-            continue
+    blocked = [s for s in todo if failures.get(s.session_id)]
+    progress = {"n": 0}
+
+    def store_and_count(work: Work, result: tuple[str, np.ndarray] | None) -> bool:
+        stored = store(ctx, work, result, layout)
         if stored:
-            done += 1
-            ctx.budget.spend()
-            note_success(ctx, JOB, session.session_id, failures)
-        else:
-            skipped += 1  # its inputs changed meanwhile: redone on a later pass
-        ctx.progress(JOB, index + 1, len(todo))
-    remaining = len(candidates(ctx))
-    return JobResult(JOB, True, reason, done=done, failed=failed, skipped=skipped,
-                     remaining=remaining, errors=tuple(errors))
+            note_success(ctx, JOB, work.session.session_id, failures)
+        progress["n"] += 1
+        ctx.progress(JOB, progress["n"], len(todo))
+        return stored
+
+    tally = run_items(
+        ctx,
+        (s for s in todo if not failures.get(s.session_id)),
+        prepare=lambda session: prepare(ctx, session),
+        think=lambda work: think(ctx, work),
+        store=store_and_count,
+        on_error=lambda session, exc: note_failure(ctx, JOB, session.session_id, exc),
+    )
+    return JobResult(JOB, True, reason, done=tally.done, failed=tally.failed,
+                     skipped=tally.skipped + len(blocked), remaining=len(candidates(ctx)),
+                     errors=tuple(tally.errors))

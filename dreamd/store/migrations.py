@@ -173,6 +173,26 @@ def _dreamd_base(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+_LLM_BOOKKEEPING = """
+-- The last output per job item with the hash of the prompt that made it: a job whose
+-- inputs did not change reuses the output and spends no tokens.
+CREATE TABLE dreamd_outputs (
+    job TEXT NOT NULL,
+    item TEXT NOT NULL,
+    input_hash TEXT NOT NULL,
+    output TEXT NOT NULL,
+    PRIMARY KEY (job, item)
+);
+ALTER TABLE dreamd_runs ADD COLUMN notes TEXT;
+CREATE INDEX dreamd_runs_started ON dreamd_runs(started_at);
+"""
+
+
+def _llm_bookkeeping(conn: sqlite3.Connection) -> None:
+    for statement in _statements(_LLM_BOOKKEEPING):
+        conn.execute(statement)
+
+
 @dataclass(frozen=True)
 class Migration:
     version: int
@@ -183,6 +203,7 @@ class Migration:
 MIGRATIONS = (
     Migration(1, "core tables (prior-art layout)", _core),
     Migration(2, "dreamd bookkeeping, tally, vectors, runs", _dreamd_base),
+    Migration(3, "LLM outputs by input hash, pass notes", _llm_bookkeeping),
 )
 
 

@@ -539,6 +539,36 @@ def recent_user_turns(
     return [Turn(*r) for r in reversed(rows)]
 
 
+# ---------------------------------------------------------------- LLM bookkeeping
+
+
+def cached_output(conn: sqlite3.Connection, job: str, item: str) -> tuple[str, str] | None:
+    """(input_hash, output) of the last output stored for this job item."""
+    row = conn.execute(
+        "SELECT input_hash, output FROM dreamd_outputs WHERE job = ? AND item = ?", (job, item)
+    ).fetchone()
+    return (row[0], row[1]) if row else None
+
+
+def save_output(conn: sqlite3.Connection, job: str, item: str, input_hash: str,
+                output: str) -> None:
+    conn.execute(
+        "INSERT INTO dreamd_outputs (job, item, input_hash, output) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT(job, item) DO UPDATE SET input_hash = excluded.input_hash, "
+        "output = excluded.output",
+        (job, item, input_hash, output),
+    )
+
+
+def tokens_since(conn: sqlite3.Connection, started_at: str) -> int:
+    """Tokens (in + out) recorded by passes that started at or after `started_at`."""
+    row = conn.execute(
+        "SELECT COALESCE(SUM(tokens_in + tokens_out), 0) FROM dreamd_runs WHERE started_at >= ?",
+        (started_at,),
+    ).fetchone()
+    return int(row[0])
+
+
 # ---------------------------------------------------------------- failures
 
 
@@ -610,17 +640,17 @@ def finish_run(conn: sqlite3.Connection, run_id: int, **fields: Any) -> None:
 def recent_runs(conn: sqlite3.Connection, limit: int) -> list[dict[str, Any]]:
     conn_rows = conn.execute(
         "SELECT id, trigger, pid, started_at, ended_at, outcome, drives_before, drives_after, "
-        "stats_before, stats_after, jobs, tokens_in, tokens_out, error FROM dreamd_runs "
+        "stats_before, stats_after, jobs, tokens_in, tokens_out, error, notes FROM dreamd_runs "
         "ORDER BY id DESC LIMIT ?",
         (limit,),
     ).fetchall()
     keys = ("id", "trigger", "pid", "started_at", "ended_at", "outcome", "drives_before",
             "drives_after", "stats_before", "stats_after", "jobs", "tokens_in", "tokens_out",
-            "error")
+            "error", "notes")
     out = []
     for row in conn_rows:
         record = dict(zip(keys, row, strict=True))
-        for k in ("drives_before", "drives_after", "stats_before", "stats_after", "jobs"):
+        for k in ("drives_before", "drives_after", "stats_before", "stats_after", "jobs", "notes"):
             record[k] = json.loads(record[k]) if record[k] else None
         out.append(record)
     return out

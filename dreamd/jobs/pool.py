@@ -1,0 +1,94 @@
+"""Many items through the backend at once, with the database kept on one thread.
+
+prepare (short read) and store (short write) run on the pass's own thread, which owns
+the connection; think (backend calls, no database) runs in a bounded pool. The pass
+thread never waits for a backend answer inside a transaction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from dreamd.jobs.base import JobContext
+
+
+@dataclass
+class Tally:
+    done: int = 0
+    failed: int = 0
+    skipped: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def run_items(
+    ctx: JobContext,
+    items: Iterable[Any],
+    prepare: Callable[[Any], Any],
+    think: Callable[[Any], Any],
+    store: Callable[[Any, Any], bool],
+    on_error: Callable[[Any, BaseException], str],
+) -> Tally:
+    """Each item: prepare → think → store; errors go to on_error, the rest carry on."""
+    tally = Tally()
+
+    def finish(item: Any, inputs: Any, future_or_value: Any, error: BaseException | None) -> None:
+        if error is not None:
+            tally.errors.append(on_error(item, error))
+            tally.failed += 1
+            return
+        try:
+            stored = store(inputs, future_or_value)
+        except Exception as exc:  # a write that failed: recorded like a backend failure
+            tally.errors.append(on_error(item, exc))
+            tally.failed += 1
+            return
+        if stored:
+            tally.done += 1
+            ctx.budget.spend()
+        else:
+            tally.skipped += 1
+
+    if ctx.workers <= 1:
+        for item in items:
+            if ctx.stopped():
+                break
+            inputs = prepare(item)
+            if inputs is None:
+                continue
+            try:
+                result = think(inputs)
+            except Exception as exc:  # one bad item must not stop the pass
+                finish(item, inputs, None, exc)
+                continue
+            finish(item, inputs, result, None)
+        return tally
+
+    in_flight: dict[Future[Any], tuple[Any, Any]] = {}
+    iterator = iter(items)
+    with ThreadPoolExecutor(max_workers=ctx.workers, thread_name_prefix="dreamd-llm") as pool:
+        exhausted = False
+        while True:
+            while not exhausted and len(in_flight) < ctx.workers * 2 and not ctx.stopped():
+                item = next(iterator, _END)
+                if item is _END:
+                    exhausted = True
+                    break
+                inputs = prepare(item)
+                if inputs is not None:
+                    in_flight[pool.submit(think, inputs)] = (item, inputs)
+            if not in_flight:
+                break
+            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            for future in done:
+                item, inputs = in_flight.pop(future)
+                error = future.exception()
+                finish(item, inputs, None if error else future.result(), error)
+            if ctx.stopped():
+                exhausted = True  # finish what is in flight, start nothing new
+    return tally
+
+
+_END = object()
