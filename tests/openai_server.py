@@ -1,0 +1,168 @@
+"""A real HTTP server on 127.0.0.1 that speaks the OpenAI API and can be told to fail.
+
+    server = FakeOpenAI(); server.start(); ... server.plan("429:1", "ok"); ... server.stop()
+
+POST /v1/chat/completions and /v1/embeddings. Each request takes the next behaviour from
+the plan (default "ok"): ok, 429:SECONDS (Retry-After), 500, 503, 400, 401, 404, 413,
+hang:SECONDS, malformed, empty, nousage, badjson. `delay` adds latency to every call.
+Answers are deterministic and say which task they answer; usage is counted and summed.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+DIM = 16
+
+
+def task_of(system: str) -> str:
+    for marker, task in (("Update the gist", "summarize"), ("Merge partial", "merge"),
+                         ("Maintain the profile", "profile"), ("digest of", "era"),
+                         ("current narrative", "narrative"), ("JSON object", "reflect")):
+        if marker in system:
+            return task
+    return "other"
+
+
+def answer(system: str, user: str) -> str:
+    task = task_of(system)
+    data = [ln for ln in user.splitlines() if ln and not ln.startswith("<")]
+    last = data[-1] if data else ""
+    if task == "reflect":
+        return json.dumps({"mood": "curious", "mood_score": 0.4, "energy": 0.6,
+                           "self_narrative": "I have been listening closely.",
+                           "reflection": f"Noticed: {last[:60]}", "topics": ["testing"]})
+    return f"<think>scratch</think>Here is the {task}:\n- {task.upper()} of {len(data)} lines; " \
+           f"last: {last[:80]}"
+
+
+class FakeOpenAI:
+    def __init__(self, delay: float = 0.0) -> None:
+        self.delay = delay
+        self._plan: collections.deque[str] = collections.deque()
+        self.lock = threading.Lock()
+        self.requests: list[dict[str, Any]] = []
+        self.prompt_tokens = 0
+        self.completion_tokens = 0
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def start(self) -> FakeOpenAI:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+    def plan(self, *behaviours: str) -> None:
+        with self.lock:
+            self._plan.extend(behaviours)
+
+    def next_behaviour(self) -> str:
+        with self.lock:
+            return self._plan.popleft() if self._plan else "ok"
+
+    def tasks(self) -> list[str]:
+        return [task_of(r["body"]["messages"][0]["content"]) for r in self.requests
+                if r["path"].endswith("/chat/completions") and "messages" in r["body"]]
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *_: Any) -> None:  # keep test output clean
+                pass
+
+            def reply(self, status: int, body: bytes, headers: dict[str, str] | None = None
+                      ) -> None:
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                try:
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            def error(self, status: int, headers: dict[str, str] | None = None) -> None:
+                body = json.dumps({"error": {"message": f"told to fail with {status}",
+                                             "type": "test", "code": status}}).encode()
+                self.reply(status, body, headers)
+
+            def do_POST(self) -> None:  # noqa: N802
+                length = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                behaviour = fake.next_behaviour()
+                with fake.lock:
+                    fake.requests.append({"path": self.path, "body": body,
+                                          "behaviour": behaviour,
+                                          "auth": self.headers.get("Authorization", "")})
+                if fake.delay:
+                    time.sleep(fake.delay)
+                kind, _, arg = behaviour.partition(":")
+                if kind == "hang":
+                    time.sleep(float(arg or 30))
+                    return self.error(504)
+                if kind == "429":
+                    return self.error(429, {"Retry-After": arg or "1"})
+                if kind.isdigit():
+                    return self.error(int(kind))
+                if kind == "malformed":
+                    return self.reply(200, b'{"id": "x", "choices": [ {not json')
+                if self.path.endswith("/embeddings"):
+                    return self.embeddings(body)
+                return self.chat(body, kind)
+
+            def embeddings(self, body: dict[str, Any]) -> None:
+                texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+                data = []
+                for i, text in enumerate(texts):
+                    seed = hashlib.sha256(str(text).encode()).digest()
+                    data.append({"object": "embedding", "index": i,
+                                 "embedding": [b / 255 - 0.5 for b in seed[:DIM]]})
+                tokens = sum(len(str(t)) // 4 + 1 for t in texts)
+                self.reply(200, json.dumps({"object": "list", "data": data,
+                                            "model": body["model"],
+                                            "usage": {"prompt_tokens": tokens,
+                                                      "total_tokens": tokens}}).encode())
+
+            def chat(self, body: dict[str, Any], kind: str) -> None:
+                system = body["messages"][0]["content"]
+                user = body["messages"][-1]["content"]
+                content = answer(system, user)
+                if kind == "empty":
+                    content = ""
+                elif kind == "badjson":
+                    content = "I feel fine, thanks for asking!"
+                prompt_tokens = (len(system) + len(user)) // 4
+                completion_tokens = len(content) // 4 + 1
+                response: dict[str, Any] = {
+                    "id": "chatcmpl-test", "object": "chat.completion", "created": 0,
+                    "model": body["model"],
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": content}}],
+                }
+                if kind != "nousage":
+                    response["usage"] = {"prompt_tokens": prompt_tokens,
+                                         "completion_tokens": completion_tokens,
+                                         "total_tokens": prompt_tokens + completion_tokens}
+                    with fake.lock:
+                        fake.prompt_tokens += prompt_tokens
+                        fake.completion_tokens += completion_tokens
+                self.reply(200, json.dumps(response).encode())
+
+        return Handler

@@ -1,0 +1,357 @@
+"""The openai backend against a real HTTP server on 127.0.0.1 that can be told to fail."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dreamd.app import open_store
+from dreamd.backends.hashing import HashingEmbedder
+from dreamd.backends.openai_backend import Breaker, OpenAICompleter, api_key
+from dreamd.config import BudgetConfig, CompleterConfig, Config, JobsConfig
+from dreamd.cycle import run_pass
+from dreamd.errors import (
+    BackendMisconfigured,
+    BackendUnavailable,
+    BreakerOpen,
+    InputRejected,
+    OutputInvalid,
+)
+from dreamd.log import get_logger
+from dreamd.prompts import summary_prompt
+from dreamd.store.connect import Store
+
+from tests.helpers import add_turns, chat_texts, config_for, derived_digest, make_chat_file
+from tests.openai_server import FakeOpenAI
+
+ROOT = Path(__file__).parent.parent
+KEY = "sk-test-DO-NOT-LEAK-4f1c2b"
+PROMPT = summary_prompt({"user": "U", "agent": "A"}, None, ["user: hi", "assistant: hello"], 4)
+
+
+@pytest.fixture
+def server() -> Iterator[FakeOpenAI]:
+    fake = FakeOpenAI().start()
+    yield fake
+    fake.stop()
+
+
+def completer_config(server: FakeOpenAI, **changes: object) -> CompleterConfig:
+    base = CompleterConfig(backend="openai", base_url=server.base_url, model="test-model",
+                           read_timeout_seconds=0.5, connect_timeout_seconds=0.5,
+                           item_deadline_seconds=4, retries=3, retry_after_cap_seconds=5,
+                           breaker_failures=4, breaker_cooldown_seconds=1.0, workers=1)
+    return dataclasses.replace(base, **changes)
+
+
+def completer(server: FakeOpenAI, **changes: object) -> OpenAICompleter:
+    return OpenAICompleter(completer_config(server, **changes), environ={"OPENAI_API_KEY": KEY})
+
+
+@pytest.mark.parametrize(
+    ("plan", "outcome", "at_least", "at_most"),
+    [
+        (["429:1", "ok"], "ok", 0.95, 3.0),  # Retry-After honoured
+        (["429:300"], BackendUnavailable, 0.0, 1.0),  # over the cap: defer, don't wait
+        (["500", "ok"], "ok", 0.0, 2.0),
+        (["503", "503", "ok"], "ok", 0.0, 4.0),
+        (["400"], InputRejected, 0.0, 0.5),  # not retried as is
+        (["401"], BackendMisconfigured, 0.0, 0.5),
+        (["404"], BackendMisconfigured, 0.0, 0.5),
+        (["hang:3", "ok"], "ok", 0.5, 3.0),  # read timeout, then a retry
+        (["malformed", "ok"], "ok", 0.0, 2.0),
+        (["empty"], OutputInvalid, 0.0, 0.5),
+        (["500", "500", "500", "500"], BackendUnavailable, 0.0, 4.5),
+    ],
+)
+def test_each_failure_ends_in_its_class_within_the_deadline(
+    server: FakeOpenAI, plan: list[str], outcome: object, at_least: float, at_most: float
+) -> None:
+    server.plan(*plan)
+    client = completer(server)
+    started = time.monotonic()
+    if outcome == "ok":
+        result = client.complete(PROMPT)
+        assert result.text.startswith("- SUMMARIZE")  # <think> and preamble stripped
+    else:
+        with pytest.raises(outcome):  # type: ignore[call-overload]
+            client.complete(PROMPT)
+    assert at_least <= time.monotonic() - started <= at_most
+
+
+def test_hang_past_every_timeout_is_bounded_by_the_item_deadline(server: FakeOpenAI) -> None:
+    server.plan(*["hang:5"] * 10)
+    client = completer(server, item_deadline_seconds=1.6, retries=10)
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailable):
+        client.complete(PROMPT)
+    assert time.monotonic() - started < 2.5
+
+
+def test_missing_usage_is_estimated(server: FakeOpenAI) -> None:
+    server.plan("nousage")
+    result = completer(server).complete(PROMPT)
+    assert result.tokens_in > 0 and result.tokens_out > 0
+
+
+def test_breaker_opens_after_consecutive_failures_and_closes_after_cooldown(
+    server: FakeOpenAI,
+) -> None:
+    client = completer(server, retries=0, breaker_failures=3, breaker_cooldown_seconds=1.0)
+    server.plan("500", "500", "500")
+    for _ in range(3):
+        with pytest.raises(BackendUnavailable):
+            client.complete(PROMPT)
+    assert client.breaker.state == "open"
+    calls = len(server.requests)
+    with pytest.raises(BreakerOpen):
+        client.complete(PROMPT)
+    assert len(server.requests) == calls  # no call while open
+    time.sleep(1.05)
+    assert client.breaker.state == "half-open"
+    assert client.complete(PROMPT).text
+    assert client.breaker.state == "closed"
+
+
+def test_breaker_state_machine_with_a_clock() -> None:
+    now = [0.0]
+    breaker = Breaker(2, 10, clock=lambda: now[0])
+    breaker.failure()
+    assert breaker.state == "closed"
+    breaker.failure()
+    assert breaker.state == "open"
+    now[0] = 10.5
+    assert breaker.state == "half-open"
+    breaker.failure()  # the trial call failed: open again for a full cool-down
+    assert breaker.state == "open"
+
+
+def test_api_key_from_env_or_credentials_directory(tmp_path: Path) -> None:
+    config = CompleterConfig()
+    assert api_key(config, {"OPENAI_API_KEY": "a"}) == "a"
+    (tmp_path / "openai-api-key").write_text("from-file\n")
+    assert api_key(config, {"CREDENTIALS_DIRECTORY": str(tmp_path)}) == "from-file"
+    assert api_key(config, {}) is None
+
+
+# ------------------------------------------------------------------ passes through the server
+
+
+def llm_config(db: Path, server: FakeOpenAI, **sections: object) -> Config:
+    config = config_for(db)
+    config = dataclasses.replace(config, completer=completer_config(server))
+    return dataclasses.replace(config, **sections) if sections else config
+
+
+def chat_file(db: Path, sessions: int = 3, turns: int = 6) -> None:
+    conn = make_chat_file(db)
+    for s in range(sessions):
+        add_turns(conn, f"s{s}", chat_texts(s, turns))
+    conn.close()
+
+
+def llm_pass(store: Store, config: Config, server: FakeOpenAI, **kw: object):  # type: ignore[no-untyped-def]
+    client = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY})
+    return run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True,
+                    **kw)  # type: ignore[arg-type]
+
+
+def test_end_to_end_pass_builds_every_tier_from_the_server(db: Path, server: FakeOpenAI) -> None:
+    chat_file(db)
+    config = llm_config(db, server)
+    store = open_store(config, get_logger())
+    result = llm_pass(store, config, server)
+    assert result.outcome == "ok", result.jobs
+    conn = store.conn
+    gists = [r[0] for r in conn.execute("SELECT content FROM summaries")]
+    assert len(gists) == 3 and all(g.startswith("- SUMMARIZE of") for g in gists)
+    assert conn.execute("SELECT content FROM profile").fetchone()[0].startswith("- PROFILE")
+    assert conn.execute("SELECT content FROM eras").fetchone()[0].count("- ERA") == 1
+    assert "- NARRATIVE" in conn.execute("SELECT content FROM narrative").fetchone()[0]
+    state = json.loads(conn.execute("SELECT data FROM self_state").fetchone()[0])
+    assert state["mood"] == "curious" and state["reflections"]
+    sources = {r[0] for r in conn.execute("SELECT dreamd_source FROM summaries")}
+    assert sources == {"llm:test-model"}
+    # The recorded tokens are what the server reported.
+    tokens = conn.execute("SELECT tokens_in, tokens_out FROM dreamd_runs").fetchone()
+    assert tokens == (server.prompt_tokens, server.completion_tokens)
+    assert (result.tokens_in, result.tokens_out) == tokens
+    jobs = {j.job: j for j in result.jobs}
+    assert sum(j.tokens_in for j in jobs.values()) == server.prompt_tokens
+    assert server.tasks() == ["summarize"] * 3 + ["profile", "era", "narrative", "reflect"]
+    store.close()
+
+
+def test_configuration_error_stops_llm_work_and_burns_no_attempts(
+    db: Path, server: FakeOpenAI
+) -> None:
+    chat_file(db)
+    config = llm_config(db, server)
+    store = open_store(config, get_logger())
+    before = derived_digest(db)
+    server.plan("401")
+    result = llm_pass(store, config, server)
+    assert len(server.requests) == 1  # one refused call, then no more
+    assert result.outcome == "failed"
+    assert any("authentication failed" in n for n in result.notes)
+    assert store.conn.execute("SELECT COUNT(*) FROM dreamd_failures").fetchone()[0] == 0
+    assert store.conn.execute("SELECT COUNT(*) FROM summaries").fetchone()[0] == 0
+    reasons = {j.job: j.reason for j in result.jobs}
+    assert reasons["profile"].startswith("not run: LLM work stopped")
+    notes = json.loads(store.conn.execute("SELECT notes FROM dreamd_runs").fetchone()[0])
+    assert "authentication failed" in notes[0]
+    # Only dreamd's bookkeeping moved (tally, embeddings); no derived memory was written.
+    assert before != derived_digest(db)
+    store.close()
+
+
+def test_rejected_input_is_split_once_then_quarantined(db: Path, server: FakeOpenAI) -> None:
+    chat_file(db, sessions=1, turns=10)
+    config = llm_config(db, server)
+    store = open_store(config, get_logger())
+    server.plan("400", "400")  # the whole session, then its first half after the split
+    result = llm_pass(store, config, server)
+    job = next(j for j in result.jobs if j.job == "summarize")
+    assert job.failed == 1
+    row = store.conn.execute("SELECT attempts, quarantined FROM dreamd_failures").fetchone()
+    assert row == (1, 1)
+    assert server.tasks().count("summarize") == 2  # once whole, once split; then no more
+    assert store.conn.execute("SELECT COUNT(*) FROM summaries").fetchone()[0] == 0
+    store.close()
+
+
+def test_rejected_input_that_fits_after_splitting_is_summarized(
+    db: Path, server: FakeOpenAI
+) -> None:
+    chat_file(db, sessions=1, turns=10)
+    config = llm_config(db, server)
+    store = open_store(config, get_logger())
+    server.plan("400")
+    llm_pass(store, config, server)
+    assert server.tasks()[:4] == ["summarize", "summarize", "summarize", "merge"]
+    assert store.conn.execute("SELECT COUNT(*) FROM summaries").fetchone()[0] == 1
+    store.close()
+
+
+def test_invalid_reflection_gets_one_repair_then_the_old_state_stays(
+    db: Path, server: FakeOpenAI
+) -> None:
+    chat_file(db, sessions=1)
+    config = llm_config(db, server)
+    store = open_store(config, get_logger())
+    server.plan("ok", "ok", "ok", "ok", "badjson", "ok")  # repaired on the second try
+    llm_pass(store, config, server)
+    state = json.loads(store.conn.execute("SELECT data FROM self_state").fetchone()[0])
+    assert state["mood"] == "curious"
+    add_turns(sqlite3.connect(db, isolation_level=None), "s0", ["more news", "tell me"])
+    before = store.conn.execute("SELECT data, updated_at FROM self_state").fetchone()
+    server.plan("ok", "ok", "ok", "ok", "badjson", "badjson")
+    result = llm_pass(store, config, server)
+    assert next(j for j in result.jobs if j.job == "reflect").failed == 1
+    # Drives may be mirrored into the state, but the reflection itself did not change.
+    after = json.loads(store.conn.execute("SELECT data FROM self_state").fetchone()[0])
+    old = json.loads(before[0])
+    assert after["reflections"] == old["reflections"] and after["mood"] == old["mood"]
+    assert store.conn.execute("SELECT attempts FROM dreamd_failures WHERE job='reflect'"
+                              ).fetchone()[0] == 1
+    store.close()
+
+
+def test_token_budget_stops_llm_work_before_it_is_exceeded(db: Path, server: FakeOpenAI) -> None:
+    chat_file(db, sessions=4)
+    config = llm_config(db, server, budget=BudgetConfig(tokens_per_pass=1500))
+    store = open_store(config, get_logger())
+    result = llm_pass(store, config, server)
+    assert any("budget.tokens_per_pass" in n for n in result.notes)
+    assert result.tokens_in + result.tokens_out <= 1500
+    assert store.conn.execute("SELECT COUNT(*) FROM dreamd_failures").fetchone()[0] == 0
+    done = store.conn.execute("SELECT COUNT(*) FROM summaries").fetchone()[0]
+    assert 0 < done < 4
+    store.close()
+
+
+def test_daily_budget_counts_earlier_passes(db: Path, server: FakeOpenAI) -> None:
+    chat_file(db, sessions=2)
+    config = llm_config(db, server)
+    store = open_store(config, get_logger())
+    first = llm_pass(store, config, server)
+    used = first.tokens_in + first.tokens_out
+    add_turns(sqlite3.connect(db, isolation_level=None), "s0", ["more", "news"])
+    tight = dataclasses.replace(config, budget=BudgetConfig(tokens_per_day=used + 10))
+    calls = len(server.requests)
+    second = llm_pass(store, tight, server)
+    assert len(server.requests) == calls
+    assert any("budget.tokens_per_day" in n for n in second.notes)
+    store.close()
+
+
+def test_unchanged_inputs_cost_no_tokens(db: Path, server: FakeOpenAI) -> None:
+    chat_file(db, sessions=2)
+    config = llm_config(db, server)
+    store = open_store(config, get_logger())
+    llm_pass(store, config, server)
+    era = store.conn.execute("SELECT content FROM eras").fetchone()[0]
+    # An era marked stale whose gists did not change (as after a gist re-saved as is).
+    store.conn.execute("UPDATE eras SET dreamd_seq = 0")
+    calls = len(server.requests)
+    result = llm_pass(store, config, server)
+    eras = next(j for j in result.jobs if j.job == "eras")
+    assert eras.done == 1 and eras.tokens_in == 0
+    assert len(server.requests) == calls
+    assert store.conn.execute("SELECT content FROM eras").fetchone()[0] == era
+    store.close()
+
+
+def test_a_pool_of_workers_summarizes_concurrently(db: Path) -> None:
+    fake = FakeOpenAI(delay=0.2).start()
+    try:
+        chat_file(db, sessions=8)
+        config = llm_config(db, fake)
+        config = dataclasses.replace(
+            config, completer=dataclasses.replace(config.completer, workers=8,
+                                                  read_timeout_seconds=2))
+        store = open_store(config, get_logger())
+        started = time.monotonic()
+        result = llm_pass(store, config, fake)
+        elapsed = time.monotonic() - started
+        job = next(j for j in result.jobs if j.job == "summarize")
+        assert job.done == 8
+        assert job.seconds < 8 * 0.2 * 0.6, job.seconds  # calls overlapped
+        assert elapsed < 8 * 0.2 + 5 * 0.2 + 1
+        store.close()
+    finally:
+        fake.stop()
+
+
+def test_api_key_never_reaches_logs_status_or_the_database(tmp_path: Path,
+                                                           server: FakeOpenAI) -> None:
+    db = tmp_path / "memory.db"
+    chat_file(db)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DREAMD_", "OPENAI_"))}
+    env.update(PYTHONPATH=str(ROOT), OPENAI_API_KEY=KEY, DREAMD_EMBED__BACKEND="hashing",
+               DREAMD_COMPLETER__BACKEND="openai", DREAMD_COMPLETER__BASE_URL=server.base_url,
+               DREAMD_LOG__LEVEL="debug")
+    outputs = []
+    for plan in (["ok"] * 7, ["401"]):
+        server.plan(*plan)
+        add_turns(sqlite3.connect(db, isolation_level=None), "s1", ["new", "turns"])
+        for args in (["--force"], ["status"], ["status", "--json"], ["show", "--json"]):
+            run = subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), *args],
+                                 env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+            outputs.append(run.stdout + run.stderr)
+    assert any("authentication failed" in o for o in outputs)  # the 401 case was exercised
+    assert all(KEY not in o for o in outputs)
+    assert all(r["auth"] == f"Bearer {KEY}" for r in server.requests)  # it was really used
+    for path in tmp_path.iterdir():
+        assert KEY.encode() not in path.read_bytes(), path
+    assert JobsConfig()  # the config module knows no api_key key to leak from
+    assert "api_key" not in {f.name for f in dataclasses.fields(CompleterConfig)}
