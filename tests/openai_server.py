@@ -11,6 +11,7 @@ Answers are deterministic and say which task they answer; usage is counted and s
 from __future__ import annotations
 
 import collections
+import contextlib
 import hashlib
 import json
 import threading
@@ -93,17 +94,15 @@ class FakeOpenAI:
                 for k, v in (headers or {}).items():
                     self.send_header(k, v)
                 self.end_headers()
-                try:
-                    self.wfile.write(body)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+                    self.wfile.write(body)  # the client may have timed out and gone
 
             def error(self, status: int, headers: dict[str, str] | None = None) -> None:
                 body = json.dumps({"error": {"message": f"told to fail with {status}",
                                              "type": "test", "code": status}}).encode()
                 self.reply(status, body, headers)
 
-            def do_POST(self) -> None:  # noqa: N802
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
                 behaviour = fake.next_behaviour()

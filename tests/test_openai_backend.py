@@ -29,7 +29,6 @@ from dreamd.errors import (
 from dreamd.log import get_logger
 from dreamd.prompts import summary_prompt
 from dreamd.store.connect import Store
-
 from tests.helpers import add_turns, chat_texts, config_for, derived_digest, make_chat_file
 from tests.openai_server import FakeOpenAI
 
