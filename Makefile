@@ -28,6 +28,7 @@ test: install
 
 bench: install
 	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.llm
 
 clean:
 	rm -rf $(VENV) demo *.egg-info

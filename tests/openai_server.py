@@ -44,8 +44,9 @@ def answer(system: str, user: str) -> str:
 
 
 class FakeOpenAI:
-    def __init__(self, delay: float = 0.0) -> None:
+    def __init__(self, delay: float = 0.0, pad: int = 0) -> None:
         self.delay = delay
+        self.pad = pad  # pad answers to this many characters, like a real gist
         self._plan: collections.deque[str] = collections.deque()
         self.lock = threading.Lock()
         self.requests: list[dict[str, Any]] = []
@@ -143,6 +144,10 @@ class FakeOpenAI:
                 system = body["messages"][0]["content"]
                 user = body["messages"][-1]["content"]
                 content = answer(system, user)
+                if fake.pad and task_of(system) != "reflect":
+                    content = (content + " Filler sentence of a longer gist.") * (
+                        fake.pad // (len(content) + 34) + 1)
+                    content = content[: fake.pad]
                 if kind == "empty":
                     content = ""
                 elif kind == "badjson":

@@ -242,7 +242,7 @@ def test_many_passes_with_a_live_writer_keep_wal_and_memory_bounded(tmp_path: Pa
     big_file(db, 50, 20)
     stop, report = tmp_path / "stop", tmp_path / "report.json"
     writer = subprocess.Popen(
-        [sys.executable, "-m", "tests.chat_writer", str(db), "50", str(stop), str(report)],
+        [sys.executable, "-m", "bench.chat_writer", str(db), "50", str(stop), str(report)],
         cwd=ROOT, env=dreamd_env())
     proc = start(db, "--loop", "0.05", env=dreamd_env(DREAMD_SUMMARIZE__IDLE_MINUTES="0"))
     wal = Path(f"{db}-wal")

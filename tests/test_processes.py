@@ -40,7 +40,7 @@ def test_live_writer_during_a_force_pass(tmp_path: Path) -> None:
     big_file(db, 400, 50)  # 20,000 turns
     stop, report = tmp_path / "stop", tmp_path / "report.json"
     writer = subprocess.Popen(
-        [sys.executable, "-m", "tests.chat_writer", str(db), "80", str(stop), str(report)],
+        [sys.executable, "-m", "bench.chat_writer", str(db), "80", str(stop), str(report)],
         cwd=ROOT, env=dreamd_env(),
     )
     time.sleep(0.5)

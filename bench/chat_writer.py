@@ -1,6 +1,6 @@
 """A stand-in chat app, run as its own process: inserts turns at a steady rate.
 
-    python -m tests.chat_writer DB RATE STOPFILE REPORT
+    python -m bench.chat_writer DB RATE STOPFILE REPORT
 
 Each turn is its own short transaction, as a chat server writes. It stops when STOPFILE
 exists, then writes a JSON report: ids inserted, lock errors seen, insert latencies.
