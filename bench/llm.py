@@ -11,7 +11,6 @@ throughput: 500 sessions through a server answering in 100 ms: 8 workers vs 1, a
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import sqlite3
@@ -126,20 +125,23 @@ def bench_throughput() -> None:
         for workers in (1, 8):
             db = Path(tmp) / f"w{workers}.db"
             chat = new_file(db)
+            rows = [(f"s{s}", role, turn_text(rng, role, "work"),
+                     (START + timedelta(minutes=n)).isoformat())
+                    for s in range(500)
+                    for n, role in enumerate(["user", "assistant"] * 3)]
             chat.execute("BEGIN")
-            for s in range(500):
-                for n in range(6):
-                    role = "user" if n % 2 == 0 else "assistant"
-                    chat.execute("INSERT INTO exchanges (session_id, role, content, created_at) "
-                                 "VALUES (?, ?, ?, ?)", (f"s{s}", role, turn_text(rng, role, "work"),
-                                                         (START + timedelta(minutes=n)).isoformat()))
+            chat.executemany("INSERT INTO exchanges (session_id, role, content, created_at) "
+                             "VALUES (?, ?, ?, ?)", rows)
             chat.execute("COMMIT")
             chat.close()
             alone = writer_p99(db, 5.0)
             flag = Path(tmp) / f"done{workers}"
             box: dict[str, float] = {}
-            thread = threading.Thread(target=lambda: box.update(
-                p99=writer_p99(db, None, stop_when=flag)))
+
+            def measure(db: Path = db, flag: Path = flag, box: dict[str, float] = box) -> None:
+                box["p99"] = writer_p99(db, None, stop_when=flag)
+
+            thread = threading.Thread(target=measure)
             thread.start()
             elapsed = timed_pass(db, server, workers, flag)
             thread.join()
