@@ -16,6 +16,7 @@ def render_status(data: dict[str, Any]) -> str:
     out = [
         f"memory file  {data['db']}",
         f"drives       {_drives(data['drives'])}",
+        f"llm          {data['llm']}",
         "backlog      "
         f"{b['sessions']} sessions, {b['dirty']} with unsummarized turns "
         f"({b['unsummarized_turns']} turns; {b['ripe']} ripe, {b['idle_ripe']} idle), "

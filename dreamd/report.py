@@ -24,12 +24,25 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
         fails = q.failures(conn)
     return {
         "db": str(store.path),
+        "llm": llm_state(recent[0] if recent else None),
         "backlog": {**backlog.as_dict(), "turns_since_last_pass": unfolded},
         "drives": Drives.from_dict(state[0].get("drives") if state else None).as_dict(),
         "runs": recent,
         "failures": [f.__dict__ for f in fails if not f.quarantined],
         "quarantined": [f.__dict__ for f in fails if f.quarantined],
     }
+
+
+def llm_state(run: dict[str, Any] | None) -> str:
+    """How LLM work went in the last pass: ok, degraded, stopped (configuration) or budget."""
+    notes = " ".join((run or {}).get("notes") or [])
+    if "BreakerOpen" in notes or "BackendUnavailable" in notes:
+        return "degraded: circuit breaker open, backend failing (see the pass notes)"
+    if "BackendMisconfigured" in notes:
+        return "stopped: configuration error (see the pass notes)"
+    if "BudgetExhausted" in notes:
+        return "paused: token budget reached"
+    return "ok"
 
 
 def memory(store: Store, config: Config, gists: int = 5) -> dict[str, Any]:

@@ -229,3 +229,22 @@ def test_drives_persist_between_passes(demo_store: Store) -> None:
         result.drives_after,
         **{k: round(v, 3) for k, v in result.drives_after.as_dict().items()},
     )
+
+
+def test_a_new_embedding_model_re_embeds_without_mixing_dimensions(demo_store: Store) -> None:
+    """Vectors are kept per model; switching models fills the new one in the background."""
+    from dreamd.backends.hashing import HashingEmbedder
+
+    first = RecordingCompleter(demo_store)
+    pass_(demo_store, first)
+    second = RecordingCompleter(demo_store, embedder=HashingEmbedder(dim=64))
+    pass_(demo_store, second)
+    conn = demo_store.conn
+    for table, count in (("dreamd_exchange_vectors", 143), ("dreamd_vectors", 12 + 4)):
+        rows = dict(conn.execute(
+            f"SELECT model, COUNT(*) FROM {table} GROUP BY model").fetchall())
+        assert rows == {"hashing-256": count, "hashing-64": count}, table
+        dims = dict(conn.execute(
+            f"SELECT model, MAX(length(vector)) FROM {table} GROUP BY model "
+            f"HAVING MIN(length(vector)) = MAX(length(vector))").fetchall())
+        assert dims == {"hashing-256": 256 * 4, "hashing-64": 64 * 4}, table

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -354,3 +355,24 @@ def test_api_key_never_reaches_logs_status_or_the_database(tmp_path: Path,
         assert KEY.encode() not in path.read_bytes(), path
     assert JobsConfig()  # the config module knows no api_key key to leak from
     assert "api_key" not in {f.name for f in dataclasses.fields(CompleterConfig)}
+
+
+def test_status_says_degraded_while_the_breaker_is_open(db: Path, server: FakeOpenAI) -> None:
+    from dreamd import report
+    from dreamd.render import render_status
+
+    chat_file(db, sessions=4)
+    config = llm_config(db, server)
+    config = dataclasses.replace(config, completer=dataclasses.replace(
+        config.completer, retries=0, breaker_failures=2, breaker_cooldown_seconds=60))
+    store = open_store(config, get_logger())
+    server.plan(*["503"] * 10)
+    result = llm_pass(store, config, server)
+    assert any("BreakerOpen" in n for n in result.notes)
+    assert len(server.requests) == 2  # then no call while open
+    # Two items burned an attempt each; the rest were not charged.
+    assert store.conn.execute("SELECT COUNT(*) FROM dreamd_failures").fetchone()[0] == 2
+    data = report.status(store, config, "hashing-256", datetime.now(UTC))
+    assert data["llm"].startswith("degraded")
+    assert "llm          degraded" in render_status(data)
+    store.close()

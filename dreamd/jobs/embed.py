@@ -45,7 +45,33 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             ctx.budget.spend()  # a batch is one item of the pass budget
             note_success(ctx, JOB, item, failures)
         ctx.progress(JOB, done, done + remaining - len(turns))
+    if not failed:
+        done += embed_derived(ctx, errors)
     with ctx.store.read() as conn:
         left = q.count_exchanges_after(conn, q.embed_watermark(conn, model))
     return JobResult(JOB, True, reason, done=done, failed=failed, remaining=left,
                      errors=tuple(errors))
+
+
+def embed_derived(ctx: JobContext, errors: list[str]) -> int:
+    """Gists and eras without a vector of this model (after a model change), in batches."""
+    done = 0
+    while not ctx.budget.exhausted():
+        with ctx.store.read() as conn:
+            rows = q.derived_without_vector(conn, ctx.embedder.model,
+                                            ctx.config.embed.batch_size)
+        if not rows:
+            break
+        try:
+            vectors = ctx.embedder.embed([content for _, _, content in rows])
+        except Exception as exc:  # recorded like a turn batch; the pass goes on
+            errors.append(note_failure(ctx, JOB, "derived", exc))
+            break
+        blobs = [(k, key, c, q.to_blob(v)) for (k, key, c), v in zip(rows, vectors, strict=True)]
+        with ctx.store.write() as conn:
+            stored = q.save_derived_vectors(conn, ctx.embedder.model, blobs)
+        done += stored
+        ctx.budget.spend()
+        if stored < len(rows):
+            break  # content changed under us; the next pass picks the rest up
+    return done

@@ -311,6 +311,38 @@ def save_turn_vectors(
     return True
 
 
+def derived_without_vector(
+    conn: sqlite3.Connection, model: str, limit: int
+) -> list[tuple[str, str, str]]:
+    """(kind, key, content) of gists and eras that have no vector of `model` yet."""
+    rows = conn.execute(
+        "SELECT 'summary', session_id, content FROM summaries s WHERE NOT EXISTS "
+        "(SELECT 1 FROM dreamd_vectors v WHERE v.model = ?1 AND v.kind = 'summary' "
+        "AND v.key = s.session_id) "
+        "UNION ALL SELECT 'era', month, content FROM eras e WHERE NOT EXISTS "
+        "(SELECT 1 FROM dreamd_vectors v WHERE v.model = ?1 AND v.kind = 'era' "
+        "AND v.key = e.month) LIMIT ?2",
+        (model, limit),
+    ).fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def save_derived_vectors(
+    conn: sqlite3.Connection, model: str, rows: list[tuple[str, str, str, bytes]]
+) -> int:
+    """Store vectors for derived rows whose content is still what was embedded."""
+    stored = 0
+    for kind, key, content, blob in rows:
+        table, column = ("summaries", "session_id") if kind == "summary" else ("eras", "month")
+        current = conn.execute(
+            f"SELECT content FROM {table} WHERE {column} = ?", (key,)
+        ).fetchone()
+        if current and current[0] == content:
+            put_vector(conn, model, kind, key, blob)
+            stored += 1
+    return stored
+
+
 def turn_vectors(conn: sqlite3.Connection, model: str, ids: list[int]) -> dict[int, np.ndarray]:
     out: dict[int, np.ndarray] = {}
     for start in range(0, len(ids), 500):
