@@ -9,8 +9,8 @@ import sqlite3
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
