@@ -111,7 +111,7 @@ def timed_pass(db: Path, server: FakeOpenAI, workers: int, done_flag: Path) -> f
     done_flag.touch()
     store.close()
     summarize = next(j for j in result.jobs if j.job == "summarize")
-    assert summarize.done == 500, summarize
+    assert summarize.done >= 500, summarize  # plus the live sessions the writer opened
     return elapsed
 
 
