@@ -170,3 +170,21 @@ class FakeOpenAI:
                 self.reply(200, json.dumps(response).encode())
 
         return Handler
+
+
+def main() -> None:
+    """Serve in a process of its own: `python -m tests.openai_server DELAY [PAD]`.
+
+    Prints the base URL on the first line, then serves until killed.
+    """
+    import sys
+
+    delay = float(sys.argv[1]) if len(sys.argv) > 1 else 0.0
+    pad = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    server = FakeOpenAI(delay=delay, pad=pad)
+    print(server.base_url, flush=True)
+    server.server.serve_forever()
+
+
+if __name__ == "__main__":
+    main()

@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 
 import numpy as np
 
 from dreamd.errors import OutputInvalid
-from dreamd.jobs.base import (
-    JobContext,
-    complete_once,
-    failed_items,
-    note_failure,
-    note_success,
-)
+from dreamd.jobs.base import JobContext, complete_once, failed_items, note_failure
 from dreamd.jobs.pool import run_items
 from dreamd.models import Gist, JobResult
 from dreamd.prompts import era_prompt
@@ -55,20 +50,20 @@ def think(ctx: JobContext, work: Work) -> tuple[str, str, str, np.ndarray]:
     return content, digest, completion.text, ctx.embedder.embed([content])[0]
 
 
-def store(ctx: JobContext, work: Work, result: tuple[str, str, str, np.ndarray],
-          layout: q.Layout) -> bool:
+def save(ctx: JobContext, conn: sqlite3.Connection, work: Work,
+         result: tuple[str, str, str, np.ndarray], layout: q.Layout) -> bool:
+    """Inside the caller's write transaction: the era, if its inputs are unchanged."""
     content, digest, raw, vector = result
-    with ctx.store.write() as conn:
-        stored = q.save_era(
-            conn, month=work.month, user_id=ctx.config.user.id, content=content,
-            session_count=len(work.gists), seq=max(g.seq for g in work.gists),
-            expected_seq=work.current_seq, source=ctx.source, now=ctx.now_text(),
-            embedding=q.core_embedding(layout.eras_embedding_required),
-            vector=q.to_blob(vector), model=ctx.embedder.model,
-        )
-        if stored:
-            q.save_output(conn, JOB, work.month, digest, raw)
-        return stored
+    stored = q.save_era(
+        conn, month=work.month, user_id=ctx.config.user.id, content=content,
+        session_count=len(work.gists), seq=max(g.seq for g in work.gists),
+        expected_seq=work.current_seq, source=ctx.source, now=ctx.now_text(),
+        embedding=q.core_embedding(layout.eras_embedding_required),
+        vector=q.to_blob(vector), model=ctx.embedder.model,
+    )
+    if stored:
+        q.save_output(conn, JOB, work.month, digest, raw)
+    return stored
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
@@ -76,17 +71,18 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     failures = failed_items(ctx, JOB)
     layout = q.read_layout(ctx.store)
 
-    def store_one(work: Work, result: tuple[str, str, str, np.ndarray]) -> bool:
-        stored = store(ctx, work, result, layout)
-        note_success(ctx, JOB, work.month, failures)
-        return stored
+    def save_one(conn: sqlite3.Connection, work: Work,
+                 result: tuple[str, str, str, np.ndarray]) -> bool:
+        if work.month in failures:
+            q.clear_failure(conn, JOB, work.month)
+        return save(ctx, conn, work, result, layout)
 
     tally = run_items(
         ctx,
         (m for m in months if not failures.get(m)),
         prepare=lambda month: prepare(ctx, month),
         think=lambda work: think(ctx, work),
-        store=store_one,
+        save=save_one,
         on_error=lambda month, exc: note_failure(ctx, JOB, month, exc),
     )
     blocked = sum(1 for m in months if failures.get(m))

@@ -1,18 +1,21 @@
 """Many items through the backend at once, with the database kept on one thread.
 
-prepare (short read) and store (short write) run on the pass's own thread, which owns
-the connection; think (backend calls, no database) runs in a bounded pool. The pass
+prepare (short read) and save (inside a short write) run on the pass's own thread, which
+owns the connection; think (backend calls, no database) runs in a bounded pool. The pass
 thread never waits for a backend answer inside a transaction.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
 from dreamd.jobs.base import JobContext
+
+Save = Callable[[sqlite3.Connection, Any, Any], bool]
 
 
 @dataclass
@@ -28,28 +31,33 @@ def run_items(
     items: Iterable[Any],
     prepare: Callable[[Any], Any],
     think: Callable[[Any], Any],
-    store: Callable[[Any, Any], bool],
+    save: Save,
     on_error: Callable[[Any, BaseException], str],
 ) -> Tally:
-    """Each item: prepare → think → store; errors go to on_error, the rest carry on."""
+    """Each item: prepare → think → save; errors go to on_error, the rest carry on.
+
+    `prepare` returning None skips the item; `think` returning None leaves it unsaved.
+    """
     tally = Tally()
 
-    def finish(item: Any, inputs: Any, future_or_value: Any, error: BaseException | None) -> None:
-        if error is not None:
-            tally.errors.append(on_error(item, error))
-            tally.failed += 1
-            return
-        try:
-            stored = store(inputs, future_or_value)
-        except Exception as exc:  # a write that failed: recorded like a backend failure
-            tally.errors.append(on_error(item, exc))
-            tally.failed += 1
-            return
-        if stored:
-            tally.done += 1
-            ctx.budget.spend()
-        else:
+    def finish(item: Any, inputs: Any, value: Any, error: BaseException | None) -> None:
+        if error is None and value is not None:
+            try:
+                with ctx.store.write() as conn:
+                    stored = save(conn, inputs, value)
+            except Exception as exc:  # a failed write is recorded like a failed call
+                error = exc
+            else:
+                tally.done += int(stored)
+                tally.skipped += int(not stored)
+                if stored:
+                    ctx.budget.spend()
+                return
+        if error is None:
             tally.skipped += 1
+            return
+        tally.errors.append(on_error(item, error))
+        tally.failed += 1
 
     if ctx.workers <= 1:
         for item in items:
@@ -59,17 +67,17 @@ def run_items(
             if inputs is None:
                 continue
             try:
-                result = think(inputs)
+                value = think(inputs)
             except Exception as exc:  # one bad item must not stop the pass
                 finish(item, inputs, None, exc)
                 continue
-            finish(item, inputs, result, None)
+            finish(item, inputs, value, None)
         return tally
 
     in_flight: dict[Future[Any], tuple[Any, Any]] = {}
     iterator = iter(items)
+    exhausted = False
     with ThreadPoolExecutor(max_workers=ctx.workers, thread_name_prefix="dreamd-llm") as pool:
-        exhausted = False
         while True:
             while not exhausted and len(in_flight) < ctx.workers * 2 and not ctx.stopped():
                 item = next(iterator, _END)

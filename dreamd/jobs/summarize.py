@@ -6,13 +6,14 @@ turns) is cut into chunks whose partial gists are merged — nothing is silently
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from datetime import timedelta
 
 import numpy as np
 
 from dreamd.errors import InputRejected, OutputInvalid
-from dreamd.jobs.base import JobContext, failed_items, note_failure, note_success
+from dreamd.jobs.base import JobContext, failed_items, note_failure
 from dreamd.jobs.pool import run_items
 from dreamd.models import JobResult, Turn
 from dreamd.prompts import merge_prompt, summary_prompt, turn_line
@@ -101,24 +102,22 @@ def think(ctx: JobContext, work: Work) -> tuple[str, np.ndarray] | None:
     return gist, ctx.embedder.embed([gist])[0]
 
 
-def store(ctx: JobContext, work: Work, result: tuple[str, np.ndarray] | None,
-          layout: q.Layout) -> bool:
-    if result is None:
-        return False
+def save(ctx: JobContext, conn: sqlite3.Connection, work: Work,
+         result: tuple[str, np.ndarray], layout: q.Layout) -> bool:
+    """Inside the caller's write transaction: the gist, if its inputs are unchanged."""
     gist, vector = result
-    with ctx.store.write() as conn:
-        return q.save_gist(
-            conn,
-            session=work.session,
-            content=gist,
-            last_exchange_id=work.session.last_id,
-            turns_covered=work.session.summarized_turns + len(work.turns),
-            source=ctx.source,
-            created_at=ctx.now_text(),
-            embedding=q.core_embedding(layout.summaries_embedding_required),
-            vector=q.to_blob(vector),
-            model=ctx.embedder.model,
-        )
+    return q.save_gist(
+        conn,
+        session=work.session,
+        content=gist,
+        last_exchange_id=work.session.last_id,
+        turns_covered=work.session.summarized_turns + len(work.turns),
+        source=ctx.source,
+        created_at=ctx.now_text(),
+        embedding=q.core_embedding(layout.summaries_embedding_required),
+        vector=q.to_blob(vector),
+        model=ctx.embedder.model,
+    )
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
@@ -128,10 +127,11 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     blocked = [s for s in todo if failures.get(s.session_id)]
     progress = {"n": 0}
 
-    def store_and_count(work: Work, result: tuple[str, np.ndarray] | None) -> bool:
-        stored = store(ctx, work, result, layout)
-        if stored:
-            note_success(ctx, JOB, work.session.session_id, failures)
+    def save_and_count(conn: sqlite3.Connection, work: Work,
+                       result: tuple[str, np.ndarray]) -> bool:
+        stored = save(ctx, conn, work, result, layout)
+        if stored and work.session.session_id in failures:
+            q.clear_failure(conn, JOB, work.session.session_id)
         progress["n"] += 1
         ctx.progress(JOB, progress["n"], len(todo))
         return stored
@@ -141,7 +141,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         (s for s in todo if not failures.get(s.session_id)),
         prepare=lambda session: prepare(ctx, session),
         think=lambda work: think(ctx, work),
-        store=store_and_count,
+        save=save_and_count,
         on_error=lambda session, exc: note_failure(ctx, JOB, session.session_id, exc),
     )
     return JobResult(JOB, True, reason, done=tally.done, failed=tally.failed,

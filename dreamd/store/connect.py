@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -40,9 +41,15 @@ class Store:
     whatever the busy timeout, while IMMEDIATE waits its turn behind the chat app.
     """
 
+    # dreamd checkpoints the WAL itself, at most this often, after its own writes. If it
+    # left that to SQLite's autocheckpoint, the chat app's commit that happens to cross
+    # the 1000-page mark would pay for copying dreamd's pages into the database.
+    CHECKPOINT_EVERY = 0.2
+
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
         self.path = path
+        self._checkpointed = time.monotonic()
 
     @property
     def in_transaction(self) -> bool:
@@ -60,6 +67,8 @@ class Store:
             self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
+        if time.monotonic() - self._checkpointed >= self.CHECKPOINT_EVERY:
+            self.checkpoint_passive()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
@@ -76,6 +85,7 @@ class Store:
         """Copy what it can of the WAL into the database without waiting for anyone:
         keeps the WAL bounded and never blocks the chat app's writes."""
         self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        self._checkpointed = time.monotonic()
 
     def close(self) -> None:
         self.conn.close()
