@@ -376,3 +376,25 @@ def test_status_says_degraded_while_the_breaker_is_open(db: Path, server: FakeOp
     assert data["llm"].startswith("degraded")
     assert "llm          degraded" in render_status(data)
     store.close()
+
+
+def test_embeddings_over_the_api_are_stored_under_their_own_model(
+    db: Path, server: FakeOpenAI
+) -> None:
+    from dreamd.backends.openai_backend import OpenAIEmbedder
+
+    chat_file(db, sessions=2)
+    config = llm_config(db, server)
+    config = dataclasses.replace(config, embed=dataclasses.replace(
+        config.embed, backend="openai", model="test-embed"))
+    store = open_store(config, get_logger())
+    embedder = OpenAIEmbedder(config, environ={"OPENAI_API_KEY": KEY})
+    client = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY})
+    result = run_pass(store, config, embedder, client, trigger="test", force=True)
+    assert result.outcome == "ok", result.jobs
+    rows = store.conn.execute(
+        "SELECT model, COUNT(*), MIN(length(vector)), MAX(length(vector)) "
+        "FROM dreamd_exchange_vectors GROUP BY model").fetchall()
+    assert rows == [("openai:test-embed", 12, 16 * 4, 16 * 4)]
+    assert any(r["path"].endswith("/embeddings") for r in server.requests)
+    store.close()
