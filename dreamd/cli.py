@@ -122,15 +122,20 @@ def main(ctx: click.Context, db: str | None, config_path: str | None, force: boo
     ctx.exit(dream(ctx.obj, config, force=force, loop=loop))
 
 
-def _open_existing(obj: dict[str, Any]) -> tuple[cfg.Config, Any]:
+def read_existing(obj: dict[str, Any], build: Any) -> Any:
+    """Open an existing memory file (never creating one), call build(store, config)."""
     from dreamd.app import open_store
 
     config = load_config(obj)
-    logging_.configure("warning", config.log.format)
+    logging_.configure("warning", config.log.format)  # stderr: stdout is the report's
     try:
-        return config, open_store(config, logging_.get_logger(), create=False)
+        store = open_store(config, logging_.get_logger(), create=False)
     except DreamdError as exc:
         raise fail(str(exc)) from None
+    try:
+        return build(store, config)
+    finally:
+        store.close()
 
 
 @main.command()
@@ -151,11 +156,8 @@ def status(obj: dict[str, Any], as_json: bool, runs: int) -> None:
     from dreamd.backends.factory import embedder_model_name
     from dreamd.render import render_status
 
-    config, store = _open_existing(obj)
-    try:
-        data = report.status(store, config, embedder_model_name(config), datetime.now(UTC), runs)
-    finally:
-        store.close()
+    data = read_existing(obj, lambda store, config: report.status(
+        store, config, embedder_model_name(config), datetime.now(UTC), runs))
     click.echo(json.dumps(data, indent=2, default=str) if as_json else render_status(data))
 
 
@@ -174,11 +176,7 @@ def show(obj: dict[str, Any], as_json: bool, gists: int) -> None:
     from dreamd import report
     from dreamd.render import render_memory
 
-    config, store = _open_existing(obj)
-    try:
-        data = report.memory(store, config, gists)
-    finally:
-        store.close()
+    data = read_existing(obj, lambda store, config: report.memory(store, config, gists))
     click.echo(json.dumps(data, indent=2) if as_json else render_memory(data))
 
 
