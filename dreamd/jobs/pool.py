@@ -33,14 +33,20 @@ def run_items(
     think: Callable[[Any], Any],
     save: Save,
     on_error: Callable[[Any, BaseException], str],
+    after: Callable[[Tally], None] = lambda tally: None,
 ) -> Tally:
     """Each item: prepare → think → save; errors go to on_error, the rest carry on.
 
-    `prepare` returning None skips the item; `think` returning None leaves it unsaved.
+    `prepare` returning None skips the item; `think` returning None leaves it unsaved;
+    `after` runs on the pass thread once an item is settled, outside any transaction.
     """
     tally = Tally()
 
     def finish(item: Any, inputs: Any, value: Any, error: BaseException | None) -> None:
+        settle(item, inputs, value, error)
+        after(tally)
+
+    def settle(item: Any, inputs: Any, value: Any, error: BaseException | None) -> None:
         if error is None and value is not None:
             try:
                 with ctx.store.write() as conn:

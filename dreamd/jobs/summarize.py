@@ -87,7 +87,7 @@ def prepare(ctx: JobContext, session: q.DirtySession) -> Work:
     return Work(session, existing[0] if existing else None, turns, vectors)
 
 
-def think(ctx: JobContext, work: Work) -> tuple[str, np.ndarray] | None:
+def think(ctx: JobContext, work: Work) -> tuple[str, bytes] | None:
     """The new gist and its vector. Input the backend rejects is split once, smaller."""
     if not work.turns:
         if not work.previous:
@@ -99,11 +99,11 @@ def think(ctx: JobContext, work: Work) -> tuple[str, np.ndarray] | None:
         except InputRejected:
             size = max(2, min(len(work.turns), ctx.config.summarize.chunk_turns) // 2)
             gist = gist_for(ctx, work.previous, work.turns, work.vectors, chunk=size)
-    return gist, ctx.embedder.embed([gist])[0]
+    return gist, q.to_blob(ctx.embedder.embed([gist])[0])
 
 
 def save(ctx: JobContext, conn: sqlite3.Connection, work: Work,
-         result: tuple[str, np.ndarray], layout: q.Layout) -> bool:
+         result: tuple[str, bytes], layout: q.Layout) -> bool:
     """Inside the caller's write transaction: the gist, if its inputs are unchanged."""
     gist, vector = result
     return q.save_gist(
@@ -115,7 +115,7 @@ def save(ctx: JobContext, conn: sqlite3.Connection, work: Work,
         source=ctx.source,
         created_at=ctx.now_text(),
         embedding=q.core_embedding(layout.summaries_embedding_required),
-        vector=q.to_blob(vector),
+        vector=vector,
         model=ctx.embedder.model,
     )
 
@@ -125,16 +125,12 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     failures = failed_items(ctx, JOB)
     layout = q.read_layout(ctx.store)
     blocked = [s for s in todo if failures.get(s.session_id)]
-    progress = {"n": 0}
-
-    def save_and_count(conn: sqlite3.Connection, work: Work,
-                       result: tuple[str, np.ndarray]) -> bool:
+    def save_and_count(conn: sqlite3.Connection, work: Work, result: tuple[str, bytes]) -> bool:
         stored = save(ctx, conn, work, result, layout)
         if stored and work.session.session_id in failures:
             q.clear_failure(conn, JOB, work.session.session_id)
-        progress["n"] += 1
-        ctx.progress(JOB, progress["n"], len(todo))
         return stored
+
 
     tally = run_items(
         ctx,
@@ -143,6 +139,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         think=lambda work: think(ctx, work),
         save=save_and_count,
         on_error=lambda session, exc: note_failure(ctx, JOB, session.session_id, exc),
+        after=lambda t: ctx.progress(JOB, t.done + t.failed + t.skipped, len(todo)),
     )
     return JobResult(JOB, True, reason, done=tally.done, failed=tally.failed,
                      skipped=tally.skipped + len(blocked), remaining=len(candidates(ctx)),

@@ -232,11 +232,17 @@ def save_gist(
     vector: bytes | None,
     model: str,
 ) -> bool:
-    """Store a gist if the session's watermark is still what the job read. Returns stored."""
-    current = conn.execute(
-        "SELECT summarized_id FROM dreamd_sessions WHERE session_id = ?", (session.session_id,)
-    ).fetchone()
-    if current is None or int(current[0]) != session.summarized_id:
+    """Store a gist if the session's watermark is still what the job read. Returns stored.
+
+    The watermark check and its move are one UPDATE: the write lock is held for as few
+    statements as possible, because the chat app waits behind it.
+    """
+    moved = conn.execute(
+        "UPDATE dreamd_sessions SET summarized_id = ?, summarized_turns = ? "
+        "WHERE session_id = ? AND summarized_id = ?",
+        (last_exchange_id, turns_covered, session.session_id, session.summarized_id),
+    ).rowcount
+    if not moved:
         return False
     seq = next_seq(conn)
     conn.execute(
@@ -250,10 +256,6 @@ def save_gist(
         "dreamd_source = excluded.dreamd_source",
         (session.session_id, content, embedding, last_exchange_id, created_at, session.user_id,
          seq, session.month, turns_covered, source),
-    )
-    conn.execute(
-        "UPDATE dreamd_sessions SET summarized_id = ?, summarized_turns = ? WHERE session_id = ?",
-        (last_exchange_id, turns_covered, session.session_id),
     )
     if vector is not None:
         put_vector(conn, model, "summary", session.session_id, vector)
