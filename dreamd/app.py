@@ -33,9 +33,10 @@ def check_sqlite(log: Any) -> None:
 def open_store(config: Config, log: Any, create: bool = True) -> Store:
     """Open (creating where allowed) and migrate the configured memory file."""
     path = config.db_path
-    default = path == config.__class__().db_path and config.db == DEFAULT_DB
-    if create and not path.parent.exists() and not default:
-        raise StoreError(f"directory {path.parent} does not exist (for --db {path})")
+    # Only the default location is created with its directories; a path someone typed
+    # must be in an existing directory, so a typo does not scatter new files around.
+    if create and not path.parent.exists() and config.db != DEFAULT_DB:
+        raise StoreError(f"directory {path.parent} does not exist (for {path})")
     store = connect(path, config.store.busy_timeout_ms, create=create)
     try:
         migrate(store)
