@@ -14,7 +14,6 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from dreamd import config as cfg
@@ -276,7 +275,3 @@ class Daemon:
 
         threading.Thread(target=loop, name="watchdog", daemon=True).start()
         return done
-
-
-def config_path_of(path: str | None) -> str | None:
-    return str(Path(path).expanduser()) if path else None
