@@ -104,6 +104,7 @@ def main(ctx: click.Context, db: str | None, config_path: str | None, force: boo
       dreamd --db ~/chat/memory.db --loop 600  a pass every ten minutes (tmux)
       dreamd --db ~/chat/memory.db status      backlog, drives, why jobs ran or did not
       dreamd --db ~/chat/memory.db show        the memory dreamd produced
+      dreamd --db ~/chat/memory.db import chatgpt conversations.json
 
     Exit codes: 0 done; 1 a job failed (see `dreamd status`); 2 bad input or config;
     3 another dreamd is already working on the file.
@@ -178,6 +179,48 @@ def show(obj: dict[str, Any], as_json: bool, gists: int) -> None:
 
     data = read_existing(obj, lambda store, config: report.memory(store, config, gists))
     click.echo(json.dumps(data, indent=2) if as_json else render_memory(data))
+
+
+@main.command(name="import")
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(["chatgpt", "jsonl", "locomo",
+                                                             "longmemeval"]))
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.pass_obj
+def import_(obj: dict[str, Any], fmt: str, path: Path) -> None:
+    """Add history from a file to the memory file, with its real dates.
+
+    \b
+    FORMAT is one of:
+      chatgpt      conversations.json from a ChatGPT data export (the branch last shown)
+      jsonl        one turn per line: {"session", "role", "content", "created_at", "name"?}
+      locomo       the LoCoMo benchmark file
+      longmemeval  a LongMemEval file (each haystack session once)
+
+    A re-import adds nothing; a malformed file imports nothing and names the place.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db import chatgpt ~/Downloads/conversations.json
+    """
+    from dreamd.app import open_store
+    from dreamd.importers import read_sessions, write_sessions
+
+    config = load_config(obj)
+    logging_.configure("warning", config.log.format)
+    progress = Progress(sys.stderr)
+    try:
+        sessions = read_sessions(fmt, path)
+        store = open_store(config, logging_.get_logger())
+    except DreamdError as exc:
+        raise fail(str(exc)) from None
+    try:
+        result = write_sessions(store, sessions,
+                                lambda done, total: progress("import", done, total))
+    finally:
+        progress.clear()
+        store.close()
+    click.echo(f"{path}: {result.sessions} sessions ({result.new_sessions} new), "
+               f"{result.turns_added} turns added, {result.turns_present} already present")
 
 
 @main.command()

@@ -1,0 +1,266 @@
+"""Importing real history: ChatGPT exports, a documented JSONL format, LoCoMo, LongMemEval.
+
+Parsers are pure (parsed JSON in, sessions out) and name the file and the place of any
+problem; the writer adds the turns as a chat app would, keeping their real dates, in one
+transaction per file, so a bad file imports nothing and a re-import adds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from dreamd.errors import DreamdError
+from dreamd.store.connect import Store
+
+
+class ImportFormatError(DreamdError):
+    """An import file is not in the format it was said to be; names the file and place."""
+
+
+@dataclass(frozen=True)
+class ImportTurn:
+    role: str
+    content: str
+    created_at: str
+
+
+@dataclass(frozen=True)
+class ImportSession:
+    session_id: str
+    name: str | None
+    turns: tuple[ImportTurn, ...]
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    sessions: int
+    new_sessions: int
+    turns_added: int
+    turns_present: int
+
+
+def _iso(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat()
+
+
+def _spaced(start: datetime, texts: list[tuple[str, str]]) -> tuple[ImportTurn, ...]:
+    """Turns of a session known only by its start: one minute apart, in order."""
+    return tuple(ImportTurn(role, text, _iso(start + timedelta(minutes=i)))
+                 for i, (role, text) in enumerate(texts))
+
+
+# ------------------------------------------------------------------------- JSONL
+
+JSONL_FIELDS = ("session", "role", "content", "created_at")
+
+
+def parse_jsonl(lines: Iterable[str], where: str) -> list[ImportSession]:
+    """One turn per line: {"session", "role", "content", "created_at" (ISO-8601), "name"?}."""
+    sessions: dict[str, list[ImportTurn]] = {}
+    names: dict[str, str | None] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        place = f"{where}: line {number}"
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise ImportFormatError(f"{place}: not JSON ({exc.args[0]})") from None
+        if not isinstance(row, dict):
+            raise ImportFormatError(f"{place}: expected an object")
+        for key in JSONL_FIELDS:
+            if not isinstance(row.get(key), str) or not row[key]:
+                raise ImportFormatError(f"{place}: missing or empty string field {key!r}")
+        try:
+            created = _iso(datetime.fromisoformat(row["created_at"]))
+        except ValueError:
+            raise ImportFormatError(
+                f"{place}: created_at is not ISO-8601: {row['created_at']!r}") from None
+        sessions.setdefault(row["session"], []).append(
+            ImportTurn(row["role"], row["content"], created))
+        names.setdefault(row["session"], row.get("name"))
+    return [ImportSession(sid, names[sid], tuple(turns)) for sid, turns in sessions.items()]
+
+
+# ------------------------------------------------------------------------- ChatGPT
+
+
+def _chatgpt_text(message: dict[str, Any]) -> str:
+    content = message.get("content") or {}
+    if content.get("content_type") not in ("text", "multimodal_text"):
+        return ""
+    parts = [p for p in content.get("parts") or [] if isinstance(p, str)]
+    return "\n".join(parts).strip()
+
+
+def parse_chatgpt(data: Any, where: str) -> list[ImportSession]:
+    """conversations.json: follow each conversation from current_node up to its root.
+
+    That path is the branch the user last saw: edited messages leave their older
+    branches behind. System, tool and hidden messages are skipped; a message without a
+    time takes the previous message's, or the conversation's.
+    """
+    if not isinstance(data, list):
+        raise ImportFormatError(f"{where}: expected a list of conversations")
+    sessions = []
+    for index, conv in enumerate(data):
+        place = f"{where}: conversation {index}"
+        if not isinstance(conv, dict) or not isinstance(conv.get("mapping"), dict):
+            raise ImportFormatError(f"{place}: no 'mapping' of messages")
+        mapping = conv["mapping"]
+        node = conv.get("current_node")
+        chain = []
+        seen = set()
+        while node is not None:
+            if node not in mapping or node in seen:
+                raise ImportFormatError(f"{place}: broken message tree at node {node!r}")
+            seen.add(node)
+            chain.append(mapping[node])
+            node = mapping[node].get("parent")
+        fallback = conv.get("create_time") or conv.get("update_time")
+        turns = []
+        for entry in reversed(chain):
+            message = entry.get("message")
+            if not isinstance(message, dict):
+                continue
+            role = (message.get("author") or {}).get("role")
+            hidden = (message.get("metadata") or {}).get("is_visually_hidden_from_conversation")
+            text = _chatgpt_text(message)
+            stamp = message.get("create_time") or fallback
+            if stamp is not None:
+                fallback = stamp
+            if role not in ("user", "assistant") or hidden or not text:
+                continue
+            if stamp is None:
+                raise ImportFormatError(f"{place}: a message and its conversation have no time")
+            turns.append(ImportTurn(role, text, _iso(datetime.fromtimestamp(float(stamp), UTC))))
+        if turns:
+            cid = conv.get("id") or conv.get("conversation_id") or f"index-{index}"
+            sessions.append(ImportSession(f"chatgpt:{cid}", conv.get("title"), tuple(turns)))
+    return sessions
+
+
+# ------------------------------------------------------------------------- benchmarks
+
+
+def parse_locomo(data: Any, where: str) -> list[ImportSession]:
+    """LoCoMo: speakers keep their names as roles; image turns keep their caption."""
+    if not isinstance(data, list):
+        raise ImportFormatError(f"{where}: expected a list of conversations")
+    sessions = []
+    for conv in data:
+        sample = conv.get("sample_id", "?") if isinstance(conv, dict) else "?"
+        body = conv.get("conversation") if isinstance(conv, dict) else None
+        if not isinstance(body, dict):
+            raise ImportFormatError(f"{where}: {sample}: no 'conversation'")
+        numbers = sorted(int(k.split("_")[1]) for k in body
+                         if k.startswith("session_") and k.split("_")[1].isdigit()
+                         and k.count("_") == 1)
+        for n in numbers:
+            place = f"{where}: {sample} session_{n}"
+            raw_date = body.get(f"session_{n}_date_time")
+            try:
+                start = datetime.strptime(str(raw_date), "%I:%M %p on %d %B, %Y")
+            except ValueError:
+                raise ImportFormatError(f"{place}: unreadable date {raw_date!r}") from None
+            texts = []
+            for turn in body[f"session_{n}"]:
+                if not isinstance(turn, dict) or "speaker" not in turn or "text" not in turn:
+                    raise ImportFormatError(f"{place}: a turn without speaker or text")
+                text = turn["text"]
+                if turn.get("blip_caption"):
+                    text += f" [shares an image: {turn['blip_caption']}]"
+                texts.append((turn["speaker"], text))
+            sessions.append(ImportSession(f"locomo:{sample}:{n}", None, _spaced(start, texts)))
+    return sessions
+
+
+def parse_longmemeval(data: Any, where: str) -> list[ImportSession]:
+    """LongMemEval: every haystack session once (they repeat across questions)."""
+    if not isinstance(data, list):
+        raise ImportFormatError(f"{where}: expected a list of questions")
+    sessions: dict[str, ImportSession] = {}
+    for question in data:
+        qid = question.get("question_id", "?") if isinstance(question, dict) else "?"
+        try:
+            triples = zip(question["haystack_session_ids"], question["haystack_dates"],
+                          question["haystack_sessions"], strict=True)
+            for sid, raw_date, turns in triples:
+                if sid in sessions:
+                    continue
+                try:
+                    start = datetime.strptime(raw_date, "%Y/%m/%d (%a) %H:%M")
+                except ValueError:
+                    raise ImportFormatError(
+                        f"{where}: {qid} session {sid}: unreadable date {raw_date!r}") from None
+                texts = [(t["role"], t["content"]) for t in turns]
+                sessions[sid] = ImportSession(f"lme:{sid}", None, _spaced(start, texts))
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, ImportFormatError):
+                raise
+            raise ImportFormatError(f"{where}: {qid}: malformed haystack ({exc})") from None
+    return list(sessions.values())
+
+
+# ------------------------------------------------------------------------- reading, writing
+
+FORMATS = ("chatgpt", "jsonl", "locomo", "longmemeval")
+
+
+def read_sessions(fmt: str, path: Path) -> list[ImportSession]:
+    """Parse `path` as `fmt`; every problem names the file and the place."""
+    where = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ImportFormatError(f"{where}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ImportFormatError(f"{where}: not UTF-8 text") from None
+    if fmt == "jsonl":
+        return parse_jsonl(text.splitlines(), where)
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ImportFormatError(f"{where}: not JSON ({exc})") from None
+    parser: Callable[[Any, str], list[ImportSession]] = {
+        "chatgpt": parse_chatgpt, "locomo": parse_locomo, "longmemeval": parse_longmemeval,
+    }[fmt]
+    return parser(data, where)
+
+
+def write_sessions(store: Store, sessions: list[ImportSession],
+                   progress: Callable[[int, int], None] = lambda done, total: None
+                   ) -> ImportResult:
+    """Add the turns not already present, in one transaction (all or nothing)."""
+    added = present = new = 0
+    with store.write() as conn:
+        for index, session in enumerate(sessions):
+            existing = _existing_turns(conn, session.session_id)
+            new += int(not existing)
+            first = session.turns[0].created_at if session.turns else _iso(datetime.now(UTC))
+            conn.execute("INSERT OR IGNORE INTO sessions (id, name, created_at) VALUES (?, ?, ?)",
+                         (session.session_id, session.name, first))
+            rows = [(session.session_id, t.role, t.content, t.created_at) for t in session.turns
+                    if (t.role, t.content, t.created_at) not in existing]
+            conn.executemany("INSERT INTO exchanges (session_id, role, content, created_at) "
+                             "VALUES (?, ?, ?, ?)", rows)
+            added += len(rows)
+            present += len(session.turns) - len(rows)
+            if index % 200 == 0:
+                progress(index + 1, len(sessions))
+    progress(len(sessions), len(sessions))
+    return ImportResult(len(sessions), new, added, present)
+
+
+def _existing_turns(conn: sqlite3.Connection, session_id: str) -> set[tuple[str, str, str]]:
+    rows = conn.execute("SELECT role, content, created_at FROM exchanges WHERE session_id = ?",
+                        (session_id,))
+    return {(r[0], r[1], r[2]) for r in rows}

@@ -1,0 +1,149 @@
+"""Importers: real dates, branches, idempotence, and malformed files that import nothing."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dreamd.cli import main
+from dreamd.importers import ImportFormatError, parse_chatgpt, parse_jsonl, read_sessions
+
+SHARED = Path(__file__).parent.parent.parent / "shared" / "data"
+
+
+def invoke(db: Path, *args: str):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(main, ["--db", str(db), "import", *args])
+
+
+def rows(db: Path, sql: str) -> list[tuple[object, ...]]:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def chatgpt_export() -> list[dict[str, object]]:
+    """One conversation whose second user message was edited: two branches."""
+    def node(nid: str, parent: str | None, role: str | None, text: str, t: float | None,
+             children: list[str], ctype: str = "text") -> dict[str, object]:
+        message = None if role is None else {
+            "id": nid, "author": {"role": role}, "create_time": t,
+            "content": {"content_type": ctype, "parts": [text]}, "metadata": {}}
+        return {"id": nid, "message": message, "parent": parent, "children": children}
+
+    mapping = {
+        "root": node("root", None, None, "", None, ["sys"]),
+        "sys": node("sys", "root", "system", "You are ChatGPT.", 1.0, ["u1"]),
+        "u1": node("u1", "sys", "user", "Plan a trip to Kyoto", 1700000000.0, ["a1"]),
+        "a1": node("a1", "u1", "assistant", "Sure: temples first.", None, ["u2old", "u2new"]),
+        "u2old": node("u2old", "a1", "user", "For two days", 1700000100.0, ["a2old"]),
+        "a2old": node("a2old", "u2old", "assistant", "Two-day plan...", 1700000110.0, []),
+        "u2new": node("u2new", "a1", "user", "For five days", 1700000200.0, ["tool"]),
+        "tool": node("tool", "u2new", "tool", "search results", 1700000205.0, ["a2new"]),
+        "a2new": node("a2new", "tool", "assistant", "Five-day plan...", 1700000210.0, []),
+    }
+    return [{"id": "conv-1", "title": "Kyoto", "create_time": 1699999999.0,
+             "mapping": mapping, "current_node": "a2new"}]
+
+
+def test_chatgpt_follows_the_current_branch_and_skips_system_and_tool() -> None:
+    [session] = parse_chatgpt(chatgpt_export(), "x.json")
+    assert session.session_id == "chatgpt:conv-1" and session.name == "Kyoto"
+    assert [(t.role, t.content) for t in session.turns] == [
+        ("user", "Plan a trip to Kyoto"), ("assistant", "Sure: temples first."),
+        ("user", "For five days"), ("assistant", "Five-day plan...")]
+    # The assistant message without a time takes the previous message's.
+    assert session.turns[1].created_at == session.turns[0].created_at
+    assert session.turns[0].created_at.startswith("2023-11-14T22:13:20")
+
+
+def test_chatgpt_broken_tree_names_the_place() -> None:
+    export = chatgpt_export()
+    export[0]["current_node"] = "missing"
+    with pytest.raises(ImportFormatError, match=r"x\.json: conversation 0: broken message tree"):
+        parse_chatgpt(export, "x.json")
+
+
+def test_jsonl_import_is_idempotent_and_keeps_dates(tmp_path: Path) -> None:
+    db, src = tmp_path / "m.db", tmp_path / "h.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in [
+        {"session": "a", "role": "user", "content": "hi", "created_at": "2024-01-02T03:04:05Z"},
+        {"session": "a", "role": "assistant", "content": "hello",
+         "created_at": "2024-01-02T03:04:09+00:00", "name": "greeting"},
+        {"session": "b", "role": "user", "content": "later", "created_at": "2024-02-01T00:00:00"},
+    ]))
+    first = invoke(db, "jsonl", str(src))
+    assert first.exit_code == 0 and "3 turns added" in first.output
+    assert rows(db, "SELECT session_id, created_at FROM exchanges ORDER BY id") == [
+        ("a", "2024-01-02T03:04:05+00:00"), ("a", "2024-01-02T03:04:09+00:00"),
+        ("b", "2024-02-01T00:00:00+00:00")]
+    again = invoke(db, "jsonl", str(src))
+    assert "0 turns added, 3 already present" in again.output
+    assert rows(db, "SELECT COUNT(*) FROM exchanges") == [(3,)]
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [('{"session": "a", "role": "user", "content": "x"}', "line 2: missing or empty string "
+      "field 'created_at'"),
+     ("not json at all", "line 2: not JSON"),
+     ('{"session": "a", "role": "user", "content": "x", "created_at": "yesterday"}',
+      "line 2: created_at is not ISO-8601")],
+)
+def test_malformed_jsonl_names_the_line_and_imports_nothing(tmp_path: Path, line: str,
+                                                            message: str) -> None:
+    db, src = tmp_path / "m.db", tmp_path / "h.jsonl"
+    good = json.dumps({"session": "a", "role": "user", "content": "ok",
+                       "created_at": "2024-01-01T00:00:00Z"})
+    src.write_text(good + "\n" + line + "\n")
+    result = invoke(db, "jsonl", str(src))
+    assert result.exit_code == 2
+    assert result.output.startswith(f"Error: {src}: {message}")
+    assert len(result.output.strip().splitlines()) == 1
+    assert not db.exists()  # parsed before the file was even opened
+
+
+def test_jsonl_parser_groups_by_session() -> None:
+    lines = [json.dumps({"session": s, "role": "user", "content": c,
+                         "created_at": "2024-01-01T00:00:00Z"}) for s, c in
+             [("a", "1"), ("b", "2"), ("a", "3")]]
+    sessions = parse_jsonl(lines, "x")
+    assert [(s.session_id, len(s.turns)) for s in sessions] == [("a", 2), ("b", 1)]
+
+
+def test_locomo_dev_slice_imports_with_session_dates(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    result = invoke(db, "locomo", str(SHARED / "locomo_dev.json"))
+    assert result.exit_code == 0, result.output
+    assert rows(db, "SELECT COUNT(DISTINCT session_id), COUNT(*) FROM exchanges") == [(70, 1451)]
+    first = rows(db, "SELECT role, created_at FROM exchanges ORDER BY id LIMIT 1")[0]
+    assert first == ("Caroline", "2023-05-08T13:56:00+00:00")
+    assert rows(db, "SELECT COUNT(*) FROM exchanges WHERE content LIKE '%[shares an image:%'")[0][0]
+    assert "0 turns added" in invoke(db, "locomo", str(SHARED / "locomo_dev.json")).output
+
+
+def test_longmemeval_dev_slice_imports_each_session_once(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    sessions = read_sessions("longmemeval", SHARED / "longmemeval_s_dev.json")
+    data = json.loads((SHARED / "longmemeval_s_dev.json").read_text())
+    unique = {sid for q in data for sid in q["haystack_session_ids"]}
+    assert len(sessions) == len(unique)
+    result = invoke(db, "longmemeval", str(SHARED / "longmemeval_s_dev.json"))
+    assert result.exit_code == 0, result.output
+    assert rows(db, "SELECT COUNT(DISTINCT session_id) FROM exchanges") == [(len(unique),)]
+    assert rows(db, "SELECT MIN(created_at) FROM exchanges")[0][0].startswith("20")
+
+
+def test_malformed_benchmark_file_names_the_session(tmp_path: Path) -> None:
+    data = json.loads((SHARED / "locomo_dev.json").read_text())[:1]
+    data[0]["conversation"]["session_2_date_time"] = "sometime in May"
+    src = tmp_path / "bad.json"
+    src.write_text(json.dumps(data))
+    result = invoke(tmp_path / "m.db", "locomo", str(src))
+    assert result.exit_code == 2
+    assert f"{src}: conv-26 session_2: unreadable date 'sometime in May'" in result.output
