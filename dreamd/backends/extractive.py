@@ -15,6 +15,7 @@ import numpy as np
 
 from dreamd.backends.protocols import Embedder
 from dreamd.models import Completion, Prompt
+from dreamd.text import CHATTER
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{2,}")
 _SELF_DISCLOSURE = re.compile(
@@ -22,19 +23,6 @@ _SELF_DISCLOSURE = re.compile(
     r"i prefer|i want|i need|i feel|i think|my|me and|we're|we are|i'll|i will|i study|"
     r"i started|i got|i just)\b",
     re.IGNORECASE,
-)
-_STOPWORDS = frozenset(
-    """about above after again against also been before being below between both but can
-    could did does doing down during each few from further had has have having her here
-    hers herself him himself his how into its itself just more most much must myself
-    nor not now off once only other our ours ourselves out over own same she should some
-    such than that the their theirs them themselves then there these they this those
-    through too under until very was were what when where which while who whom why will
-    with would you your yours yourself yourselves the and for are yes yeah okay sure
-    really thanks thank like know think going get got one all any let lot well want
-    maybe still something things thing make sounds good great user assistant today
-    that's it's i'm don't can't you're i've i'll didn't doesn't isn't first last next
-    week weeks time day days tonight morning year years back even never always every""".split()
 )
 _POSITIVE = frozenset(
     """happy glad great good excited love loved lovely fun enjoy enjoyed proud grateful
@@ -90,7 +78,7 @@ def keywords(texts: list[str], n: int) -> list[str]:
     counts: Counter[str] = Counter()
     for text in texts:
         words = {w.lower().strip("'-") for w in _WORD.findall(text)}
-        counts.update(w for w in words if w not in _STOPWORDS and len(w) > 3)
+        counts.update(w for w in words if w not in CHATTER and len(w) > 3)
     return [w for w, c in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0])) if c > 1][:n]
 
 

@@ -47,10 +47,23 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         ctx.progress(JOB, done, done + remaining - len(turns))
     if not failed:
         done += embed_derived(ctx, errors)
+    index_text(ctx)
     with ctx.store.read() as conn:
         left = q.count_exchanges_after(conn, q.embed_watermark(conn, model))
     return JobResult(JOB, True, reason, done=done, failed=failed, remaining=left,
                      errors=tuple(errors))
+
+
+def index_text(ctx: JobContext, chunk: int = 20_000) -> None:
+    """Keep the full-text index up to the newest turn, in short chunks."""
+    while not ctx.budget.exhausted():
+        with ctx.store.read() as conn:
+            after, newest = q.fts_watermark(conn), q.max_exchange_id(conn)
+        if newest <= after:
+            return
+        with ctx.store.write() as conn:
+            if q.fts_watermark(conn) == after:
+                q.index_text(conn, after, min(newest, after + chunk))
 
 
 def embed_derived(ctx: JobContext, errors: list[str]) -> int:

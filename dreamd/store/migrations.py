@@ -193,6 +193,14 @@ def _llm_bookkeeping(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _lexical(conn: sqlite3.Connection) -> None:
+    # A full-text index of turns for lexical recall (BM25), kept by dreamd's embed job;
+    # rowid = exchanges.id. Porter stemming: "running" finds "run".
+    conn.execute(
+        "CREATE VIRTUAL TABLE dreamd_fts USING fts5(text, tokenize = 'porter unicode61')"
+    )
+
+
 @dataclass(frozen=True)
 class Migration:
     version: int
@@ -204,6 +212,7 @@ MIGRATIONS = (
     Migration(1, "core tables (prior-art layout)", _core),
     Migration(2, "dreamd bookkeeping, tally, vectors, runs", _dreamd_base),
     Migration(3, "LLM outputs by input hash, pass notes", _llm_bookkeeping),
+    Migration(4, "full-text index of turns", _lexical),
 )
 
 

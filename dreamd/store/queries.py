@@ -345,6 +345,20 @@ def save_derived_vectors(
     return stored
 
 
+def fts_watermark(conn: sqlite3.Connection) -> int:
+    return int(get_state(conn, "fts_id", "0") or 0)
+
+
+def index_text(conn: sqlite3.Connection, after_id: int, upto_id: int) -> None:
+    """Add turns after_id < id <= upto_id to the full-text index and move its mark."""
+    conn.execute(
+        "INSERT INTO dreamd_fts (rowid, text) SELECT id, role || ': ' || content "
+        "FROM exchanges WHERE id > ? AND id <= ?",
+        (after_id, upto_id),
+    )
+    set_state(conn, "fts_id", str(upto_id))
+
+
 def turn_vectors(conn: sqlite3.Connection, model: str, ids: list[int]) -> dict[int, np.ndarray]:
     out: dict[int, np.ndarray] = {}
     for start in range(0, len(ids), 500):

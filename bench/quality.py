@@ -1,0 +1,144 @@
+"""Memory quality on public benchmarks, with the embedded default and no LLM.
+
+    python -m bench.quality [longmemeval PATH] [locomo PATH]
+
+Defaults to the dev slices in ../shared/data; the full public files work the same way.
+LongMemEval_S: each question against its own haystack (imported into a fresh file, one
+full pass), session-level recall_any@5/@10 and NDCG@10, overall and per question type.
+LoCoMo: every conversation imported, one full pass, evidence-turn recall@5/10/25 per
+category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from dreamd.app import open_store
+from dreamd.backends.extractive import ExtractiveCompleter
+from dreamd.backends.local import LocalEmbedder
+from dreamd.config import Config
+from dreamd.cycle import run_pass
+from dreamd.importers import parse_locomo, parse_longmemeval, write_sessions
+from dreamd.log import configure, get_logger
+from dreamd.memory import Memory
+
+DATA = Path(__file__).parent.parent.parent / "shared" / "data"
+
+
+def consolidated(db: Path, sessions: list, embedder: LocalEmbedder) -> Memory:  # type: ignore[type-arg]
+    config = Config(db=str(db))
+    store = open_store(config, get_logger())
+    write_sessions(store, sessions)
+    run_pass(store, config, embedder, ExtractiveCompleter(embedder), trigger="quality",
+             force=True)
+    store.close()
+    return Memory(db, config=config, embedder=embedder)
+
+
+def ranked_sessions(memory: Memory, query: str, words_too: bool) -> list[str]:
+    """Sessions in the order of their best turn."""
+    order: list[str] = []
+    for hit in memory.recall(query, k=200, words_too=words_too):
+        if hit.session_id not in order:
+            order.append(hit.session_id)
+    return order
+
+
+def ndcg(ranked: list[str], relevant: set[str], k: int) -> float:
+    gain = sum(1 / math.log2(i + 2) for i, s in enumerate(ranked[:k]) if s in relevant)
+    ideal = sum(1 / math.log2(i + 2) for i in range(min(k, len(relevant))))
+    return gain / ideal if ideal else 0.0
+
+
+def longmemeval(path: Path, embedder: LocalEmbedder) -> None:
+    questions = json.loads(path.read_text())
+    results: dict[str, dict[str, list[float]]] = {"hybrid": defaultdict(list),
+                                                  "vector": defaultdict(list)}
+    for question in questions:
+        relevant = {f"lme:{s}" for s in question.get("answer_session_ids", [])}
+        if not relevant:
+            continue  # abstention questions have no evidence
+        with tempfile.TemporaryDirectory() as tmp:
+            memory = consolidated(Path(tmp) / "m.db", parse_longmemeval([question], str(path)),
+                                  embedder)
+            for mode, words in (("hybrid", True), ("vector", False)):
+                ranked = ranked_sessions(memory, question["question"], words)
+                row = results[mode]
+                for key in ("all", question["question_type"]):
+                    row[f"{key}|r5"].append(float(bool(relevant & set(ranked[:5]))))
+                    row[f"{key}|r10"].append(float(bool(relevant & set(ranked[:10]))))
+                    row[f"{key}|ndcg10"].append(ndcg(ranked, relevant, 10))
+            memory.close()
+    for mode, row in results.items():
+        keys = sorted({k.split("|")[0] for k in row}, key=lambda k: (k != "all", k))
+        for key in keys:
+            n = len(row[f"{key}|r5"])
+            print(f"longmemeval {mode:<6} {key:<26} n={n:<3} recall_any@5 "
+                  f"{100 * sum(row[f'{key}|r5']) / n:5.1f}  @10 "
+                  f"{100 * sum(row[f'{key}|r10']) / n:5.1f}  NDCG@10 "
+                  f"{100 * sum(row[f'{key}|ndcg10']) / n:5.1f}")
+
+
+def locomo(path: Path, embedder: LocalEmbedder) -> None:
+    data = json.loads(path.read_text())
+    with tempfile.TemporaryDirectory() as tmp:
+        memory = consolidated(Path(tmp) / "m.db", parse_locomo(data, str(path)), embedder)
+        # dia_id -> exchange id, by the importer's order (one row per turn, in order).
+        ids = {}
+        rows = memory.store.conn.execute(
+            "SELECT id, session_id FROM exchanges ORDER BY id").fetchall()
+        position: dict[str, int] = defaultdict(int)
+        by_session: dict[str, list[int]] = defaultdict(list)
+        for exchange_id, session_id in rows:
+            by_session[session_id].append(exchange_id)
+        for conv in data:
+            body = conv["conversation"]
+            for key, turns in body.items():
+                if key.startswith("session_") and key.count("_") == 1:
+                    sid = f"locomo:{conv['sample_id']}:{key.split('_')[1]}"
+                    for turn in turns:
+                        ids[(conv["sample_id"], turn["dia_id"])] = by_session[sid][position[sid]]
+                        position[sid] += 1
+        scores: dict[str, list[float]] = defaultdict(list)
+        for conv in data:
+            sample = conv["sample_id"]
+            for qa in conv["qa"]:
+                category = qa.get("category")
+                evidence = {ids[(sample, e)] for e in qa.get("evidence", [])
+                            if (sample, e) in ids}
+                if category not in (1, 2, 3, 4) or not evidence:
+                    continue  # adversarial questions, malformed evidence ids
+                hits = [h.exchange_id for h in memory.recall(qa["question"], k=25)
+                        if h.session_id.startswith(f"locomo:{sample}:")]
+                for k in (5, 10, 25):
+                    hit = float(bool(evidence & set(hits[:k])))
+                    scores[f"{category}|{k}"].append(hit)
+                    scores[f"all|{k}"].append(hit)
+        memory.close()
+    names = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop",
+             "all": "all"}
+    for cat in ("all", "1", "2", "3", "4"):
+        n = len(scores[f"{cat}|5"])
+        if n:
+            print(f"locomo {names[cat]:<12} n={n:<4} evidence recall@5 "
+                  f"{100 * sum(scores[f'{cat}|5']) / n:5.1f}  @10 "
+                  f"{100 * sum(scores[f'{cat}|10']) / n:5.1f}  @25 "
+                  f"{100 * sum(scores[f'{cat}|25']) / n:5.1f}")
+
+
+def main() -> None:
+    configure("warning")
+    args = sys.argv[1:] or ["longmemeval", str(DATA / "longmemeval_s_dev.json"),
+                            "locomo", str(DATA / "locomo_dev.json")]
+    embedder = LocalEmbedder()
+    for name, path in zip(args[::2], args[1::2], strict=True):
+        {"longmemeval": longmemeval, "locomo": locomo}[name](Path(path), embedder)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""The library API a chat app uses: remember turns and recall what is relevant.
+
+    from dreamd.memory import Memory
+    memory = Memory("~/chat/memory.db")
+    memory.remember("session-1", "user", "I adopted a dog called Biscuit")
+    hits = memory.recall("what is my dog's name?", k=5)
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from dreamd.backends.factory import make_embedder
+from dreamd.backends.protocols import Embedder
+from dreamd.config import Config
+from dreamd.prompts import turn_line
+from dreamd.recall import CANDIDATES, Hit, VectorIndex, fuse, lexical, top_k
+from dreamd.store import queries as q
+from dreamd.store.connect import Store, connect
+from dreamd.store.migrations import migrate
+
+
+class Memory:
+    """One memory file, opened with dreamd's connection contract, for one process."""
+
+    def __init__(self, path: str | Path, *, config: Config | None = None,
+                 embedder: Embedder | None = None) -> None:
+        self.config = config or Config(db=str(path))
+        self.store: Store = connect(path, self.config.store.busy_timeout_ms, create=True)
+        migrate(self.store)
+        self._embedder = embedder
+        self._index: VectorIndex | None = None
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = make_embedder(self.config)
+        return self._embedder
+
+    @property
+    def index(self) -> VectorIndex:
+        if self._index is None:
+            self._index = VectorIndex(self.store, self.embedder.model)
+        return self._index
+
+    def close(self) -> None:
+        self.store.close()
+
+    def remember(self, session_id: str, role: str, content: str, *,
+                 created_at: datetime | None = None, embed: bool = False) -> int:
+        """Add one turn; the daemon embeds it later, or now with `embed=True`."""
+        when = (created_at or datetime.now(UTC)).astimezone(UTC).isoformat()
+        vector = q.to_blob(self.embedder.embed([turn_line(role, content)])[0]) if embed else None
+        with self.store.write() as conn:
+            cur = conn.execute(
+                "INSERT INTO exchanges (session_id, role, content, created_at) "
+                "VALUES (?, ?, ?, ?)", (session_id, role, content, when))
+            exchange_id = int(cur.lastrowid or 0)
+            if vector is not None:
+                # Stored beside the embed job's rows; its watermark still covers the gap.
+                conn.execute("INSERT OR REPLACE INTO dreamd_exchange_vectors "
+                             "(model, exchange_id, vector) VALUES (?, ?, ?)",
+                             (self.embedder.model, exchange_id, vector))
+        return exchange_id
+
+    def recall(self, query: str, *, k: int = 10, session: str | None = None,
+               words_too: bool = True) -> list[Hit]:
+        """The k turns most relevant to `query`, optionally within one session.
+
+        Vector similarity fused with BM25 (`words_too=False`: vectors alone).
+        """
+        self.index.refresh()
+        scores = self.index.scores(self.embedder.embed([query])[0])
+        if session is not None and len(scores):
+            mask = np.array([s == session for s in self.index.sessions])
+            scores = np.where(mask, scores, -np.inf)
+        best = top_k(scores, CANDIDATES)
+        vector = {int(self.index.ids[i]): float(scores[i]) for i in best
+                  if np.isfinite(scores[i])}
+        words = lexical(self.store, query, CANDIDATES) if words_too else {}
+        if session is not None and words:
+            words = {i: s for i, s in words.items() if i in self._in_session(words, session)}
+        fused = fuse(vector, words)
+        ranked = sorted(fused, key=lambda i: -fused[i])
+        return self._hits(ranked, fused, k)
+
+    def _in_session(self, ids: dict[int, float], session: str) -> set[int]:
+        marks = ",".join("?" * len(ids))
+        with self.store.read() as conn:
+            rows = conn.execute(
+                f"SELECT id FROM exchanges WHERE session_id = ? AND id IN ({marks})",
+                (session, *ids)).fetchall()
+        return {int(r[0]) for r in rows}
+
+    def _hits(self, ranked: list[int], scores: dict[int, float], k: int) -> list[Hit]:
+        """Read the rows of the best ids; ids whose turn was deleted are skipped."""
+        hits: list[Hit] = []
+        with self.store.read() as conn:
+            for start in range(0, len(ranked), 100):
+                chunk = ranked[start : start + 100]
+                marks = ",".join("?" * len(chunk))
+                rows = {r[0]: r for r in conn.execute(
+                    f"SELECT id, session_id, role, content, created_at FROM exchanges "
+                    f"WHERE id IN ({marks})", chunk)}
+                for i in chunk:
+                    if i in rows:
+                        r = rows[i]
+                        hits.append(Hit(r[0], r[1], r[2], r[3], r[4], scores[i]))
+                        if len(hits) == k:
+                            return hits
+        return hits

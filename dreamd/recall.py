@@ -1,0 +1,123 @@
+"""Recall: turns most relevant to a query, by vector and by words, fused.
+
+The vectors live in an in-process matrix that grows with new rows (read by rowid range)
+and reloads when rows disappear, so a query never reloads every embedding from SQLite.
+Lexical scores come from SQLite's FTS5 (BM25). Fusion is by z-scores: reciprocal-rank
+fusion threw most of the lexical gain away in our measurements (RETRIEVAL.md).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from dreamd.store import queries as q
+from dreamd.store.connect import Store
+from dreamd.text import STOPWORDS
+
+VECTOR_WEIGHT, LEXICAL_WEIGHT = 0.65, 0.35
+CANDIDATES = 200
+_FTS_WORD = re.compile(r"[A-Za-z0-9]{2,}")
+
+
+@dataclass(frozen=True)
+class Hit:
+    exchange_id: int
+    session_id: str
+    role: str
+    content: str
+    created_at: str
+    score: float
+
+
+class VectorIndex:
+    """Every turn vector of one model, as a matrix kept in step with the file.
+
+    A refresh costs one index seek when nothing is new. Rows only disappear through
+    dreamd's own forgetting, which bumps `vector_epoch`; then the matrix is rebuilt.
+    Turns the app deleted are dropped when hits are read (their rows are gone).
+    """
+
+    def __init__(self, store: Store, model: str) -> None:
+        self.store, self.model = store, model
+        self._reset(None)
+
+    def _reset(self, epoch: str | None) -> None:
+        self.epoch = epoch
+        self.ids = np.zeros(0, dtype=np.int64)
+        self.sessions: list[str] = []
+        self.matrix = np.zeros((0, 0), dtype=np.float32)
+
+    def refresh(self) -> None:
+        with self.store.read() as conn:
+            epoch = q.get_state(conn, "vector_epoch", "0")
+            if epoch != self.epoch:
+                self._reset(epoch)
+            last = int(self.ids[-1]) if len(self.ids) else 0
+            rows = conn.execute(
+                "SELECT v.exchange_id, v.vector, e.session_id FROM dreamd_exchange_vectors v "
+                "JOIN exchanges e ON e.id = v.exchange_id "
+                "WHERE v.model = ? AND v.exchange_id > ? ORDER BY v.exchange_id",
+                (self.model, last),
+            ).fetchall()
+        if not rows:
+            return
+        new = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
+        new = new.reshape(len(rows), -1)
+        self.matrix = np.vstack([self.matrix, new]) if len(self.ids) else new.copy()
+        self.ids = np.concatenate([self.ids, np.array([r[0] for r in rows], dtype=np.int64)])
+        self.sessions.extend(r[2] for r in rows)
+
+    def scores(self, query: np.ndarray) -> np.ndarray:
+        if not len(self.ids):
+            return np.zeros(0, dtype=np.float32)
+        return self.matrix @ query.astype(np.float32)
+
+
+def fts_query(text: str) -> str:
+    """The query's words as an FTS5 OR-query (quoted: user text is never FTS syntax)."""
+    words = [w.lower() for w in _FTS_WORD.findall(text)]
+    kept = dict.fromkeys(w for w in words if w not in STOPWORDS) or dict.fromkeys(words)
+    return " OR ".join(f'"{w}"' for w in kept)
+
+
+def lexical(store: Store, text: str, limit: int) -> dict[int, float]:
+    """exchange id -> BM25 relevance (higher is better) for the best `limit` turns."""
+    query = fts_query(text)
+    if not query:
+        return {}
+    with store.read() as conn:
+        rows = conn.execute(
+            "SELECT rowid, -bm25(dreamd_fts) FROM dreamd_fts WHERE dreamd_fts MATCH ? "
+            "ORDER BY bm25(dreamd_fts) LIMIT ?",
+            (query, limit),
+        ).fetchall()
+    return {int(r[0]): float(r[1]) for r in rows}
+
+
+def zscores(values: np.ndarray) -> np.ndarray:
+    if len(values) == 0:
+        return values
+    std = float(values.std())
+    return (values - values.mean()) / std if std > 1e-9 else np.zeros_like(values)
+
+
+def fuse(vector: dict[int, float], words: dict[int, float]) -> dict[int, float]:
+    """0.65 z(vector) + 0.35 z(BM25) over the union; a missing side counts as its minimum."""
+    ids = sorted(set(vector) | set(words))
+    if not ids:
+        return {}
+    v = np.array([vector.get(i, min(vector.values(), default=0.0)) for i in ids])
+    w = np.array([words.get(i, min(words.values(), default=0.0)) for i in ids])
+    fused = VECTOR_WEIGHT * zscores(v) + (LEXICAL_WEIGHT * zscores(w) if words else 0.0)
+    return dict(zip(ids, fused.tolist(), strict=True))
+
+
+def top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest scores, best first."""
+    if len(scores) <= k:
+        return np.argsort(-scores)
+    part = np.argpartition(-scores, k)[:k]
+    return part[np.argsort(-scores[part])]

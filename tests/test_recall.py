@@ -1,0 +1,109 @@
+"""Recall on a small handmade corpus: the right turns, scoping, an index kept in step."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dreamd.backends.hashing import HashingEmbedder
+from dreamd.backends.local import LocalEmbedder
+from dreamd.config import Config, EmbedConfig
+from dreamd.cycle import run_pass
+from dreamd.memory import Memory
+from dreamd.recall import fts_query, fuse, top_k
+from tests.helpers import RecordingCompleter
+
+CORPUS = {
+    "pets": ["I adopted a scruffy terrier called Biscuit from the shelter",
+             "Biscuit hides under my desk when it thunders"],
+    "work": ["My manager Rui asked me to lead the routing team",
+             "The database migration locked a huge table for four hours"],
+    "travel": ["We are planning two weeks in Japan next April",
+               "I booked a ryokan in Kyoto near the bamboo forest"],
+}
+
+
+def build(db: Path, embedder: object) -> Memory:
+    memory = Memory(db, config=Config(db=str(db), embed=EmbedConfig(backend="hashing")),
+                    embedder=embedder)  # type: ignore[arg-type]
+    for session, texts in CORPUS.items():
+        for text in texts:
+            memory.remember(session, "user", text)
+    completer = RecordingCompleter(memory.store, embedder=embedder)  # type: ignore[arg-type]
+    run_pass(memory.store, memory.config, embedder, completer, trigger="test",  # type: ignore[arg-type]
+             force=True)
+    return memory
+
+
+@pytest.fixture(scope="module")
+def local() -> LocalEmbedder:
+    return LocalEmbedder(threads=2)
+
+
+@pytest.mark.parametrize(
+    ("query", "session", "words"),
+    [("what is the name of my dog?", "pets", "Biscuit"),
+     ("who is my boss at work", "work", "Rui"),
+     ("where will I stay in Kyoto", "travel", "ryokan"),
+     ("the outage caused by a schema change", "work", "migration")],
+)
+def test_semantic_recall_finds_the_turn(tmp_path: Path, local: LocalEmbedder, query: str,
+                                        session: str, words: str) -> None:
+    memory = build(tmp_path / "m.db", local)
+    [best] = memory.recall(query, k=1)
+    assert best.session_id == session and words in best.content
+    memory.close()
+
+
+def test_session_scope_only_returns_that_session(tmp_path: Path) -> None:
+    memory = build(tmp_path / "m.db", HashingEmbedder())
+    hits = memory.recall("Biscuit terrier Japan Kyoto Rui", k=10, session="travel")
+    assert hits and {h.session_id for h in hits} == {"travel"}
+    memory.close()
+
+
+def test_lexical_side_rescues_rare_words(tmp_path: Path) -> None:
+    memory = build(tmp_path / "m.db", HashingEmbedder())
+    assert memory.recall("ryokan", k=1)[0].content.startswith("I booked a ryokan")
+    memory.close()
+
+
+def test_index_grows_with_new_turns_and_drops_deleted_ones(tmp_path: Path) -> None:
+    embedder = HashingEmbedder()
+    memory = build(tmp_path / "m.db", embedder)
+    memory.recall("anything", k=1)
+    assert len(memory.index.ids) == 6
+    new_id = memory.remember("pets", "user", "Biscuit learned to fetch a frisbee", embed=True)
+    assert memory.recall("frisbee fetch", k=1)[0].exchange_id == new_id
+    assert len(memory.index.ids) == 7  # grown, not reloaded
+    # The app deletes a turn: it is never returned, though its vector is still loaded.
+    conn = sqlite3.connect(tmp_path / "m.db", isolation_level=None)
+    conn.execute("DELETE FROM exchanges WHERE id = ?", (new_id,))
+    conn.close()
+    assert all(h.exchange_id != new_id for h in memory.recall("frisbee fetch", k=10))
+    # dreamd's own forgetting bumps the epoch: the matrix is rebuilt without the row.
+    with memory.store.write() as w:
+        w.execute("DELETE FROM dreamd_exchange_vectors WHERE exchange_id = ?", (new_id,))
+        w.execute("INSERT OR REPLACE INTO dreamd_state VALUES ('vector_epoch', '1')")
+    memory.recall("x", k=1)
+    assert new_id not in set(memory.index.ids.tolist()) and len(memory.index.ids) == 6
+    memory.close()
+
+
+@pytest.mark.parametrize("text", ['"unbalanced', "NEAR(a b", "a AND OR NOT b", "*", "x:y"])
+def test_user_text_is_never_fts_syntax(tmp_path: Path, text: str) -> None:
+    memory = build(tmp_path / "m.db", HashingEmbedder())
+    memory.recall(text, k=3)  # no sqlite3.OperationalError
+    assert fts_query('say "hi" NEAR(x)') == '"say" OR "hi" OR "near"'
+    memory.close()
+
+
+def test_fusion_and_top_k() -> None:
+    fused = fuse({1: 0.9, 2: 0.5, 3: 0.1}, {3: 12.0, 4: 3.0})
+    assert max(fused, key=fused.__getitem__) in (1, 3)
+    assert set(fused) == {1, 2, 3, 4}
+    assert top_k(np.array([0.1, 0.9, 0.5, 0.7]), 2).tolist() == [1, 3]
+    assert top_k(np.array([0.2, 0.1]), 5).tolist() == [0, 1]
