@@ -105,6 +105,8 @@ def main(ctx: click.Context, db: str | None, config_path: str | None, force: boo
       dreamd --db ~/chat/memory.db status      backlog, drives, why jobs ran or did not
       dreamd --db ~/chat/memory.db show        the memory dreamd produced
       dreamd --db ~/chat/memory.db import chatgpt conversations.json
+      dreamd --db ~/chat/memory.db recall "what is my dog called?"
+      dreamd --db ~/chat/memory.db context session-42 --budget 1500
 
     Exit codes: 0 done; 1 a job failed (see `dreamd status`); 2 bad input or config;
     3 another dreamd is already working on the file.
@@ -179,6 +181,72 @@ def show(obj: dict[str, Any], as_json: bool, gists: int) -> None:
 
     data = read_existing(obj, lambda store, config: report.memory(store, config, gists))
     click.echo(json.dumps(data, indent=2) if as_json else render_memory(data))
+
+
+def open_memory(obj: dict[str, Any]) -> Any:
+    """The library API over an existing memory file, for recall and context."""
+    from dreamd.memory import Memory
+
+    config = load_config(obj)
+    logging_.configure("warning", config.log.format)
+    try:
+        return Memory(config.db_path, config=config, create=False)
+    except DreamdError as exc:
+        raise fail(str(exc)) from None
+
+
+@main.command()
+@click.argument("query")
+@click.option("-k", "k", default=10, show_default=True, type=click.IntRange(1, 1000),
+              help="How many turns.")
+@click.option("--session", help="Only this session.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def recall(obj: dict[str, Any], query: str, k: int, session: str | None, as_json: bool) -> None:
+    """The turns most relevant to QUERY: vector similarity fused with BM25.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db recall "what is my dog called?" -k 5
+    """
+    memory = open_memory(obj)
+    try:
+        hits = memory.recall(query, k=k, session=session)
+    finally:
+        memory.close()
+    if as_json:
+        click.echo(json.dumps([h.__dict__ for h in hits], indent=2))
+        return
+    for h in hits:
+        click.echo(f"{h.score:6.2f}  {h.created_at[:10]}  {h.session_id}  {h.role}: {h.content}")
+
+
+@main.command()
+@click.argument("session")
+@click.option("--query", help="What the context should be relevant to (default: the "
+              "session's last user turn).")
+@click.option("--budget", default=1000, show_default=True, type=click.IntRange(0, 1_000_000),
+              help="Tokens the block may use.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def context(obj: dict[str, Any], session: str, query: str | None, budget: int,
+            as_json: bool) -> None:
+    """The tiered context block for SESSION, within a token budget.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db context session-42 --budget 1500
+    """
+    memory = open_memory(obj)
+    try:
+        block = memory.context(session, query=query, budget=budget)
+    finally:
+        memory.close()
+    if as_json:
+        click.echo(json.dumps({"tokens": block.tokens, "text": block.text,
+                               "sections": dict(block.sections)}, indent=2))
+    else:
+        click.echo(block.text)
 
 
 @main.command(name="import")

@@ -16,8 +16,11 @@ import numpy as np
 from dreamd.backends.factory import make_embedder
 from dreamd.backends.protocols import Embedder
 from dreamd.config import Config
+from dreamd.context import Context
+from dreamd.context import build as build_context
+from dreamd.ids import narrative_id, profile_id
 from dreamd.prompts import turn_line
-from dreamd.recall import CANDIDATES, Hit, VectorIndex, fuse, lexical, top_k
+from dreamd.recall import CANDIDATES, GistIndex, Hit, VectorIndex, fuse, lexical, top_k
 from dreamd.store import queries as q
 from dreamd.store.connect import Store, connect
 from dreamd.store.migrations import migrate
@@ -27,12 +30,13 @@ class Memory:
     """One memory file, opened with dreamd's connection contract, for one process."""
 
     def __init__(self, path: str | Path, *, config: Config | None = None,
-                 embedder: Embedder | None = None) -> None:
+                 embedder: Embedder | None = None, create: bool = True) -> None:
         self.config = config or Config(db=str(path))
-        self.store: Store = connect(path, self.config.store.busy_timeout_ms, create=True)
+        self.store: Store = connect(path, self.config.store.busy_timeout_ms, create=create)
         migrate(self.store)
         self._embedder = embedder
         self._index: VectorIndex | None = None
+        self._gists: GistIndex | None = None
 
     @property
     def embedder(self) -> Embedder:
@@ -87,6 +91,52 @@ class Memory:
         ranked = sorted(fused, key=lambda i: -fused[i])
         return self._hits(ranked, fused, k)
 
+    def context(self, session: str, *, query: str | None = None, budget: int = 1000,
+                recent: int = 20) -> Context:
+        """The tiered context block for `session`, within `budget` tokens.
+
+        The query defaults to the session's last user turn.
+        """
+        user = self.config.user.id
+        with self.store.read() as conn:
+            turns = conn.execute(
+                "SELECT role, content, created_at FROM exchanges WHERE session_id = ? "
+                "ORDER BY id DESC LIMIT ?", (session, recent)).fetchall()[::-1]
+            state = q.self_state(conn, self.config.agent.id)
+            profile = q.profile_row(conn, profile_id(user))
+            narrative = q.narrative_row(conn, narrative_id(user))
+            eras = {m: c for m, c, _ in q.eras_for_user(conn, user)}
+            era_vectors = dict(conn.execute(
+                "SELECT key, vector FROM dreamd_vectors WHERE model = ? AND kind = 'era'",
+                (self.embedder.model,)).fetchall())
+        if query is None:
+            query = next((c for r, c, _ in reversed(turns) if r == "user"), "")
+        vector = self.embedder.embed([query or " "])[0]
+        parts: dict[str, list[str]] = {
+            "self": _self_lines(state[0] if state else {}),
+            "profile": _lines(profile.content if profile else ""),
+            "narrative": _bullets(narrative.content if narrative else ""),
+            "eras": _best_eras(eras, era_vectors, vector, 2),
+            "gists": self._gist_lines(vector, session),
+            "details": [f"[{h.created_at[:10]}] {h.role}: {h.content}" for h in
+                        self.recall(query, k=8) if h.session_id != session][:5] if query else [],
+            "recent": [f"{r}: {c}" for r, c, _ in turns],
+        }
+        return build_context(parts, budget)
+
+    def _gist_lines(self, vector: np.ndarray, session: str) -> list[str]:
+        if self._gists is None:
+            self._gists = GistIndex(self.store, self.embedder.model, self.config.user.id)
+        best = self._gists.best(vector, 3, exclude=session)
+        if not best:
+            return []
+        marks = ",".join("?" * len(best))
+        with self.store.read() as conn:
+            rows = dict(conn.execute(
+                f"SELECT session_id, COALESCE(dreamd_month, '') || ' ' || content FROM summaries "
+                f"WHERE session_id IN ({marks})", best).fetchall())
+        return [" / ".join(_lines(rows[s])) for s in best if s in rows]
+
     def _in_session(self, ids: dict[int, float], session: str) -> set[int]:
         marks = ",".join("?" * len(ids))
         with self.store.read() as conn:
@@ -112,3 +162,36 @@ class Memory:
                         if len(hits) == k:
                             return hits
         return hits
+
+
+def _lines(text: str) -> list[str]:
+    return [ln.strip() for ln in text.splitlines() if ln.strip()]
+
+
+def _self_lines(state: dict[str, object]) -> list[str]:
+    out = []
+    if state.get("self_narrative"):
+        out.append(str(state["self_narrative"]))
+    if state.get("mood"):
+        out.append(f"mood: {state['mood']}; energy: {state.get('energy', '?')}")
+    drives = state.get("drives")
+    if isinstance(drives, dict):
+        out.append("drives: " + ", ".join(f"{k} {v}" for k, v in drives.items()))
+    return out
+
+
+def _best_eras(eras: dict[str, str], vectors: dict[str, bytes], query: np.ndarray,
+               k: int) -> list[str]:
+    months = [m for m in eras if m in vectors]
+    if not months:
+        return []
+    scores = np.stack([np.frombuffer(vectors[m], dtype=np.float32) for m in months]) @ query
+    return [f"{months[i]}: {line}" for i in top_k(scores, k) for line in _bullets(eras[months[i]])]
+
+
+def _bullets(text: str) -> list[str]:
+    """The points of a derived tier without its heading line ("Recent arc (...):")."""
+    lines = _lines(text)
+    points = [ln[2:] if ln.startswith("- ") else ln for ln in lines
+              if not ln.endswith(":") and not ln.endswith("conversations.")]
+    return points or lines

@@ -76,6 +76,36 @@ class VectorIndex:
         return self.matrix @ query.astype(np.float32)
 
 
+class GistIndex:
+    """Gist vectors by session, refreshed by sequence number: a re-summarized session's
+    gist gets a new seq in the same transaction as its new vector."""
+
+    def __init__(self, store: Store, model: str, user_id: str) -> None:
+        self.store, self.model, self.user_id = store, model, user_id
+        self.seq = 0
+        self.vectors: dict[str, np.ndarray] = {}
+
+    def refresh(self) -> None:
+        with self.store.read() as conn:
+            rows = conn.execute(
+                "SELECT s.session_id, s.dreamd_seq, v.vector FROM summaries s "
+                "JOIN dreamd_vectors v ON v.model = ? AND v.kind = 'summary' "
+                "AND v.key = s.session_id WHERE s.user_id = ? AND s.dreamd_seq > ?",
+                (self.model, self.user_id, self.seq),
+            ).fetchall()
+        for session_id, seq, blob in rows:
+            self.vectors[session_id] = np.frombuffer(blob, dtype=np.float32)
+            self.seq = max(self.seq, int(seq))
+
+    def best(self, query: np.ndarray, k: int, exclude: str | None) -> list[str]:
+        self.refresh()
+        keys = [s for s in self.vectors if s != exclude]
+        if not keys:
+            return []
+        scores = np.stack([self.vectors[s] for s in keys]) @ query
+        return [keys[i] for i in top_k(scores, k)]
+
+
 def fts_query(text: str) -> str:
     """The query's words as an FTS5 OR-query (quoted: user text is never FTS syntax)."""
     words = [w.lower() for w in _FTS_WORD.findall(text)]

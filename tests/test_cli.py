@@ -147,3 +147,17 @@ def test_demo_pass_with_the_real_local_embedder(tmp_path: Path) -> None:
     assert models == {"all-MiniLM-L6-v2-int8"}
     dims = {r[0] for r in conn.execute("SELECT DISTINCT length(vector) FROM dreamd_vectors")}
     assert dims == {384 * 4}
+
+
+def test_recall_and_context_commands(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    assert invoke("--db", str(db), "demo").exit_code == 0
+    assert invoke("--db", str(db), "--force").exit_code == 0
+    found = invoke("--db", str(db), "recall", "Biscuit terrier shelter", "-k", "2", "--json")
+    hits = json.loads(found.output)
+    assert len(hits) == 2 and "Biscuit" in hits[0]["content"]
+    block = invoke("--db", str(db), "context", "s12", "--budget", "300", "--json")
+    data = json.loads(block.output)
+    assert data["tokens"] <= 300 and "## This conversation" in data["text"]
+    missing = invoke("--db", str(tmp_path / "none.db"), "recall", "x")
+    assert missing.exit_code == 2 and "does not exist" in missing.output

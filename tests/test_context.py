@@ -1,0 +1,77 @@
+"""The tiered context: never over budget, tiers in order, the newest turns kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dreamd.backends.hashing import HashingEmbedder
+from dreamd.backends.llm_output import estimate_tokens
+from dreamd.config import Config, EmbedConfig
+from dreamd.context import TIERS, build
+from dreamd.cycle import run_pass
+from dreamd.demo import sample_sessions, write_sessions
+from dreamd.memory import Memory
+
+from tests.helpers import RecordingCompleter, make_chat_file
+
+ORDER = [name for name, _, _ in TIERS]
+
+
+def parts(n: int = 30) -> dict[str, list[str]]:
+    return {name: [f"{name} line {i}: " + "word " * (3 + i % 7) for i in range(n)]
+            for name in ORDER}
+
+
+@pytest.mark.parametrize("budget", [0, 5, 12, 40, 100, 333, 1000, 5000])
+def test_budget_is_never_exceeded_and_tiers_keep_their_order(budget: int) -> None:
+    context = build(parts(), budget)
+    assert estimate_tokens(context.text) <= budget if context.text else True
+    assert context.tokens <= budget
+    names = [name for name, _ in context.sections]
+    assert names == [n for n in ORDER if n in names]
+
+
+def test_unused_share_goes_to_the_other_tiers() -> None:
+    few = {"profile": ["likes tea"], "recent": [f"user: turn {i} " * 5 for i in range(200)]}
+    context = build(few, 1000)
+    assert context.tokens > 900  # the recent turns took what the empty tiers left
+    recent = dict(context.sections)["recent"]
+    assert recent[-1] == few["recent"][-1]  # the newest turn is kept ...
+    assert few["recent"][0] not in recent  # ... the oldest dropped
+
+
+@pytest.fixture
+def demo_memory(tmp_path: Path):  # type: ignore[no-untyped-def]
+    db = tmp_path / "m.db"
+    conn = make_chat_file(db)
+    write_sessions(conn, sample_sessions())
+    conn.close()
+    embedder = HashingEmbedder()
+    memory = Memory(db, config=Config(db=str(db), embed=EmbedConfig(backend="hashing")),
+                    embedder=embedder)
+    run_pass(memory.store, memory.config, embedder, RecordingCompleter(memory.store, embedder),
+             trigger="test", force=True)
+    yield memory
+    memory.close()
+
+
+@pytest.mark.parametrize("budget", [60, 250, 1000, 4000])
+def test_context_over_a_real_file(demo_memory: Memory, budget: int) -> None:
+    context = demo_memory.context("s12", budget=budget)
+    assert estimate_tokens(context.text) <= budget
+    sections = dict(context.sections)
+    assert "recent" in sections  # the conversation itself always gets room
+    assert sections["recent"][-1].startswith("assistant: Boa noite, Sam")
+    if budget >= 1000:
+        assert set(ORDER) <= set(sections)
+        # Gists and details come from other sessions only.
+        assert all("Moved into the new flat" not in line for line in sections["gists"])
+
+
+def test_context_query_picks_relevant_gists(demo_memory: Memory) -> None:
+    context = demo_memory.context("s12", query="half marathon race time Ana finish line",
+                                  budget=2000)
+    gists = dict(context.sections)["gists"]
+    assert any("marathon" in g for g in gists)
