@@ -9,6 +9,7 @@ fusion threw most of the lexical gain away in our measurements (RETRIEVAL.md).
 from __future__ import annotations
 
 import re
+import sqlite3
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,9 +36,11 @@ class Hit:
 class VectorIndex:
     """Every turn vector of one model, as a matrix kept in step with the file.
 
-    A refresh costs one index seek when nothing is new. Rows only disappear through
-    dreamd's own forgetting, which bumps `vector_epoch`; then the matrix is rebuilt.
-    Turns the app deleted are dropped when hits are read (their rows are gone).
+    Up to the embed job's watermark the vectors are contiguous, so a refresh appends just
+    the rows past what it holds (one index seek when nothing is new). Vectors stored
+    ahead of the watermark (`remember(..., embed=True)`) are few and re-read each time.
+    Rows only disappear through dreamd's own forgetting, which bumps `vector_epoch`;
+    turns the app deleted are dropped when hits are read.
     """
 
     def __init__(self, store: Store, model: str) -> None:
@@ -46,34 +49,60 @@ class VectorIndex:
 
     def _reset(self, epoch: str | None) -> None:
         self.epoch = epoch
-        self.ids = np.zeros(0, dtype=np.int64)
-        self.sessions: list[str] = []
-        self.matrix = np.zeros((0, 0), dtype=np.float32)
+        self.upto = 0
+        self._ids = np.zeros(0, dtype=np.int64)
+        self._sessions: list[str] = []
+        self._matrix = np.zeros((0, 0), dtype=np.float32)
+        self._extra: tuple[np.ndarray, list[str], np.ndarray] | None = None
+
+    def _rows(self, conn: sqlite3.Connection, after: int, upto: int | None
+              ) -> tuple[np.ndarray, list[str], np.ndarray] | None:
+        sql = ("SELECT v.exchange_id, v.vector, e.session_id FROM dreamd_exchange_vectors v "
+               "JOIN exchanges e ON e.id = v.exchange_id "
+               "WHERE v.model = ? AND v.exchange_id > ?")
+        params: tuple[object, ...] = (self.model, after)
+        if upto is not None:
+            sql, params = sql + " AND v.exchange_id <= ?", (*params, upto)
+        rows = conn.execute(sql + " ORDER BY v.exchange_id", params).fetchall()
+        if not rows:
+            return None
+        matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
+        return (np.array([r[0] for r in rows], dtype=np.int64), [r[2] for r in rows],
+                matrix.reshape(len(rows), -1))
 
     def refresh(self) -> None:
         with self.store.read() as conn:
             epoch = q.get_state(conn, "vector_epoch", "0")
             if epoch != self.epoch:
                 self._reset(epoch)
-            last = int(self.ids[-1]) if len(self.ids) else 0
-            rows = conn.execute(
-                "SELECT v.exchange_id, v.vector, e.session_id FROM dreamd_exchange_vectors v "
-                "JOIN exchanges e ON e.id = v.exchange_id "
-                "WHERE v.model = ? AND v.exchange_id > ? ORDER BY v.exchange_id",
-                (self.model, last),
-            ).fetchall()
-        if not rows:
-            return
-        new = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
-        new = new.reshape(len(rows), -1)
-        self.matrix = np.vstack([self.matrix, new]) if len(self.ids) else new.copy()
-        self.ids = np.concatenate([self.ids, np.array([r[0] for r in rows], dtype=np.int64)])
-        self.sessions.extend(r[2] for r in rows)
+            watermark = q.embed_watermark(conn, self.model)
+            new = self._rows(conn, self.upto, watermark) if watermark > self.upto else None
+            self._extra = self._rows(conn, max(watermark, self.upto), None)
+        self.upto = max(self.upto, watermark)
+        if new is not None:
+            ids, sessions, matrix = new
+            self._matrix = np.vstack([self._matrix, matrix]) if len(self._ids) else matrix.copy()
+            self._ids = np.concatenate([self._ids, ids])
+            self._sessions.extend(sessions)
+
+    @property
+    def ids(self) -> np.ndarray:
+        return self._ids if self._extra is None else np.concatenate([self._ids, self._extra[0]])
+
+    @property
+    def sessions(self) -> list[str]:
+        return self._sessions if self._extra is None else self._sessions + self._extra[1]
+
+    @property
+    def matrix(self) -> np.ndarray:
+        return self._matrix if self._extra is None else np.vstack([self._matrix, self._extra[2]])
 
     def scores(self, query: np.ndarray) -> np.ndarray:
-        if not len(self.ids):
-            return np.zeros(0, dtype=np.float32)
-        return self.matrix @ query.astype(np.float32)
+        query = query.astype(np.float32)
+        main = self._matrix @ query if len(self._ids) else np.zeros(0, dtype=np.float32)
+        if self._extra is None:
+            return main
+        return np.concatenate([main, self._extra[2] @ query])
 
 
 class GistIndex:

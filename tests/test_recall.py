@@ -107,3 +107,17 @@ def test_fusion_and_top_k() -> None:
     assert set(fused) == {1, 2, 3, 4}
     assert top_k(np.array([0.1, 0.9, 0.5, 0.7]), 2).tolist() == [1, 3]
     assert top_k(np.array([0.2, 0.1]), 5).tolist() == [0, 1]
+
+
+def test_turns_embedded_later_behind_an_early_one_are_found(tmp_path: Path) -> None:
+    """A turn embedded at once (ahead of the daemon) must not hide older turns that the
+    embed job reaches later."""
+    embedder = HashingEmbedder()
+    memory = build(tmp_path / "m.db", embedder)
+    older = memory.remember("pets", "user", "Biscuit chewed my favourite slipper")
+    memory.remember("pets", "user", "Biscuit met a cat called Miso", embed=True)
+    memory.recall("anything", k=1)  # the index has seen the newer vector
+    run_pass(memory.store, memory.config, embedder,
+             RecordingCompleter(memory.store, embedder=embedder), trigger="test", force=True)
+    assert memory.recall("chewed slipper", k=1, words_too=False)[0].exchange_id == older
+    memory.close()
