@@ -71,22 +71,25 @@ class Memory:
         return exchange_id
 
     def recall(self, query: str, *, k: int = 10, session: str | None = None,
-               words_too: bool = True) -> list[Hit]:
-        """The k turns most relevant to `query`, optionally within one session.
+               users: list[str] | None = None, words_too: bool = True) -> list[Hit]:
+        """The k turns most relevant to `query`: all, one session, or some users' sessions.
 
         Vector similarity fused with BM25 (`words_too=False`: vectors alone).
         """
         self.index.refresh()
         scores = self.index.scores(self.embedder.embed([query])[0])
-        if session is not None and len(scores):
-            mask = np.array([s == session for s in self.index.sessions])
+        allowed = {session} if session is not None else None
+        if users is not None:
+            allowed = self._sessions_of(users) & (allowed or self._sessions_of(users))
+        if allowed is not None and len(scores):
+            mask = np.array([s in allowed for s in self.index.sessions])
             scores = np.where(mask, scores, -np.inf)
         best = top_k(scores, CANDIDATES)
         vector = {int(self.index.ids[i]): float(scores[i]) for i in best
                   if np.isfinite(scores[i])}
         words = lexical(self.store, query, CANDIDATES) if words_too else {}
-        if session is not None and words:
-            words = {i: s for i, s in words.items() if i in self._in_session(words, session)}
+        if allowed is not None and words:
+            words = {i: s for i, s in words.items() if i in self._within(words, allowed)}
         fused = fuse(vector, words)
         ranked = sorted(fused, key=lambda i: -fused[i])
         return self._hits(ranked, fused, k)
@@ -137,13 +140,23 @@ class Memory:
                 f"WHERE session_id IN ({marks})", best).fetchall())
         return [" / ".join(_lines(rows[s])) for s in best if s in rows]
 
-    def _in_session(self, ids: dict[int, float], session: str) -> set[int]:
+    def _sessions_of(self, users: list[str]) -> set[str]:
+        """Sessions belonging to these users (sessions rows, and the tally's default)."""
+        marks = ",".join("?" * len(users))
+        with self.store.read() as conn:
+            rows = conn.execute(
+                f"SELECT id FROM sessions WHERE user_id IN ({marks}) UNION "
+                f"SELECT session_id FROM dreamd_sessions WHERE user_id IN ({marks})",
+                (*users, *users)).fetchall()
+        return {r[0] for r in rows}
+
+    def _within(self, ids: dict[int, float], sessions: set[str]) -> set[int]:
         marks = ",".join("?" * len(ids))
         with self.store.read() as conn:
             rows = conn.execute(
-                f"SELECT id FROM exchanges WHERE session_id = ? AND id IN ({marks})",
-                (session, *ids)).fetchall()
-        return {int(r[0]) for r in rows}
+                f"SELECT id, session_id FROM exchanges WHERE id IN ({marks})", tuple(ids)
+            ).fetchall()
+        return {int(r[0]) for r in rows if r[1] in sessions}
 
     def _hits(self, ranked: list[int], scores: dict[int, float], k: int) -> list[Hit]:
         """Read the rows of the best ids; ids whose turn was deleted are skipped."""

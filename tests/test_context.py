@@ -13,7 +13,6 @@ from dreamd.context import TIERS, build
 from dreamd.cycle import run_pass
 from dreamd.demo import sample_sessions, write_sessions
 from dreamd.memory import Memory
-
 from tests.helpers import RecordingCompleter, make_chat_file
 
 ORDER = [name for name, _, _ in TIERS]

@@ -121,3 +121,19 @@ def test_turns_embedded_later_behind_an_early_one_are_found(tmp_path: Path) -> N
              RecordingCompleter(memory.store, embedder=embedder), trigger="test", force=True)
     assert memory.recall("chewed slipper", k=1, words_too=False)[0].exchange_id == older
     memory.close()
+
+
+def test_user_scope_never_crosses_users(tmp_path: Path) -> None:
+    embedder = HashingEmbedder()
+    memory = build(tmp_path / "m.db", embedder)  # sessions of the default user
+    with memory.store.write() as conn:
+        conn.execute("INSERT INTO sessions (id, name, created_at, user_id) "
+                     "VALUES ('other-1', NULL, '2026-01-01', 'other')")
+    memory.remember("other-1", "user", "My dog Biscuit is a poodle", embed=True)
+    mine = memory.recall("dog Biscuit poodle", k=10, users=["default"])
+    theirs = memory.recall("dog Biscuit poodle", k=10, users=["other"])
+    assert mine and all(h.session_id != "other-1" for h in mine)
+    assert [h.session_id for h in theirs] == ["other-1"]
+    both = memory.recall("dog Biscuit poodle", k=10, users=["default", "other"])
+    assert {"other-1", "pets"} <= {h.session_id for h in both}
+    memory.close()
