@@ -80,7 +80,8 @@ class Memory:
         scores = self.index.scores(self.embedder.embed([query])[0])
         allowed = {session} if session is not None else None
         if users is not None:
-            allowed = self._sessions_of(users) & (allowed or self._sessions_of(users))
+            mine = self._sessions_of(users)
+            allowed = mine if allowed is None else allowed & mine
         if allowed is not None and len(scores):
             mask = np.array([s in allowed for s in self.index.sessions])
             scores = np.where(mask, scores, -np.inf)
