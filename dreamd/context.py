@@ -15,13 +15,13 @@ from dreamd.backends.llm_output import estimate_tokens
 
 # name, heading, share of the budget
 TIERS = (
-    ("self", "How I am", 0.08),
-    ("profile", "About the user", 0.15),
-    ("narrative", "Lately", 0.10),
-    ("eras", "Back then", 0.10),
-    ("gists", "Earlier conversations", 0.15),
-    ("details", "Details that may matter", 0.12),
-    ("recent", "This conversation", 0.30),
+    ("self", "How I am", 0.05),
+    ("profile", "About the user", 0.10),
+    ("narrative", "Lately", 0.08),
+    ("eras", "Back then", 0.08),
+    ("gists", "Earlier conversations", 0.12),
+    ("details", "Details that may matter", 0.22),
+    ("recent", "This conversation", 0.35),
 )
 
 

@@ -123,7 +123,8 @@ class Memory:
             "eras": _best_eras(eras, era_vectors, vector, 2),
             "gists": self._gist_lines(vector, session),
             "details": [f"[{h.created_at[:10]}] {h.role}: {h.content}" for h in
-                        self.recall(query, k=8) if h.session_id != session][:5] if query else [],
+                        self.recall(query, k=12) if h.session_id != session][:10]
+                       if query else [],
             "recent": [f"{r}: {c}" for r, c, _ in turns],
         }
         return build_context(parts, budget)
