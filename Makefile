@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO_DB := demo/memory.db
 
-.PHONY: demo test install bench clean
+.PHONY: demo test install bench quality clean
 
 $(BIN)/dreamd: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,10 @@ test: install
 bench: install
 	$(BIN)/python -m bench.run
 	$(BIN)/python -m bench.llm
+
+# Memory quality on the LoCoMo and LongMemEval_S dev slices in ../shared/data (~10 min).
+quality: install
+	$(BIN)/python -m bench.quality
 
 clean:
 	rm -rf $(VENV) demo *.egg-info
