@@ -220,6 +220,8 @@ def bench_recall() -> None:
                     "INSERT INTO dreamd_exchange_vectors (model, exchange_id, vector) "
                     "VALUES ('bench', ?, ?)",
                     ((start + i, block[i].tobytes()) for i in range(20_000)))
+            # As the embed job leaves it: every turn embedded up to the last one.
+            conn.execute("INSERT INTO dreamd_embed_state VALUES ('bench', 384, 200000)")
         store.close()
     store = open_store(Config(db=str(db)), get_logger())
     index = VectorIndex(store, "bench")

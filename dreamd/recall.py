@@ -95,7 +95,9 @@ class VectorIndex:
 
     @property
     def matrix(self) -> np.ndarray:
-        return self._matrix if self._extra is None else np.vstack([self._matrix, self._extra[2]])
+        if self._extra is None:
+            return self._matrix
+        return np.vstack([self._matrix, self._extra[2]]) if len(self._ids) else self._extra[2]
 
     def scores(self, query: np.ndarray) -> np.ndarray:
         query = query.astype(np.float32)

@@ -137,3 +137,14 @@ def test_user_scope_never_crosses_users(tmp_path: Path) -> None:
     both = memory.recall("dog Biscuit poodle", k=10, users=["default", "other"])
     assert {"other-1", "pets"} <= {h.session_id for h in both}
     memory.close()
+
+
+def test_index_of_vectors_stored_only_ahead_of_the_daemon(tmp_path: Path) -> None:
+    embedder = HashingEmbedder()
+    memory = Memory(tmp_path / "m.db", config=Config(db=str(tmp_path / "m.db"),
+                                                     embed=EmbedConfig(backend="hashing")),
+                    embedder=embedder)
+    first = memory.remember("s", "user", "only embedded by the app", embed=True)
+    assert [h.exchange_id for h in memory.recall("embedded app", k=1)] == [first]
+    assert memory.index.matrix.shape == (1, embedder.dim)
+    memory.close()
