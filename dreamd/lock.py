@@ -41,10 +41,3 @@ class InstanceLock:
         if self._fd is not None:
             os.close(self._fd)  # closing drops the flock; the file itself may stay
             self._fd = None
-
-    def __enter__(self) -> InstanceLock:
-        self.acquire()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.release()

@@ -36,7 +36,7 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
 def llm_state(run: dict[str, Any] | None) -> str:
     """How LLM work went in the last pass: ok, degraded, stopped (configuration) or budget."""
     notes = " ".join((run or {}).get("notes") or [])
-    if "BreakerOpen" in notes or "BackendUnavailable" in notes:
+    if "BreakerOpen" in notes:
         return "degraded: circuit breaker open, backend failing (see the pass notes)"
     if "BackendMisconfigured" in notes:
         return "stopped: configuration error (see the pass notes)"
