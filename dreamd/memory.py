@@ -86,8 +86,8 @@ class Memory:
             mask = np.array([s in allowed for s in self.index.sessions])
             scores = np.where(mask, scores, -np.inf)
         best = top_k(scores, CANDIDATES)
-        vector = {int(self.index.ids[i]): float(scores[i]) for i in best
-                  if np.isfinite(scores[i])}
+        ids = self.index.ids  # a property: concatenated once, not per candidate
+        vector = {int(ids[i]): float(scores[i]) for i in best if np.isfinite(scores[i])}
         words = lexical(self.store, query, CANDIDATES) if words_too else {}
         if allowed is not None and words:
             words = {i: s for i, s in words.items() if i in self._within(words, allowed)}
