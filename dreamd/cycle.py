@@ -16,7 +16,7 @@ from dreamd.config import Config
 from dreamd.jobs import embed, eras, narrative, profile, reflect, summarize
 from dreamd.jobs.base import Budget, JobContext, utcnow
 from dreamd.models import JOB_ORDER, BacklogStats, Drives, JobResult
-from dreamd.sensing import read_backlog, sync_tally
+from dreamd.sensing import read_backlog, sync_owners, sync_tally
 from dreamd.store import queries as q
 from dreamd.store.connect import Store
 
@@ -112,6 +112,7 @@ def run_pass(
         ctx.tokens.before_today = q.tokens_since(conn, midnight.isoformat())
     try:
         sync_tally(store)
+        sync_owners(store, config.agent.id)
         previous = read_drives(store, config.agent.id)
         stats_before = read_backlog(store, config, now, embedder.model)
         drives_before = drv.levels(stats_before, config, now)

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -18,7 +19,13 @@ from dreamd.backends.protocols import Embedder
 from dreamd.config import Config
 from dreamd.context import Context
 from dreamd.context import build as build_context
-from dreamd.ids import narrative_id, profile_id
+from dreamd.ids import (
+    DEFAULT_USER,
+    era_key,
+    narrative_id,
+    profile_id,
+    self_state_id,
+)
 from dreamd.prompts import turn_line
 from dreamd.recall import CANDIDATES, GistIndex, Hit, VectorIndex, fuse, lexical, top_k
 from dreamd.store import queries as q
@@ -36,7 +43,7 @@ class Memory:
         migrate(self.store)
         self._embedder = embedder
         self._index: VectorIndex | None = None
-        self._gists: GistIndex | None = None
+        self._gists: dict[str, GistIndex] = {}
 
     @property
     def embedder(self) -> Embedder:
@@ -72,24 +79,23 @@ class Memory:
 
     def recall(self, query: str, *, k: int = 10, session: str | None = None,
                users: list[str] | None = None, words_too: bool = True) -> list[Hit]:
-        """The k turns most relevant to `query`: all, one session, or some users' sessions.
+        """The k turns most relevant to `query` among one user's sessions.
 
-        Vector similarity fused with BM25 (`words_too=False`: vectors alone).
+        The user is `config.user.id` unless `users` names others (several users' turns mix
+        only when the caller asks for it); `session` narrows to one session. Vector
+        similarity fused with BM25 (`words_too=False`: vectors alone).
         """
         self.index.refresh()
         scores = self.index.scores(self.embedder.embed([query])[0])
-        allowed = {session} if session is not None else None
-        if users is not None:
-            mine = self._sessions_of(users)
-            allowed = mine if allowed is None else allowed & mine
-        if allowed is not None and len(scores):
-            mask = np.array([s in allowed for s in self.index.sessions])
+        allowed = self._allowed(users or [self.config.user.id], session)
+        if len(scores):
+            mask = np.array([allowed(s) for s in self.index.sessions], dtype=bool)
             scores = np.where(mask, scores, -np.inf)
         best = top_k(scores, CANDIDATES)
         ids = self.index.ids  # a property: concatenated once, not per candidate
         vector = {int(ids[i]): float(scores[i]) for i in best if np.isfinite(scores[i])}
         words = lexical(self.store, query, CANDIDATES) if words_too else {}
-        if allowed is not None and words:
+        if words:
             words = {i: s for i, s in words.items() if i in self._within(words, allowed)}
         fused = fuse(vector, words)
         ranked = sorted(fused, key=lambda i: -fused[i])
@@ -97,42 +103,45 @@ class Memory:
 
     def context(self, session: str, *, query: str | None = None, budget: int = 1000,
                 recent: int = 20) -> Context:
-        """The tiered context block for `session`, within `budget` tokens.
+        """The tiered context block for `session`, within `budget` tokens: the memory of
+        the session's own user only.
 
         The query defaults to the session's last user turn.
         """
-        user = self.config.user.id
+        agent = self.config.agent.id
         with self.store.read() as conn:
+            user = q.session_owner(conn, session)
             turns = conn.execute(
                 "SELECT role, content, created_at FROM exchanges WHERE session_id = ? "
                 "ORDER BY id DESC LIMIT ?", (session, recent)).fetchall()[::-1]
-            state = q.self_state(conn, self.config.agent.id)
+            agent_state = q.self_state(conn, agent)
+            state = q.self_state(conn, self_state_id(agent, user))
             profile = q.profile_row(conn, profile_id(user))
             narrative = q.narrative_row(conn, narrative_id(user))
             eras = {m: c for m, c, _ in q.eras_for_user(conn, user)}
-            era_vectors = dict(conn.execute(
-                "SELECT key, vector FROM dreamd_vectors WHERE model = ? AND kind = 'era'",
-                (self.embedder.model,)).fetchall())
+            era_vectors = {month: blob for month in eras if (blob := q.vector_of(
+                conn, self.embedder.model, "era", era_key(user, month))) is not None}
         if query is None:
             query = next((c for r, c, _ in reversed(turns) if r == "user"), "")
         vector = self.embedder.embed([query or " "])[0]
         parts: dict[str, list[str]] = {
-            "self": _self_lines(state[0] if state else {}),
+            "self": _self_lines({**(state[0] if state else {}),
+                                 "drives": (agent_state[0] if agent_state else {}).get("drives")}),
             "profile": _lines(profile.content if profile else ""),
             "narrative": _bullets(narrative.content if narrative else ""),
             "eras": _best_eras(eras, era_vectors, vector, 2),
-            "gists": self._gist_lines(vector, session),
+            "gists": self._gist_lines(vector, session, user),
             "details": [f"[{h.created_at[:10]}] {h.role}: {h.content}" for h in
-                        self.recall(query, k=12) if h.session_id != session][:10]
+                        self.recall(query, k=12, users=[user]) if h.session_id != session][:10]
                        if query else [],
             "recent": [f"{r}: {c}" for r, c, _ in turns],
         }
         return build_context(parts, budget)
 
-    def _gist_lines(self, vector: np.ndarray, session: str) -> list[str]:
-        if self._gists is None:
-            self._gists = GistIndex(self.store, self.embedder.model, self.config.user.id)
-        best = self._gists.best(vector, 3, exclude=session)
+    def _gist_lines(self, vector: np.ndarray, session: str, user: str) -> list[str]:
+        if user not in self._gists:
+            self._gists[user] = GistIndex(self.store, self.embedder.model, user)
+        best = self._gists[user].best(vector, 3, exclude=session)
         if not best:
             return []
         marks = ",".join("?" * len(best))
@@ -142,23 +151,25 @@ class Memory:
                 f"WHERE session_id IN ({marks})", best).fetchall())
         return [" / ".join(_lines(rows[s])) for s in best if s in rows]
 
-    def _sessions_of(self, users: list[str]) -> set[str]:
-        """Sessions belonging to these users (sessions rows, and the tally's default)."""
-        marks = ",".join("?" * len(users))
+    def _allowed(self, users: list[str], session: str | None) -> Callable[[str], bool]:
+        """Whether a session's turns may be returned: it belongs to one of `users` (a
+        session no table has heard of yet belongs to the default user)."""
         with self.store.read() as conn:
-            rows = conn.execute(
-                f"SELECT id FROM sessions WHERE user_id IN ({marks}) UNION "
-                f"SELECT session_id FROM dreamd_sessions WHERE user_id IN ({marks})",
-                (*users, *users)).fetchall()
-        return {r[0] for r in rows}
+            if DEFAULT_USER in users:
+                others = q.sessions_of(conn, users, others=True)
+                mine = q.sessions_of(conn, users)
+                return lambda s: (session is None or s == session) and (
+                    s in mine or s not in others)
+            mine = q.sessions_of(conn, users)
+        return lambda s: (session is None or s == session) and s in mine
 
-    def _within(self, ids: dict[int, float], sessions: set[str]) -> set[int]:
+    def _within(self, ids: dict[int, float], allowed: Callable[[str], bool]) -> set[int]:
         marks = ",".join("?" * len(ids))
         with self.store.read() as conn:
             rows = conn.execute(
                 f"SELECT id, session_id FROM exchanges WHERE id IN ({marks})", tuple(ids)
             ).fetchall()
-        return {int(r[0]) for r in rows if r[1] in sessions}
+        return {int(r[0]) for r in rows if allowed(r[1])}
 
     def _hits(self, ranked: list[int], scores: dict[int, float], k: int) -> list[Hit]:
         """Read the rows of the best ids; ids whose turn was deleted are skipped."""

@@ -113,11 +113,15 @@ class GistIndex:
 
     def __init__(self, store: Store, model: str, user_id: str) -> None:
         self.store, self.model, self.user_id = store, model, user_id
+        self.epoch: str | None = None
         self.seq = 0
         self.vectors: dict[str, np.ndarray] = {}
 
     def refresh(self) -> None:
         with self.store.read() as conn:
+            epoch = q.get_state(conn, "vector_epoch", "0")
+            if epoch != self.epoch:  # dreamd deleted gists: start again
+                self.epoch, self.seq, self.vectors = epoch, 0, {}
             rows = conn.execute(
                 "SELECT s.session_id, s.dreamd_seq, v.vector FROM summaries s "
                 "JOIN dreamd_vectors v ON v.model = ? AND v.kind = 'summary' "

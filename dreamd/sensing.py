@@ -40,35 +40,58 @@ def is_idle(last_at: str, cutoff: datetime) -> bool:
     return last_at <= cutoff.astimezone(UTC).isoformat()
 
 
+def sync_owners(store: Store, agent_id: str, chunk: int = TALLY_CHUNK) -> int:
+    """Follow the app's sessions rows added since the last look (by rowid): a session whose
+    turns were folded in before its row said whose it is moves to that user, and what the
+    other user's memory built from it is dropped. Returns sessions moved."""
+    moved = 0
+    while True:
+        with store.read() as conn:
+            after = int(q.get_state(conn, "sessions_rowid", "0") or 0)
+            rows = q.new_session_rows(conn, after, chunk)
+        if not rows:
+            return moved
+        with store.write() as conn:
+            if int(q.get_state(conn, "sessions_rowid", "0") or 0) != after:
+                continue  # another dreamd got here first; read again
+            for _, session_id, user_id in rows:
+                moved += q.rehome_session(conn, session_id, user_id, agent_id)
+            q.set_state(conn, "sessions_rowid", str(rows[-1][0]))
+
+
 def read_backlog(store: Store, config: Config, now: datetime, embed_model: str) -> BacklogStats:
-    """One consistent snapshot (a single read transaction) of the backlog for the user."""
-    user = config.user.id
+    """One consistent snapshot (a single read transaction) of every user's backlog.
+
+    Session counts come from the tally's partial index; the tiers are checked per user
+    with a gist (a few index seeks each).
+    """
     cutoff = now - timedelta(minutes=config.summarize.idle_minutes)
     with store.read() as conn:
-        dirty = q.dirty_totals(conn, user, config.summarize.after,
-                              cutoff.astimezone(UTC).isoformat())
+        dirty = q.dirty_totals(conn, config.summarize.after, cutoff.astimezone(UTC).isoformat())
         max_id = q.max_exchange_id(conn)
-        profile = q.profile_row(conn, profile_id(user))
-        narrative = q.narrative_row(conn, narrative_id(user))
-        tier_seq = q.max_tier_seq(conn, user, profile_id(user))
-        state = q.self_state(conn, config.agent.id)
-        marks = (state[0].get("dreamd") if state else None) or {}
-        reflected_id = int(marks.get("reflected_exchange_id", 0))
-        reflected_seq = int(marks.get("reflected_seq", 0))
+        newer_than_profile = stale = narratives = 0
+        for user in q.users_with_gists(conn):
+            profile = q.profile_row(conn, profile_id(user))
+            newer_than_profile += q.count_gists_after(conn, user, profile.seq if profile else 0)
+            stale += len(q.stale_months(conn, user))
+            narrative = q.narrative_row(conn, narrative_id(user))
+            tier_seq = q.max_tier_seq(conn, user, profile_id(user))
+            narratives += tier_seq > 0 and (narrative is None or narrative.seq < tier_seq)
+        marks = q.reflection_marks(conn, config.agent.id)
         return BacklogStats(
-            sessions=q.count_sessions(conn, user),
+            sessions=q.count_sessions(conn),
             dirty=dirty.dirty,
             ripe=dirty.ripe,
             idle_ripe=dirty.idle_ripe,
             unsummarized_turns=dirty.unsummarized,
             idle_ripe_turns=dirty.idle_ripe_turns,
             unembedded_turns=q.count_exchanges_after(conn, q.embed_watermark(conn, embed_model)),
-            gists=q.count_gists(conn, user),
-            gists_newer_than_profile=q.count_gists_after(conn, user, profile.seq if profile else 0),
-            stale_months=len(q.stale_months(conn, user)),
-            narrative_stale=tier_seq > 0 and (narrative is None or narrative.seq < tier_seq),
-            turns_since_reflection=q.count_exchanges_after(conn, reflected_id),
-            gists_since_reflection=q.count_gists_after(conn, user, reflected_seq),
-            last_reflection_at=marks.get("reflected_at"),
+            gists=q.count_gists(conn),
+            gists_newer_than_profile=newer_than_profile,
+            stale_months=stale,
+            narrative_stale=narratives > 0,
+            turns_since_reflection=q.count_exchanges_after(conn, marks.exchange_id),
+            gists_since_reflection=q.count_gists_after(conn, None, marks.seq),
+            last_reflection_at=marks.at,
             max_exchange_id=max_id,
         )

@@ -83,7 +83,7 @@ def test_second_sigterm_exits_at_once(tmp_path: Path) -> None:
     """A pass stuck behind the chat app's write lock ignores nothing: the first SIGTERM
     waits for the current item, the second ends the process at once."""
     db = tmp_path / "memory.db"
-    big_file(db, 30, 10)
+    big_file(db, 120, 10)  # a first pass of several seconds
     proc = start(db, "--loop", "1", env=dreamd_env(DREAMD_STORE__BUSY_TIMEOUT_MS="60000"))
     assert wait_for(lambda: query(db, "SELECT COUNT(*) FROM dreamd_runs", 0), 10)
     holder = sqlite3.connect(db, isolation_level=None)

@@ -14,7 +14,7 @@ from dreamd.backends.llm_output import estimate_tokens
 from dreamd.backends.protocols import Completer, Embedder
 from dreamd.config import Config
 from dreamd.errors import PASS_STOPPING, BudgetExhausted, InputRejected
-from dreamd.models import Completion, JobResult, Prompt
+from dreamd.models import Completion, Prompt
 from dreamd.store import queries as q
 from dreamd.store.connect import Store
 
@@ -81,9 +81,10 @@ class JobContext:
     def now_text(self) -> str:
         return self.clock().isoformat()
 
-    @property
-    def names(self) -> dict[str, str]:
-        return {"user": self.config.user.name, "agent": self.config.agent.name}
+    def names_for(self, user_id: str) -> dict[str, str]:
+        """Names for prompts: the configured user's name, any other user by their id."""
+        user = self.config.user.name if user_id == self.config.user.id else user_id
+        return {"user": user, "agent": self.config.agent.name}
 
     @property
     def llm(self) -> bool:
@@ -213,26 +214,6 @@ def note_failure(ctx: JobContext, job: str, item: str, error: BaseException) -> 
             quarantined=quarantine, error=message[:200],
         )
     return f"{item}: {message[:200]}"
-
-
-def run_single(
-    ctx: JobContext, job: str, item: str, reason: str, attempt: Callable[[], bool]
-) -> JobResult:
-    """Run a one-item job (profile, narrative, reflect) with the failure bookkeeping."""
-    failures = failed_items(ctx, job)
-    if failures.get(item):
-        return JobResult(job, True, reason, skipped=1, errors=(f"{item}: {failures[item]}",))
-    if ctx.halted is not None:
-        return JobResult(job, False, f"{reason} — not run: {ctx.halted}")
-    try:
-        stored = attempt()
-    except Exception as exc:  # recorded, shown in status; the rest of the pass goes on
-        return JobResult(job, True, reason, failed=1,
-                         errors=(note_failure(ctx, job, item, exc),))
-    note_success(ctx, job, item, failures)
-    if stored:
-        ctx.budget.spend()
-    return JobResult(job, True, reason, done=int(stored), skipped=int(not stored))
 
 
 def note_success(ctx: JobContext, job: str, item: str, failures: dict[str, str | None]) -> None:

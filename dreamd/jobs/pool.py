@@ -13,7 +13,9 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from dreamd.jobs.base import JobContext
+from dreamd.jobs.base import JobContext, failed_items, note_failure
+from dreamd.models import JobResult
+from dreamd.store import queries as q
 
 Save = Callable[[sqlite3.Connection, Any, Any], bool]
 
@@ -106,3 +108,42 @@ def run_items(
 
 
 _END = object()
+
+
+def run_keyed(
+    ctx: JobContext,
+    job: str,
+    reason: str,
+    todo: list[Any],
+    key: Callable[[Any], str],
+    prepare: Callable[[Any], Any],
+    think: Callable[[Any], Any],
+    save: Save,
+    remaining: Callable[[], int],
+    progress: bool = False,
+) -> JobResult:
+    """run_items for a job whose items have keys in the failure book: quarantined and
+    backing-off items wait, a success clears the item's record."""
+    failures = failed_items(ctx, job)
+    blocked = [key(item) for item in todo if failures.get(key(item))]
+
+    def save_and_clear(conn: sqlite3.Connection, inputs: Any, value: Any) -> bool:
+        stored = save(conn, inputs, value)
+        if stored and inputs.key in failures:
+            q.clear_failure(conn, job, inputs.key)
+        return stored
+
+    tally = run_items(
+        ctx,
+        (item for item in todo if not failures.get(key(item))),
+        prepare=prepare,
+        think=think,
+        save=save_and_clear,
+        on_error=lambda item, exc: note_failure(ctx, job, key(item), exc),
+        after=(lambda t: ctx.progress(job, t.done + t.failed + t.skipped, len(todo)))
+        if progress else (lambda t: None),
+    )
+    errors = tuple(tally.errors) + tuple(f"{k}: {failures[k]}" for k in blocked[:5])
+    return JobResult(job, True, reason, done=tally.done, failed=tally.failed,
+                     skipped=tally.skipped + len(blocked), remaining=remaining(),
+                     errors=errors)

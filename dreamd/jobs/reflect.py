@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import sqlite3
+from dataclasses import dataclass
 from typing import Any
 
 from dreamd.errors import OutputInvalid
-from dreamd.jobs.base import JobContext, complete_once, run_single
-from dreamd.models import JobResult
+from dreamd.ids import self_state_id
+from dreamd.jobs.base import JobContext, complete_once
+from dreamd.jobs.pool import run_keyed
+from dreamd.models import JobResult, Turn
 from dreamd.prompts import reflect_prompt, repair_prompt, turn_line
 from dreamd.store import queries as q
 
@@ -52,48 +56,97 @@ def evolve(previous: dict[str, Any], reflection: dict[str, Any], marks: dict[str
     return state
 
 
-def reflect_once(ctx: JobContext) -> bool:
-    user = ctx.config.user.id
-    item = f"agent:{ctx.config.agent.id}"
+def users_to_reflect(ctx: JobContext) -> tuple[list[str], q.ReflectionMarks]:
+    """Users with turns or gists since the last complete reflect job, and the marks that
+    job will leave when every one of them is done."""
     with ctx.store.read() as conn:
-        cached = q.cached_output(conn, JOB, item)
-        current = q.self_state(conn, ctx.config.agent.id)
+        marks = q.reflection_marks(conn, ctx.config.agent.id)
+        users = set(q.users_with_turns_after(conn, marks.exchange_id))
+        users |= {u for u in q.users_with_gists(conn) if q.max_gist_seq(conn, u) > marks.seq}
+        reached = q.ReflectionMarks(q.max_exchange_id(conn), q.max_gist_seq(conn, None),
+                                    ctx.now_text())
+    return sorted(users), reached
+
+
+@dataclass(frozen=True)
+class Work:
+    user_id: str
+    key: str
+    previous: dict[str, Any]
+    updated_at: str | None
+    turns: list[Turn]
+    new_turns: int
+    top_id: int
+    top_seq: int
+    sessions: int
+    cached: tuple[str, str] | None
+
+
+def prepare(ctx: JobContext, user: str) -> Work | None:
+    key = self_state_id(ctx.config.agent.id, user)
+    with ctx.store.read() as conn:
+        current = q.self_state(conn, key)
         previous, updated_at = current if current else ({}, None)
         marks = previous.get("dreamd", {}) if isinstance(previous.get("dreamd"), dict) else {}
         seen_id = int(marks.get("reflected_exchange_id", 0))
-        turns = q.recent_user_turns(conn, user, seen_id, RECENT_TURNS)
-        new_turns = q.count_exchanges_after(conn, seen_id)
-        top_id = q.max_exchange_id(conn)
-        top_seq = q.max_gist_seq(conn, user)
-        sessions = q.count_sessions(conn, user)
-    if new_turns == 0 and top_seq <= int(marks.get("reflected_seq", 0)):
-        return False
+        work = Work(
+            user_id=user, key=key, previous=previous, updated_at=updated_at,
+            turns=q.recent_user_turns(conn, user, seen_id, RECENT_TURNS),
+            new_turns=q.count_user_turns_after(conn, user, seen_id),
+            top_id=q.max_exchange_id(conn), top_seq=q.max_gist_seq(conn, user),
+            sessions=q.count_sessions(conn, user), cached=q.cached_output(conn, JOB, key))
+    if work.new_turns == 0 and work.top_seq <= int(marks.get("reflected_seq", 0)):
+        return None
+    return work
+
+
+def think(ctx: JobContext, work: Work) -> tuple[dict[str, Any], str, str]:
+    """The reflection, validated; one repair attempt when an LLM's answer is invalid."""
     prompt = reflect_prompt(
-        ctx.names, previous, [turn_line(t.role, t.content) for t in turns if t.role == "user"],
-        {"new_turns": new_turns, "sessions": sessions, "now": ctx.now_text()},
+        ctx.names_for(work.user_id), work.previous,
+        [turn_line(t.role, t.content) for t in work.turns if t.role == "user"],
+        {"new_turns": work.new_turns, "sessions": work.sessions, "now": ctx.now_text()},
     )
-    completion, digest = complete_once(ctx, prompt, cached)
+    completion, digest = complete_once(ctx, prompt, work.cached)
     raw = completion.text
     try:
-        reflection = validate(raw)
+        return validate(raw), digest, raw
     except OutputInvalid as exc:
         if not ctx.llm:
             raise
         # One repair attempt; if that fails too, the old self-state stays.
         raw = ctx.complete(repair_prompt(raw, str(exc))).text
-        reflection = validate(raw)
-    state = evolve(previous, reflection, {
-        "reflected_exchange_id": top_id,
-        "reflected_seq": top_seq,
+        return validate(raw), digest, raw
+
+
+def save(ctx: JobContext, conn: sqlite3.Connection, work: Work,
+         result: tuple[dict[str, Any], str, str]) -> bool:
+    reflection, digest, raw = result
+    state = evolve(work.previous, reflection, {
+        "reflected_exchange_id": work.top_id,
+        "reflected_seq": work.top_seq,
         "reflected_at": ctx.now_text(),
         "source": ctx.source,
+        "user_id": work.user_id,
     }, ctx.config.reflect.max_reflections)
-    with ctx.store.write() as conn:
-        stored = q.save_self_state(conn, ctx.config.agent.id, state, ctx.now_text(), updated_at)
-        if stored:
-            q.save_output(conn, JOB, item, digest, raw)
-        return stored
+    stored = q.save_self_state(conn, work.key, state, ctx.now_text(), work.updated_at)
+    if stored:
+        q.save_output(conn, JOB, work.key, digest, raw)
+    return stored
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
-    return run_single(ctx, JOB, f"agent:{ctx.config.agent.id}", reason, lambda: reflect_once(ctx))
+    """One reflection per user with news; the agent's marks move once all are done."""
+    users, reached = users_to_reflect(ctx)
+    agent = ctx.config.agent.id
+    result = run_keyed(
+        ctx, JOB, reason, users, key=lambda user: self_state_id(agent, user),
+        prepare=lambda user: prepare(ctx, user),
+        think=lambda work: think(ctx, work),
+        save=lambda conn, work, value: save(ctx, conn, work, value),
+        remaining=lambda: 0,
+    )
+    if not result.failed and not result.skipped and not ctx.stopped():
+        with ctx.store.write() as conn:
+            q.save_reflection_marks(conn, reached)
+    return result

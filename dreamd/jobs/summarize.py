@@ -13,8 +13,8 @@ from datetime import timedelta
 import numpy as np
 
 from dreamd.errors import InputRejected, OutputInvalid
-from dreamd.jobs.base import JobContext, failed_items, note_failure
-from dreamd.jobs.pool import run_items
+from dreamd.jobs.base import JobContext
+from dreamd.jobs.pool import run_keyed
 from dreamd.models import JobResult, Turn
 from dreamd.prompts import merge_prompt, summary_prompt, turn_line
 from dreamd.sensing import is_idle
@@ -26,7 +26,7 @@ JOB = "summarize"
 def candidates(ctx: JobContext) -> list[q.DirtySession]:
     """Dirty sessions; outside --force only the ripe ones whose chat has gone quiet."""
     with ctx.store.read() as conn:
-        dirty = q.dirty_sessions(conn, ctx.config.user.id)
+        dirty = q.dirty_sessions(conn)
     if ctx.force:
         return dirty
     after = ctx.config.summarize.after
@@ -44,9 +44,10 @@ def validate(text: str) -> str:
     return text
 
 
-def gist_for(ctx: JobContext, previous: str | None, turns: list[Turn],
+def gist_for(ctx: JobContext, user_id: str, previous: str | None, turns: list[Turn],
              vectors: dict[int, np.ndarray], chunk: int | None = None) -> str:
     """Prompts (pure) and backend calls; no transaction is open here."""
+    names = ctx.names_for(user_id)
     lines = ctx.config.summarize.gist_lines
     chunk = chunk or ctx.config.summarize.chunk_turns
 
@@ -58,17 +59,17 @@ def gist_for(ctx: JobContext, previous: str | None, turns: list[Turn],
     blocks = [turns[i : i + chunk] for i in range(0, len(turns), chunk)]
     if len(blocks) == 1:
         block = blocks[0]
-        prompt = summary_prompt(ctx.names, previous, [turn_line(t.role, t.content) for t in block],
+        prompt = summary_prompt(names, previous, [turn_line(t.role, t.content) for t in block],
                                 lines, block_vectors(block))
         return validate(ctx.complete(prompt).text)
     partials = []
     for block in blocks:
-        prompt = summary_prompt(ctx.names, None, [turn_line(t.role, t.content) for t in block],
+        prompt = summary_prompt(names, None, [turn_line(t.role, t.content) for t in block],
                                 lines, block_vectors(block))
         partials.append(validate(ctx.complete(prompt).text))
     if previous:
         partials.insert(0, previous)
-    return validate(ctx.complete(merge_prompt(ctx.names, partials, lines)).text)
+    return validate(ctx.complete(merge_prompt(names, partials, lines)).text)
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,10 @@ class Work:
     previous: str | None
     turns: list[Turn]
     vectors: dict[int, np.ndarray]
+
+    @property
+    def key(self) -> str:
+        return self.session.session_id
 
 
 def prepare(ctx: JobContext, session: q.DirtySession) -> Work:
@@ -95,10 +100,11 @@ def think(ctx: JobContext, work: Work) -> tuple[str, bytes] | None:
         gist = work.previous  # the new turns were deleted by the app: only the mark moves
     else:
         try:
-            gist = gist_for(ctx, work.previous, work.turns, work.vectors)
+            gist = gist_for(ctx, work.session.user_id, work.previous, work.turns, work.vectors)
         except InputRejected:
             size = max(2, min(len(work.turns), ctx.config.summarize.chunk_turns) // 2)
-            gist = gist_for(ctx, work.previous, work.turns, work.vectors, chunk=size)
+            gist = gist_for(ctx, work.session.user_id, work.previous, work.turns, work.vectors,
+                            chunk=size)
     return gist, q.to_blob(ctx.embedder.embed([gist])[0])
 
 
@@ -121,26 +127,13 @@ def save(ctx: JobContext, conn: sqlite3.Connection, work: Work,
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
-    todo = candidates(ctx)
-    failures = failed_items(ctx, JOB)
     layout = q.read_layout(ctx.store)
-    blocked = [s for s in todo if failures.get(s.session_id)]
-    def save_and_count(conn: sqlite3.Connection, work: Work, result: tuple[str, bytes]) -> bool:
-        stored = save(ctx, conn, work, result, layout)
-        if stored and work.session.session_id in failures:
-            q.clear_failure(conn, JOB, work.session.session_id)
-        return stored
-
-
-    tally = run_items(
-        ctx,
-        (s for s in todo if not failures.get(s.session_id)),
+    return run_keyed(
+        ctx, JOB, reason, candidates(ctx),
+        key=lambda session: session.session_id,
         prepare=lambda session: prepare(ctx, session),
         think=lambda work: think(ctx, work),
-        save=save_and_count,
-        on_error=lambda session, exc: note_failure(ctx, JOB, session.session_id, exc),
-        after=lambda t: ctx.progress(JOB, t.done + t.failed + t.skipped, len(todo)),
+        save=lambda conn, work, result: save(ctx, conn, work, result, layout),
+        remaining=lambda: len(candidates(ctx)),
+        progress=True,
     )
-    return JobResult(JOB, True, reason, done=tally.done, failed=tally.failed,
-                     skipped=tally.skipped + len(blocked), remaining=len(candidates(ctx)),
-                     errors=tuple(tally.errors))

@@ -208,11 +208,41 @@ class Migration:
     apply: Callable[[sqlite3.Connection], None]
 
 
+def _per_user(conn: sqlite3.Connection) -> None:
+    """Eras keyed by (user, month); provenance columns on the per-user tiers.
+
+    SQLite cannot change a primary key in place, so eras is rebuilt with every column it
+    had (an adopted file keeps its own declarations) and its rows copied; dreamd's keys for
+    eras in its own tables gain the user.
+    """
+    columns = conn.execute("PRAGMA table_info(eras)").fetchall()
+    decls = []
+    for _, name, kind, notnull, default, _ in columns:
+        decl = f'"{name}" {kind}' + (" NOT NULL" if notnull else "")
+        decls.append(decl + (f" DEFAULT {default}" if default is not None else ""))
+    names = ", ".join(f'"{c[1]}"' for c in columns)
+    conn.execute(f"CREATE TABLE dreamd_eras_new ({', '.join(decls)}, dreamd_inputs TEXT, "
+                 "PRIMARY KEY (user_id, month))")
+    conn.execute(f"INSERT INTO dreamd_eras_new ({names}) SELECT {names} FROM eras")
+    conn.execute("DROP TABLE eras")
+    conn.execute("ALTER TABLE dreamd_eras_new RENAME TO eras")
+    owner = "(SELECT user_id FROM eras WHERE month = {col}) || '|' || {col}"
+    conn.execute(f"UPDATE dreamd_vectors SET key = {owner.format(col='key')} "
+                 "WHERE kind = 'era' AND key IN (SELECT month FROM eras)")
+    for table in ("dreamd_outputs", "dreamd_failures"):
+        conn.execute(f"UPDATE {table} SET item = {owner.format(col='item')} "
+                     "WHERE job = 'eras' AND item IN (SELECT month FROM eras)")
+    for table in ("profile", "narrative"):
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN dreamd_inputs TEXT")
+    conn.execute("CREATE INDEX dreamd_summaries_recent ON summaries(dreamd_seq)")
+
+
 MIGRATIONS = (
     Migration(1, "core tables (prior-art layout)", _core),
     Migration(2, "dreamd bookkeeping, tally, vectors, runs", _dreamd_base),
     Migration(3, "LLM outputs by input hash, pass notes", _llm_bookkeeping),
     Migration(4, "full-text index of turns", _lexical),
+    Migration(5, "per-user eras, provenance of tiers", _per_user),
 )
 
 

@@ -10,6 +10,14 @@ from typing import Any
 
 import numpy as np
 
+from dreamd.ids import (
+    DEFAULT_USER,
+    era_key,
+    narrative_id,
+    profile_id,
+    self_state_id,
+    split_era_key,
+)
 from dreamd.models import Gist, Turn
 from dreamd.store.connect import Store
 
@@ -90,9 +98,6 @@ def new_exchange_groups(
     ).fetchall()
 
 
-DEFAULT_USER = "default"
-
-
 def iso_utc(text: str) -> str:
     """A timestamp as ISO-8601 UTC text, so that the tally's times compare as strings.
 
@@ -157,13 +162,12 @@ class DirtySession:
         return self.turns - self.summarized_turns
 
 
-def dirty_sessions(conn: sqlite3.Connection, user_id: str) -> list[DirtySession]:
-    """Sessions with turns past their gist, through the partial index (O(dirty))."""
+def dirty_sessions(conn: sqlite3.Connection) -> list[DirtySession]:
+    """Every user's sessions with turns past their gist, through the partial index."""
     rows = conn.execute(
         "SELECT session_id, user_id, turns, last_id, last_at, month, summarized_id, "
         "summarized_turns FROM dreamd_sessions "
-        "WHERE user_id = ? AND last_id > summarized_id ORDER BY last_at",
-        (user_id,),
+        "WHERE last_id > summarized_id ORDER BY last_at"
     ).fetchall()
     return [DirtySession(*r) for r in rows]
 
@@ -177,28 +181,51 @@ class DirtyTotals:
     idle_ripe_turns: int
 
 
-def dirty_totals(
-    conn: sqlite3.Connection, user_id: str, ripe_after: int, idle_before: str
-) -> DirtyTotals:
-    """Sensing's view of the dirty sessions, aggregated in SQL over the partial index."""
+def dirty_totals(conn: sqlite3.Connection, ripe_after: int, idle_before: str) -> DirtyTotals:
+    """Sensing's view of the dirty sessions of every user, aggregated over the partial index."""
     row = conn.execute(
         "SELECT COUNT(*), COALESCE(SUM(turns - summarized_turns), 0), "
         "COALESCE(SUM(ripe), 0), COALESCE(SUM(ripe AND last_at <= ?), 0), "
         "COALESCE(SUM(CASE WHEN ripe AND last_at <= ? THEN turns - summarized_turns END), 0) "
         "FROM (SELECT turns, summarized_turns, last_at, "
         "(summarized_id = 0 OR turns - summarized_turns >= ?) AS ripe FROM dreamd_sessions "
-        "WHERE user_id = ? AND last_id > summarized_id)",
-        (idle_before, idle_before, ripe_after, user_id),
+        "WHERE last_id > summarized_id)",
+        (idle_before, idle_before, ripe_after),
     ).fetchone()
     return DirtyTotals(*(int(v) for v in row))
 
 
-def count_sessions(conn: sqlite3.Connection, user_id: str) -> int:
+def count_sessions(conn: sqlite3.Connection, user_id: str | None = None) -> int:
+    """Sessions in the tally: one user's, or everyone's."""
+    if user_id is None:
+        return int(conn.execute("SELECT COUNT(*) FROM dreamd_sessions").fetchone()[0])
     return int(
         conn.execute(
             "SELECT COUNT(*) FROM dreamd_sessions WHERE user_id = ?", (user_id,)
         ).fetchone()[0]
     )
+
+
+def session_owner(conn: sqlite3.Connection, session_id: str) -> str:
+    """Whose session this is: its sessions row, else the tally, else the default user."""
+    row = conn.execute(
+        "SELECT COALESCE((SELECT user_id FROM sessions WHERE id = ?1), "
+        "(SELECT user_id FROM dreamd_sessions WHERE session_id = ?1), ?2)",
+        (session_id, DEFAULT_USER),
+    ).fetchone()
+    return str(row[0])
+
+
+def sessions_of(conn: sqlite3.Connection, users: list[str], *, others: bool = False
+                ) -> set[str]:
+    """Sessions known to belong to these users (or, with `others`, to anyone else)."""
+    marks = ",".join("?" * len(users))
+    op = "NOT IN" if others else "IN"
+    rows = conn.execute(
+        f"SELECT id FROM sessions WHERE user_id {op} ({marks}) UNION "
+        f"SELECT session_id FROM dreamd_sessions WHERE user_id {op} ({marks})",
+        (*users, *users)).fetchall()
+    return {r[0] for r in rows}
 
 
 def session_turns(
@@ -321,9 +348,9 @@ def derived_without_vector(
         "SELECT 'summary', session_id, content FROM summaries s WHERE NOT EXISTS "
         "(SELECT 1 FROM dreamd_vectors v WHERE v.model = ?1 AND v.kind = 'summary' "
         "AND v.key = s.session_id) "
-        "UNION ALL SELECT 'era', month, content FROM eras e WHERE NOT EXISTS "
+        "UNION ALL SELECT 'era', user_id || '|' || month, content FROM eras e WHERE NOT EXISTS "
         "(SELECT 1 FROM dreamd_vectors v WHERE v.model = ?1 AND v.kind = 'era' "
-        "AND v.key = e.month) LIMIT ?2",
+        "AND v.key = e.user_id || '|' || e.month) LIMIT ?2",
         (model, limit),
     ).fetchall()
     return [(r[0], r[1], r[2]) for r in rows]
@@ -335,10 +362,12 @@ def save_derived_vectors(
     """Store vectors for derived rows whose content is still what was embedded."""
     stored = 0
     for kind, key, content, blob in rows:
-        table, column = ("summaries", "session_id") if kind == "summary" else ("eras", "month")
-        current = conn.execute(
-            f"SELECT content FROM {table} WHERE {column} = ?", (key,)
-        ).fetchone()
+        if kind == "summary":
+            current = conn.execute(
+                "SELECT content FROM summaries WHERE session_id = ?", (key,)).fetchone()
+        else:
+            current = conn.execute("SELECT content FROM eras WHERE user_id = ? AND month = ?",
+                                   split_era_key(key)).fetchone()
         if current and current[0] == content:
             put_vector(conn, model, kind, key, blob)
             stored += 1
@@ -394,25 +423,72 @@ def gists_for_month(conn: sqlite3.Connection, user_id: str, month: str) -> list[
     return [Gist(*r) for r in rows]
 
 
-def max_gist_seq(conn: sqlite3.Connection, user_id: str) -> int:
+def max_gist_seq(conn: sqlite3.Connection, user_id: str | None) -> int:
+    """The newest gist's seq: one user's, or (user_id None) anyone's."""
+    if user_id is None:
+        return int(conn.execute(
+            "SELECT COALESCE(MAX(dreamd_seq), 0) FROM summaries").fetchone()[0])
     row = conn.execute(
         "SELECT COALESCE(MAX(dreamd_seq), 0) FROM summaries WHERE user_id = ?", (user_id,)
     ).fetchone()
     return int(row[0])
 
 
-def count_gists(conn: sqlite3.Connection, user_id: str) -> int:
+def count_gists(conn: sqlite3.Connection, user_id: str | None = None) -> int:
+    if user_id is None:
+        return int(conn.execute("SELECT COUNT(*) FROM summaries").fetchone()[0])
     return int(
         conn.execute("SELECT COUNT(*) FROM summaries WHERE user_id = ?", (user_id,)).fetchone()[0]
     )
 
 
-def count_gists_after(conn: sqlite3.Connection, user_id: str, seq: int) -> int:
+def count_gists_after(conn: sqlite3.Connection, user_id: str | None, seq: int) -> int:
+    """Gists newer than `seq`: one user's, or (user_id None) everyone's."""
+    if user_id is None:
+        return int(conn.execute(
+            "SELECT COUNT(*) FROM summaries WHERE dreamd_seq > ?", (seq,)).fetchone()[0])
     return int(
         conn.execute(
             "SELECT COUNT(*) FROM summaries WHERE user_id = ? AND dreamd_seq > ?", (user_id, seq)
         ).fetchone()[0]
     )
+
+
+def users_with_gists(conn: sqlite3.Connection) -> list[str]:
+    """Every user who has a gist, by a skip-scan of the (user, seq) index: one seek each."""
+    rows = conn.execute(
+        "WITH RECURSIVE u(id) AS (SELECT MIN(user_id) FROM summaries "
+        "UNION ALL SELECT (SELECT MIN(user_id) FROM summaries WHERE user_id > u.id) "
+        "FROM u WHERE u.id IS NOT NULL) SELECT id FROM u WHERE id IS NOT NULL"
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def users_with_turns_after(conn: sqlite3.Connection, after_id: int) -> list[str]:
+    """Users with a session that has a turn newer than `after_id`."""
+    rows = conn.execute(
+        "SELECT DISTINCT user_id FROM dreamd_sessions WHERE last_id > ? ORDER BY user_id",
+        (after_id,),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def inputs_of(gists: list[Gist], previous: dict[str, int] | None = None) -> dict[str, int]:
+    """Provenance of a tier: session -> the last turn of it that the tier was built from."""
+    out = dict(previous or {})
+    for g in gists:
+        out[g.session_id] = max(out.get(g.session_id, 0), g.last_exchange_id)
+    return out
+
+
+def tier_inputs(conn: sqlite3.Connection, table: str, where: str, args: tuple[Any, ...]
+                ) -> dict[str, int]:
+    row = conn.execute(f"SELECT dreamd_inputs FROM {table} WHERE {where}", args).fetchone()
+    try:
+        data = json.loads(row[0]) if row and row[0] else {}
+    except ValueError:
+        data = {}
+    return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
 def month_gist_seqs(conn: sqlite3.Connection, user_id: str) -> dict[str, int]:
@@ -466,17 +542,20 @@ def profile_row(conn: sqlite3.Connection, profile_id: str) -> Tier | None:
 def save_profile(
     conn: sqlite3.Connection, *, profile_id: str, user_id: str, content: str,
     sessions_covered: int, seq: int, expected_seq: int | None, source: str, now: str,
+    inputs: dict[str, int],
 ) -> bool:
     current = profile_row(conn, profile_id)
     if (current.seq if current else None) != expected_seq:
         return False
     conn.execute(
         "INSERT INTO profile (id, content, sessions_covered, updated_at, user_id, dreamd_seq, "
-        "dreamd_source) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
-        "content = excluded.content, sessions_covered = excluded.sessions_covered, "
+        "dreamd_source, dreamd_inputs) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE "
+        "SET content = excluded.content, sessions_covered = excluded.sessions_covered, "
         "updated_at = excluded.updated_at, user_id = excluded.user_id, "
-        "dreamd_seq = excluded.dreamd_seq, dreamd_source = excluded.dreamd_source",
-        (profile_id, content, sessions_covered, now, user_id, seq, source),
+        "dreamd_seq = excluded.dreamd_seq, dreamd_source = excluded.dreamd_source, "
+        "dreamd_inputs = excluded.dreamd_inputs",
+        (profile_id, content, sessions_covered, now, user_id, seq, source,
+         json.dumps(inputs, sort_keys=True)),
     )
     return True
 
@@ -493,22 +572,25 @@ def eras_for_user(conn: sqlite3.Connection, user_id: str) -> list[tuple[str, str
 def save_era(
     conn: sqlite3.Connection, *, month: str, user_id: str, content: str, session_count: int,
     seq: int, expected_seq: int | None, source: str, now: str, embedding: bytes | None,
-    vector: bytes | None, model: str,
+    vector: bytes | None, model: str, inputs: dict[str, int],
 ) -> bool:
-    current = conn.execute("SELECT dreamd_seq FROM eras WHERE month = ?", (month,)).fetchone()
+    current = conn.execute("SELECT dreamd_seq FROM eras WHERE user_id = ? AND month = ?",
+                           (user_id, month)).fetchone()
     if (int(current[0]) if current else None) != expected_seq:
         return False
     conn.execute(
         "INSERT INTO eras (month, content, embedding, session_count, created_at, user_id, "
-        "dreamd_seq, dreamd_source) VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(month) DO UPDATE "
+        "dreamd_seq, dreamd_source, dreamd_inputs) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) "
+        "ON CONFLICT(user_id, month) DO UPDATE "
         "SET content = excluded.content, embedding = excluded.embedding, "
         "session_count = excluded.session_count, created_at = excluded.created_at, "
-        "user_id = excluded.user_id, dreamd_seq = excluded.dreamd_seq, "
-        "dreamd_source = excluded.dreamd_source",
-        (month, content, embedding, session_count, now, user_id, seq, source),
+        "dreamd_seq = excluded.dreamd_seq, dreamd_source = excluded.dreamd_source, "
+        "dreamd_inputs = excluded.dreamd_inputs",
+        (month, content, embedding, session_count, now, user_id, seq, source,
+         json.dumps(inputs, sort_keys=True)),
     )
     if vector is not None:
-        put_vector(conn, model, "era", month, vector)
+        put_vector(conn, model, "era", era_key(user_id, month), vector)
     return True
 
 
@@ -522,17 +604,18 @@ def narrative_row(conn: sqlite3.Connection, narrative_id: str) -> Tier | None:
 
 def save_narrative(
     conn: sqlite3.Connection, *, narrative_id: str, user_id: str, content: str, seq: int,
-    expected_seq: int | None, source: str, now: str,
+    expected_seq: int | None, source: str, now: str, inputs: dict[str, int],
 ) -> bool:
     current = narrative_row(conn, narrative_id)
     if (current.seq if current else None) != expected_seq:
         return False
     conn.execute(
-        "INSERT INTO narrative (id, content, updated_at, user_id, dreamd_seq, dreamd_source) "
-        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET content = excluded.content, "
-        "updated_at = excluded.updated_at, user_id = excluded.user_id, "
-        "dreamd_seq = excluded.dreamd_seq, dreamd_source = excluded.dreamd_source",
-        (narrative_id, content, now, user_id, seq, source),
+        "INSERT INTO narrative (id, content, updated_at, user_id, dreamd_seq, dreamd_source, "
+        "dreamd_inputs) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET "
+        "content = excluded.content, updated_at = excluded.updated_at, "
+        "user_id = excluded.user_id, dreamd_seq = excluded.dreamd_seq, "
+        "dreamd_source = excluded.dreamd_source, dreamd_inputs = excluded.dreamd_inputs",
+        (narrative_id, content, now, user_id, seq, source, json.dumps(inputs, sort_keys=True)),
     )
     return True
 
@@ -702,3 +785,134 @@ def recent_runs(conn: sqlite3.Connection, limit: int) -> list[dict[str, Any]]:
             record[k] = json.loads(record[k]) if record[k] else None
         out.append(record)
     return out
+
+
+# ---------------------------------------------------------------- invalidation and forgetting
+
+
+def bump_vector_epoch(conn: sqlite3.Connection) -> None:
+    """Tell in-process indexes (recall, gists) that rows they hold may be gone."""
+    set_state(conn, "vector_epoch", str(int(get_state(conn, "vector_epoch", "0") or 0) + 1))
+
+
+def drop_outputs(conn: sqlite3.Connection, job: str, item: str) -> None:
+    """A job item's stored LLM output and failure record (both may quote its inputs)."""
+    conn.execute("DELETE FROM dreamd_outputs WHERE job = ? AND item = ?", (job, item))
+    conn.execute("DELETE FROM dreamd_failures WHERE job = ? AND item = ?", (job, item))
+
+
+def drop_gist(conn: sqlite3.Connection, session_id: str) -> bool:
+    """Delete a session's gist and its vectors; the tally's mark goes back to the start, so
+    the next pass summarizes whatever turns remain. Returns whether a gist existed."""
+    gone = conn.execute("DELETE FROM summaries WHERE session_id = ?", (session_id,)).rowcount
+    conn.execute("DELETE FROM dreamd_vectors WHERE kind = 'summary' AND key = ?", (session_id,))
+    drop_outputs(conn, "summarize", session_id)
+    conn.execute("UPDATE dreamd_sessions SET summarized_id = 0, summarized_turns = 0 "
+                 "WHERE session_id = ?", (session_id,))
+    return bool(gone)
+
+
+def drop_tiers(conn: sqlite3.Connection, user_id: str, agent_id: str, months: set[str]
+               ) -> list[str]:
+    """Delete what was built from a user's gists — profile, narrative, the eras of `months`,
+    the agent's reflection state with that user — so the next pass rebuilds them from what
+    remains. Returns what went, as "table:key"."""
+    gone: list[str] = []
+    for table, key, job in (("profile", profile_id(user_id), "profile"),
+                            ("narrative", narrative_id(user_id), "narrative")):
+        if conn.execute(f"DELETE FROM {table} WHERE id = ?", (key,)).rowcount:
+            gone.append(f"{table}:{key}")
+        drop_outputs(conn, job, key)
+    for month in sorted(months):
+        if conn.execute("DELETE FROM eras WHERE user_id = ? AND month = ?",
+                        (user_id, month)).rowcount:
+            gone.append(f"eras:{era_key(user_id, month)}")
+        conn.execute("DELETE FROM dreamd_vectors WHERE kind = 'era' AND key = ?",
+                     (era_key(user_id, month),))
+        drop_outputs(conn, "eras", era_key(user_id, month))
+    key = self_state_id(agent_id, user_id)
+    state = self_state(conn, key)
+    if state is not None:
+        data, _ = state
+        kept = {k: v for k, v in data.items() if k == "drives"} if key == agent_id else {}
+        if kept:
+            conn.execute("UPDATE self_state SET data = ? WHERE id = ?",
+                         (json.dumps(kept, sort_keys=True), key))
+        else:
+            conn.execute("DELETE FROM self_state WHERE id = ?", (key,))
+        gone.append(f"self_state:{key}")
+    drop_outputs(conn, "reflect", key)
+    return gone
+
+
+def new_session_rows(conn: sqlite3.Connection, after_rowid: int, limit: int
+                     ) -> list[tuple[int, str, str]]:
+    """(rowid, session id, user id) of sessions rows the app added (or re-inserted)."""
+    rows = conn.execute(
+        "SELECT rowid, id, user_id FROM sessions WHERE rowid > ? ORDER BY rowid LIMIT ?",
+        (after_rowid, limit),
+    ).fetchall()
+    return [(int(r[0]), r[1], r[2]) for r in rows]
+
+
+def rehome_session(conn: sqlite3.Connection, session_id: str, user_id: str, agent_id: str
+                   ) -> bool:
+    """The app says this session belongs to `user_id` but the tally filed it under someone
+    else (its turns came before its sessions row): move it, and drop what the other user's
+    memory built from it. Returns whether anything moved."""
+    row = conn.execute("SELECT user_id, month FROM dreamd_sessions WHERE session_id = ?",
+                       (session_id,)).fetchone()
+    if row is None or row[0] == user_id:
+        return False
+    old_user, month = row
+    conn.execute("UPDATE dreamd_sessions SET user_id = ? WHERE session_id = ?",
+                 (user_id, session_id))
+    months = {m for (m,) in conn.execute(
+        "SELECT dreamd_month FROM summaries WHERE session_id = ? AND dreamd_month IS NOT NULL",
+        (session_id,))} | {month}
+    if drop_gist(conn, session_id):
+        drop_tiers(conn, old_user, agent_id, months)
+        bump_vector_epoch(conn)
+    return True
+
+
+@dataclass(frozen=True)
+class ReflectionMarks:
+    exchange_id: int
+    seq: int
+    at: str | None
+
+
+def reflection_marks(conn: sqlite3.Connection, agent_id: str) -> ReflectionMarks:
+    """How far the agent's last complete reflect job reached, over every user.
+
+    Kept in dreamd_state; a file from before per-user reflection has them in the agent's
+    self-state row.
+    """
+    raw = get_state(conn, "reflected")
+    if raw is None:
+        state = self_state(conn, agent_id)
+        marks = (state[0].get("dreamd") if state else None) or {}
+    else:
+        marks = json.loads(raw)
+    return ReflectionMarks(int(marks.get("reflected_exchange_id", 0)),
+                           int(marks.get("reflected_seq", 0)), marks.get("reflected_at"))
+
+
+def save_reflection_marks(conn: sqlite3.Connection, marks: ReflectionMarks) -> None:
+    set_state(conn, "reflected", json.dumps({
+        "reflected_exchange_id": marks.exchange_id, "reflected_seq": marks.seq,
+        "reflected_at": marks.at}, sort_keys=True))
+
+
+def count_user_turns_after(conn: sqlite3.Connection, user_id: str, after_id: int) -> int:
+    row = conn.execute(
+        "SELECT COUNT(*) FROM exchanges e JOIN dreamd_sessions t ON t.session_id = e.session_id "
+        "WHERE e.id > ? AND t.user_id = ?", (after_id, user_id)).fetchone()
+    return int(row[0])
+
+
+def vector_of(conn: sqlite3.Connection, model: str, kind: str, key: str) -> bytes | None:
+    row = conn.execute("SELECT vector FROM dreamd_vectors WHERE model = ? AND kind = ? "
+                       "AND key = ?", (model, kind, key)).fetchone()
+    return row[0] if row else None
