@@ -168,8 +168,9 @@ def status(obj: dict[str, Any], as_json: bool, runs: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--gists", default=5, show_default=True, type=click.IntRange(0, 100000),
               help="How many of the latest gists to print.")
+@click.option("--user", help="Whose memory (default: user.id from the config).")
 @click.pass_obj
-def show(obj: dict[str, Any], as_json: bool, gists: int) -> None:
+def show(obj: dict[str, Any], as_json: bool, gists: int, user: str | None) -> None:
     """Print the memory dreamd produced: gists, profile, eras, narrative, self-state.
 
     \b
@@ -179,7 +180,7 @@ def show(obj: dict[str, Any], as_json: bool, gists: int) -> None:
     from dreamd import report
     from dreamd.render import render_memory
 
-    data = read_existing(obj, lambda store, config: report.memory(store, config, gists))
+    data = read_existing(obj, lambda store, config: report.memory(store, config, gists, user))
     click.echo(json.dumps(data, indent=2) if as_json else render_memory(data))
 
 
@@ -200,10 +201,14 @@ def open_memory(obj: dict[str, Any]) -> Any:
 @click.option("-k", "k", default=10, show_default=True, type=click.IntRange(1, 1000),
               help="How many turns.")
 @click.option("--session", help="Only this session.")
+@click.option("--user", "users", multiple=True,
+              help="Whose turns (repeatable; default: user.id from the config).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_obj
-def recall(obj: dict[str, Any], query: str, k: int, session: str | None, as_json: bool) -> None:
-    """The turns most relevant to QUERY: vector similarity fused with BM25.
+def recall(obj: dict[str, Any], query: str, k: int, session: str | None,
+           users: tuple[str, ...], as_json: bool) -> None:
+    """The turns most relevant to QUERY, among one user's sessions: vector similarity
+    fused with BM25.
 
     \b
     Example:
@@ -211,7 +216,7 @@ def recall(obj: dict[str, Any], query: str, k: int, session: str | None, as_json
     """
     memory = open_memory(obj)
     try:
-        hits = memory.recall(query, k=k, session=session)
+        hits = memory.recall(query, k=k, session=session, users=list(users) or None)
     finally:
         memory.close()
     if as_json:
@@ -253,8 +258,10 @@ def context(obj: dict[str, Any], session: str, query: str | None, budget: int,
 @click.argument("fmt", metavar="FORMAT", type=click.Choice(["chatgpt", "jsonl", "locomo",
                                                              "longmemeval"]))
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--user", default=None, help="Whose history this is (default: user.id from "
+              "the config); new sessions are filed under this user.")
 @click.pass_obj
-def import_(obj: dict[str, Any], fmt: str, path: Path) -> None:
+def import_(obj: dict[str, Any], fmt: str, path: Path, user: str | None) -> None:
     """Add history from a file to the memory file, with its real dates.
 
     \b
@@ -283,7 +290,8 @@ def import_(obj: dict[str, Any], fmt: str, path: Path) -> None:
         raise fail(str(exc)) from None
     try:
         result = write_sessions(store, sessions,
-                                lambda done, total: progress("import", done, total))
+                                lambda done, total: progress("import", done, total),
+                                user=user or config.user.id)
     finally:
         progress.clear()
         store.close()
@@ -310,3 +318,79 @@ def demo(obj: dict[str, Any], replace: bool) -> None:
     except DreamdError as exc:
         raise fail(str(exc)) from None
     click.echo(f"wrote {count} turns of sample conversations to {path}")
+
+
+@main.command()
+@click.option("--user", required=True, help="Whose turns to forget.")
+@click.option("--session", help="Only this session of the user.")
+@click.option("--before", help="Only turns made before this date or ISO timestamp (UTC).")
+@click.option("--dry-run", is_flag=True, help="Show what would go; change nothing.")
+@click.option("--vacuum", is_flag=True, help="Also rewrite the whole file (VACUUM) afterwards.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_obj
+def forget(obj: dict[str, Any], user: str, session: str | None, before: str | None,
+           dry_run: bool, vacuum: bool, as_json: bool) -> None:
+    """Erase a user's turns (all, one session, or those before a date) and everything
+    dreamd built from them; the next pass re-derives what remains.
+
+    Deleted text is overwritten (secure_delete), the search index is merged, and the WAL
+    is checkpointed and emptied when no other connection is reading.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db forget --user alice --before 2025-01-01 --dry-run
+    """
+    from dreamd.forget import Scope, parse_before
+    from dreamd.forget import forget as forget_scope
+
+    try:
+        scope = Scope(user, session, parse_before(before) if before is not None else None)
+    except DreamdError as exc:
+        raise fail(str(exc)) from None
+    result = read_existing(obj, lambda store, config: forget_scope(
+        store, scope, config.agent.id, dry_run=dry_run, vacuum=vacuum))
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    verb = "would forget" if dry_run else "forgot"
+    click.echo(f"{verb} {result.turns} turns of {scope.describe()}: "
+               f"{len(result.sessions_emptied)} sessions emptied, "
+               f"{len(result.sessions_trimmed)} trimmed, {result.gists} gists")
+    if result.derived:
+        click.echo(("would drop: " if dry_run else "dropped: ") + ", ".join(result.derived))
+    if not dry_run:
+        click.echo("WAL emptied" if result.wal_truncated else
+                   "WAL still in use by another connection: its old pages go at SQLite's "
+                   "next WAL reset (run forget again when the chat app is idle to force it)")
+
+
+@main.command()
+@click.option("--user", required=True, help="Whose memory to export.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write to this file (default: stdout).")
+@click.pass_obj
+def export(obj: dict[str, Any], user: str, output: Path | None) -> None:
+    """Everything stored about a user as one JSON document: turns, gists, profile, eras,
+    narrative, reflection, each derived row with the turns it came from.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db export --user alice -o alice.json
+    """
+    from dreamd.export import dumps, export_user
+
+    document = read_existing(obj, lambda store, config: export_user(store, user,
+                                                                   config.agent.id))
+    text = dumps(document)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    tmp = output.with_name(output.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(output)
+    except OSError as exc:
+        raise fail(f"{output}: cannot write: {exc.strerror}") from None
+    click.echo(f"{output}: {len(document['sessions'])} sessions, "
+               f"{sum(len(s['turns']) for s in document['sessions'])} turns, "
+               f"{len(document['gists'])} gists, {len(document['eras'])} eras")

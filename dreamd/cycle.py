@@ -13,6 +13,7 @@ from typing import Any
 from dreamd import drives as drv
 from dreamd.backends.protocols import Completer, Embedder
 from dreamd.config import Config
+from dreamd.forget import finish_pending
 from dreamd.jobs import embed, eras, narrative, profile, reflect, summarize
 from dreamd.jobs.base import Budget, JobContext, utcnow
 from dreamd.models import JOB_ORDER, BacklogStats, Drives, JobResult
@@ -113,6 +114,9 @@ def run_pass(
     try:
         sync_tally(store)
         sync_owners(store, config.agent.id)
+        finish_pending(store)
+        with store.read() as conn:
+            ctx.epoch = q.get_state(conn, "vector_epoch", "0")
         previous = read_drives(store, config.agent.id)
         stats_before = read_backlog(store, config, now, embedder.model)
         drives_before = drv.levels(stats_before, config, now)
@@ -149,6 +153,9 @@ def run_job(ctx: JobContext, job: str, previous: Drives, log: Any) -> JobResult:
     coherence, so integration follows in the same pass."""
     if ctx.budget.exhausted():
         return JobResult(job, False, "pass budget exhausted or stop requested")
+    if ctx.invalidated:
+        return JobResult(job, False, "not run: memory was forgotten during this pass; "
+                         "the next pass starts afresh")
     if ctx.halted is not None and job != "embed":
         return JobResult(job, False, f"not run: LLM work stopped for this pass ({ctx.halted})")
     stats = read_backlog(ctx.store, ctx.config, ctx.now(), ctx.embedder.model)

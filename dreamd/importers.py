@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from dreamd.errors import DreamdError
+from dreamd.ids import DEFAULT_USER
 from dreamd.store.connect import Store
 
 
@@ -237,17 +238,18 @@ def read_sessions(fmt: str, path: Path) -> list[ImportSession]:
 
 
 def write_sessions(store: Store, sessions: list[ImportSession],
-                   progress: Callable[[int, int], None] = lambda done, total: None
-                   ) -> ImportResult:
-    """Add the turns not already present, in one transaction (all or nothing)."""
+                   progress: Callable[[int, int], None] = lambda done, total: None,
+                   user: str = DEFAULT_USER) -> ImportResult:
+    """Add the turns not already present, in one transaction (all or nothing); new
+    sessions are filed under `user` (an existing session keeps its owner)."""
     added = present = new = 0
     with store.write() as conn:
         for index, session in enumerate(sessions):
             existing = _existing_turns(conn, session.session_id)
             new += int(not existing)
             first = session.turns[0].created_at if session.turns else _iso(datetime.now(UTC))
-            conn.execute("INSERT OR IGNORE INTO sessions (id, name, created_at) VALUES (?, ?, ?)",
-                         (session.session_id, session.name, first))
+            conn.execute("INSERT OR IGNORE INTO sessions (id, name, created_at, user_id) "
+                         "VALUES (?, ?, ?, ?)", (session.session_id, session.name, first, user))
             rows = [(session.session_id, t.role, t.content, t.created_at) for t in session.turns
                     if (t.role, t.content, t.created_at) not in existing]
             conn.executemany("INSERT INTO exchanges (session_id, role, content, created_at) "

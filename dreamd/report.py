@@ -6,7 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from dreamd.config import Config
-from dreamd.ids import narrative_id, profile_id
+from dreamd.ids import narrative_id, profile_id, self_state_id
 from dreamd.models import Drives
 from dreamd.sensing import read_backlog
 from dreamd.store import queries as q
@@ -45,15 +45,16 @@ def llm_state(run: dict[str, Any] | None) -> str:
     return "ok"
 
 
-def memory(store: Store, config: Config, gists: int = 5) -> dict[str, Any]:
-    """The derived memory for the configured user and agent."""
-    user = config.user.id
+def memory(store: Store, config: Config, gists: int = 5, user: str | None = None
+           ) -> dict[str, Any]:
+    """The derived memory for one user (default: the configured one) and the agent."""
+    user = user or config.user.id
     with store.read() as conn:
         all_gists = q.gists_for_user(conn, user)
         profile = q.profile_row(conn, profile_id(user))
         eras = q.eras_for_user(conn, user)
         narrative = q.narrative_row(conn, narrative_id(user))
-        state = q.self_state(conn, config.agent.id)
+        state = q.self_state(conn, self_state_id(config.agent.id, user))
         sources = dict(conn.execute(
             "SELECT 'profile', dreamd_source FROM profile WHERE id = ? UNION ALL "
             "SELECT 'narrative', dreamd_source FROM narrative WHERE id = ?",
@@ -61,6 +62,7 @@ def memory(store: Store, config: Config, gists: int = 5) -> dict[str, Any]:
         ).fetchall())
     latest = sorted(all_gists, key=lambda g: g.last_exchange_id)[-gists:]
     return {
+        "user": user,
         "gists": {"count": len(all_gists),
                   "latest": [{"session": g.session_id, "month": g.month, "content": g.content}
                              for g in latest]},

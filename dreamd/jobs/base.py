@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
@@ -74,6 +75,10 @@ class JobContext:
     halted: BaseException | None = None
     notes: list[str] = field(default_factory=list)
     owner: int = field(default_factory=threading.get_ident)
+    # The vector epoch when the pass began; a forget (or a session changing owner) bumps
+    # it, and then nothing prepared before may be saved.
+    epoch: str | None = None
+    invalidated: bool = False
 
     def now(self) -> datetime:
         return self.clock()
@@ -102,7 +107,14 @@ class JobContext:
         return f"{kind}:{getattr(self.completer, 'model', self.completer.name)}"
 
     def stopped(self) -> bool:
-        return self.halted is not None or self.budget.exhausted()
+        return self.halted is not None or self.invalidated or self.budget.exhausted()
+
+    def still_current(self, conn: sqlite3.Connection) -> bool:
+        """Inside a write: whether memory was not forgotten since the pass began. Once it
+        was, the pass saves nothing more and stops; the next one starts afresh."""
+        if q.get_state(conn, "vector_epoch", "0") != self.epoch:
+            self.invalidated = True
+        return not self.invalidated
 
     def halt(self, error: BaseException) -> None:
         """Stop LLM work for the rest of the pass (configuration, breaker or budget)."""

@@ -37,7 +37,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             break
         rows = [(t.id, q.to_blob(v)) for t, v in zip(turns, vectors, strict=True)]
         with ctx.store.write() as conn:
-            stored = q.save_turn_vectors(
+            stored = ctx.still_current(conn) and q.save_turn_vectors(
                 conn, model, ctx.embedder.dim, watermark, rows, turns[-1].id
             )
         if stored:

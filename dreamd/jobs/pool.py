@@ -52,7 +52,7 @@ def run_items(
         if error is None and value is not None:
             try:
                 with ctx.store.write() as conn:
-                    stored = save(conn, inputs, value)
+                    stored = ctx.still_current(conn) and save(conn, inputs, value)
             except Exception as exc:  # a failed write is recorded like a failed call
                 error = exc
             else:

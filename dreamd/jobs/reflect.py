@@ -148,5 +148,6 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     )
     if not result.failed and not result.skipped and not ctx.stopped():
         with ctx.store.write() as conn:
-            q.save_reflection_marks(conn, reached)
+            if ctx.still_current(conn):
+                q.save_reflection_marks(conn, reached)
     return result

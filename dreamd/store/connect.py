@@ -87,6 +87,14 @@ class Store:
         self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         self._checkpointed = time.monotonic()
 
+    def checkpoint_truncate(self) -> bool:
+        """Copy the whole WAL into the database and empty it, waiting (within the busy
+        timeout) for readers. Returns whether the WAL is now empty: with another connection
+        mid-read it is not, and its old frames stay until SQLite next resets it."""
+        busy, _, _ = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        self._checkpointed = time.monotonic()
+        return busy == 0
+
     def close(self) -> None:
         self.conn.close()
 

@@ -841,6 +841,13 @@ def drop_tiers(conn: sqlite3.Connection, user_id: str, agent_id: str, months: se
         else:
             conn.execute("DELETE FROM self_state WHERE id = ?", (key,))
         gone.append(f"self_state:{key}")
+        # Move the agent's mark back before this user's remaining turns, so the next
+        # reflect job builds the state again from what is left.
+        first = conn.execute("SELECT MIN(first_id) FROM dreamd_sessions WHERE user_id = ?",
+                             (user_id,)).fetchone()[0]
+        marks = reflection_marks(conn, agent_id)
+        if first is not None and marks.exchange_id >= first:
+            save_reflection_marks(conn, ReflectionMarks(first - 1, 0, marks.at))
     drop_outputs(conn, "reflect", key)
     return gone
 
@@ -916,3 +923,39 @@ def vector_of(conn: sqlite3.Connection, model: str, kind: str, key: str) -> byte
     row = conn.execute("SELECT vector FROM dreamd_vectors WHERE model = ? AND kind = ? "
                        "AND key = ?", (model, kind, key)).fetchone()
     return row[0] if row else None
+
+
+def session_months(conn: sqlite3.Connection, session_id: str) -> set[str]:
+    """The months a session's turns and gist were filed under."""
+    rows = conn.execute(
+        "SELECT month FROM dreamd_sessions WHERE session_id = ?1 UNION "
+        "SELECT dreamd_month FROM summaries WHERE session_id = ?1 AND dreamd_month IS NOT NULL",
+        (session_id,)).fetchall()
+    return {r[0] for r in rows}
+
+
+def recount_session(conn: sqlite3.Connection, session_id: str) -> None:
+    """Rebuild a session's tally row from the turns it has left (after a partial forget)."""
+    row = conn.execute(
+        "SELECT COUNT(*), MIN(id), MAX(id), MIN(created_at), MAX(created_at) FROM exchanges "
+        "WHERE session_id = ?", (session_id,)).fetchone()
+    first_at, last_at = iso_utc(row[3]), iso_utc(row[4])
+    conn.execute(
+        "UPDATE dreamd_sessions SET turns = ?, first_id = ?, last_id = ?, first_at = ?, "
+        "last_at = ?, month = substr(?, 1, 7), summarized_id = 0, summarized_turns = 0 "
+        "WHERE session_id = ?",
+        (row[0], row[1], row[2], first_at, last_at, first_at, session_id))
+
+
+def tiers_present(conn: sqlite3.Connection, user_id: str, agent_id: str, months: set[str]
+                  ) -> list[str]:
+    """What drop_tiers would delete, as "table:key" (for a dry run)."""
+    out = []
+    for table, key in (("profile", profile_id(user_id)), ("narrative", narrative_id(user_id))):
+        if conn.execute(f"SELECT 1 FROM {table} WHERE id = ?", (key,)).fetchone():
+            out.append(f"{table}:{key}")
+    eras = era_seqs(conn, user_id)
+    out += [f"eras:{era_key(user_id, m)}" for m in sorted(months) if m in eras]
+    if self_state(conn, self_state_id(agent_id, user_id)) is not None:
+        out.append(f"self_state:{self_state_id(agent_id, user_id)}")
+    return out
