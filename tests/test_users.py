@@ -325,3 +325,39 @@ def test_cli_forget_export_and_bad_input(db: Path, tmp_path: Path) -> None:
     assert b"anatok0x" not in file_bytes(db)
     missing = run_cli(tmp_path / "nope.db", "export", "--user", "ana")
     assert missing.returncode == 2 and missing.stdout == ""
+
+
+def test_a_forget_during_a_pass_wins(db: Path) -> None:
+    """Another process forgets ana while the pass waits on the backend for her gist: the
+    gist made from the forgotten turns is not saved, and the pass stops."""
+    app = make_chat_file(db)
+    config = config_for(db)
+    store = open_store(config, get_logger())
+    add_session(app, "ana", "a1", 8, 0, False, 0)
+    add_session(app, "bo", "b1", 8, 0, False, 1)
+
+    class ForgetsMidway(RecordingCompleter):
+        def complete(self, prompt):  # type: ignore[no-untyped-def]
+            if prompt.task == "summarize" and "anatok" in prompt.user and not self.prompts:
+                other = open_store(config, get_logger())
+                forget(other, Scope("ana"), config.agent.id)
+                other.close()
+            return super().complete(prompt)
+
+    completer = ForgetsMidway(store)
+    result = run_pass(store, config, completer.embedder, completer, trigger="t", force=True,
+                      clock=lambda: LATER)
+    conn = store.conn
+    assert conn.execute("SELECT COUNT(*) FROM summaries WHERE user_id = 'ana'").fetchone() == (0,)
+    assert conn.execute("SELECT COUNT(*) FROM exchanges WHERE session_id = 'a1'").fetchone() == (0,)
+    assert conn.execute("SELECT COUNT(*) FROM dreamd_sessions WHERE user_id = 'ana'"
+                        ).fetchone() == (0,)
+    assert any("forgotten during this pass" in j.reason for j in result.jobs)
+    assert b"anatok0x" not in file_bytes(db)
+    # The next pass finishes bo's memory as usual.
+    run_pass(store, config, completer.embedder, completer, trigger="t", force=True,
+             clock=lambda: LATER)
+    assert conn.execute("SELECT user_id FROM summaries").fetchall() == [("bo",)]
+    assert conn.execute("SELECT 1 FROM profile WHERE id = 'user:bo'").fetchone()
+    store.close()
+    app.close()
