@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from dreamd.backends.protocols import Embedder
 from dreamd.config import Config
 from dreamd.context import Context
 from dreamd.context import build as build_context
+from dreamd.export import export_user
+from dreamd.forget import Report as ForgetReport
+from dreamd.forget import Scope, forget, parse_before
 from dreamd.ids import (
     DEFAULT_USER,
     era_key,
@@ -59,6 +63,21 @@ class Memory:
 
     def close(self) -> None:
         self.store.close()
+
+    def forget(self, user: str, *, session: str | None = None, before: str | None = None,
+               dry_run: bool = False, vacuum: bool = False) -> ForgetReport:
+        """Erase a user's turns (all, one session, or those made before `before`, a date
+        or ISO timestamp) and everything derived from them; see dreamd.forget."""
+        scope = Scope(user, session, parse_before(before) if before is not None else None)
+        report = forget(self.store, scope, self.config.agent.id, dry_run=dry_run,
+                        vacuum=vacuum)
+        if not dry_run:
+            self._index, self._gists = None, {}
+        return report
+
+    def export(self, user: str) -> dict[str, Any]:
+        """Everything stored about `user` as one JSON-ready document (dreamd.export)."""
+        return export_user(self.store, user, self.config.agent.id)
 
     def remember(self, session_id: str, role: str, content: str, *,
                  created_at: datetime | None = None, embed: bool = False) -> int:

@@ -361,3 +361,17 @@ def test_a_forget_during_a_pass_wins(db: Path) -> None:
     assert conn.execute("SELECT 1 FROM profile WHERE id = 'user:bo'").fetchone()
     store.close()
     app.close()
+
+
+def test_library_forget_and_export(db: Path) -> None:
+    app, store, completer, config = build(db)
+    store.close()
+    memory = Memory(db, config=config, embedder=completer.embedder)
+    assert [h.session_id for h in memory.recall("anatok2x3", k=3)] == []  # not the default user's
+    assert "a3" in {h.session_id for h in memory.recall("anatok2x3", k=5, users=["ana"])}
+    report = memory.forget("ana", session="a3")
+    assert report.turns == 8
+    assert all(h.session_id != "a3" for h in memory.recall("anatok2x3", k=10, users=["ana"]))
+    assert {s["id"] for s in memory.export("ana")["sessions"]} == {"a1", "a2"}
+    memory.close()
+    app.close()
