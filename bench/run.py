@@ -57,16 +57,16 @@ def steady_state(db: Path) -> None:
     print(f"sensing: first fold of {db.name} into the tally: "
           f"{time.perf_counter() - started:.2f} s (once per file)")
     with store.write() as conn:
-        rows = conn.execute("SELECT session_id, last_id, turns, month FROM dreamd_sessions "
-                            "ORDER BY session_id").fetchall()
-        for i, (sid, last_id, turns, month) in enumerate(rows):
+        rows = conn.execute("SELECT session_id, last_id, turns, month, user_id "
+                            "FROM dreamd_sessions ORDER BY session_id").fetchall()
+        for i, (sid, last_id, turns, month, user) in enumerate(rows):
             if i % 20 == 0:
                 continue  # 5 % of sessions never summarized
             covered = last_id - (5 if i % 7 == 0 else 0)  # some with new turns
             conn.execute("INSERT INTO summaries (session_id, content, embedding, "
-                         "last_exchange_id, created_at, dreamd_seq, dreamd_month) "
-                         "VALUES (?, 'gist', NULL, ?, '2025-07-01', ?, ?)",
-                         (sid, covered, i + 1, month))
+                         "last_exchange_id, created_at, dreamd_seq, dreamd_month, user_id) "
+                         "VALUES (?, 'gist', NULL, ?, '2025-07-01', ?, ?, ?)",
+                         (sid, covered, i + 1, month, user))
             conn.execute("UPDATE dreamd_sessions SET summarized_id = ?, summarized_turns = ? "
                          "WHERE session_id = ?", (covered, turns - (last_id - covered), sid))
         conn.execute("INSERT OR REPLACE INTO dreamd_state VALUES ('seq', ?)", (len(rows),))
@@ -80,16 +80,16 @@ def steady_state(db: Path) -> None:
     store.close()
 
 
-def bench_sensing() -> None:
+def bench_sensing(users: int = 1) -> None:
     from dreamd.app import open_store
     from dreamd.config import Config
     from dreamd.log import get_logger
     from dreamd.sensing import read_backlog, sync_tally
 
-    db = OUT / "sensing-1m.db"
+    db = OUT / ("sensing-1m.db" if users == 1 else f"sensing-1m-{users}u.db")
     if not db.exists():
         OUT.mkdir(exist_ok=True)
-        generate(db, 1_000_000, 20_000, users=1, months=12)
+        generate(db, 1_000_000, 20_000, users=users, months=12)
         steady_state(db)
     store = open_store(Config(db=str(db)), get_logger())
     now = datetime(2026, 1, 1, tzinfo=UTC)
@@ -107,7 +107,7 @@ def bench_sensing() -> None:
     conn.close()
     store.close()
     assert stats.dirty == dirty_prior, (stats.dirty, dirty_prior)  # same answer
-    print(f"sensing: 1,000,000 turns / 20,000 sessions, {stats.dirty} dirty: "
+    print(f"sensing: 1,000,000 turns / 20,000 sessions / {users} users, {stats.dirty} dirty: "
           f"dreamd {ours_s * 1000:.1f} ms vs prior-art GROUP BY {prior_s * 1000:.0f} ms "
           f"-> {prior_s / ours_s:.0f}x faster")
 
@@ -255,11 +255,57 @@ def bench_recall() -> None:
           f"bare numpy {bare_s * 1000:.1f} ms -> {ours_s / bare_s:.2f}x of bare")
 
 
+def bench_forget() -> None:
+    """How long forget holds the write lock: the deleting transaction, then the index
+    merge, for one user of twenty in a 200k-turn file with vectors and full-text rows."""
+    from dreamd.app import open_store
+    from dreamd.config import Config
+    from dreamd.forget import Report, Scope, _erase, finish_pending
+    from dreamd.log import configure, get_logger
+    from dreamd.sensing import sync_tally
+    from dreamd.store import queries as q
+
+    configure("warning")
+    db = OUT / "forget-200k.db"
+    OUT.mkdir(exist_ok=True)
+    generate(db, 200_000, 4_000, users=20, months=12)
+    store = open_store(Config(db=str(db)), get_logger())
+    sync_tally(store)
+    vector = q.to_blob(np.ones(384, dtype=np.float32))
+    with store.write() as conn:
+        top = q.max_exchange_id(conn)
+        q.index_text(conn, 0, top)
+        conn.executemany("INSERT INTO dreamd_exchange_vectors VALUES ('m', ?, ?)",
+                         ((i, vector) for i in range(1, top + 1)))
+    store.checkpoint_truncate()
+    user = "u7"
+    scope = Scope(user)
+    report = Report(scope, dry_run=False)
+    store.conn.execute("PRAGMA secure_delete = ON")
+    started = time.perf_counter()
+    with store.write() as conn:
+        _erase(conn, scope, "assistant", report)
+    erase_s = time.perf_counter() - started
+    started = time.perf_counter()
+    finish_pending(store)
+    merge_s = time.perf_counter() - started
+    started = time.perf_counter()
+    emptied = store.checkpoint_truncate()
+    checkpoint_s = time.perf_counter() - started
+    store.close()
+    print(f"forget: {report.turns:,} turns of 1 of 20 users in a 200,000-turn file: deleting "
+          f"transaction {erase_s * 1000:.0f} ms ({erase_s / report.turns * 1e6:.0f} us/turn), "
+          f"full-text merge {merge_s * 1000:.0f} ms, checkpoint {checkpoint_s * 1000:.0f} ms "
+          f"(WAL emptied: {emptied})")
+
+
 def main() -> None:
-    chosen = sys.argv[1:] or ["sensing", "pass", "embed", "import", "recall"]
+    chosen = sys.argv[1:] or ["sensing", "sensing-users", "pass", "embed", "import", "recall",
+                              "forget"]
     for name in chosen:
-        {"sensing": bench_sensing, "pass": bench_pass, "embed": bench_embed,
-         "import": bench_import, "recall": bench_recall}[name]()
+        {"sensing": bench_sensing, "sensing-users": lambda: bench_sensing(500),
+         "pass": bench_pass, "embed": bench_embed, "import": bench_import,
+         "recall": bench_recall, "forget": bench_forget}[name]()
 
 
 if __name__ == "__main__":

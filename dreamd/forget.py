@@ -104,11 +104,14 @@ def _in_scope(conn: sqlite3.Connection, scope: Scope) -> dict[str, list[int]]:
 
 
 def _delete_ids(conn: sqlite3.Connection, ids: list[int]) -> None:
+    models = q.vector_models(conn, "dreamd_exchange_vectors")
     for start in range(0, len(ids), CHUNK):
         chunk = ids[start : start + CHUNK]
         marks = ",".join("?" * len(chunk))
         conn.execute(f"DELETE FROM exchanges WHERE id IN ({marks})", chunk)
-        conn.execute(f"DELETE FROM dreamd_exchange_vectors WHERE exchange_id IN ({marks})", chunk)
+        for model in models:  # by the full key: an index seek per turn, not a scan
+            conn.execute(f"DELETE FROM dreamd_exchange_vectors WHERE model = ? "
+                         f"AND exchange_id IN ({marks})", (model, *chunk))
         conn.execute(f"DELETE FROM dreamd_fts WHERE rowid IN ({marks})", chunk)
 
 

@@ -805,7 +805,7 @@ def drop_gist(conn: sqlite3.Connection, session_id: str) -> bool:
     """Delete a session's gist and its vectors; the tally's mark goes back to the start, so
     the next pass summarizes whatever turns remain. Returns whether a gist existed."""
     gone = conn.execute("DELETE FROM summaries WHERE session_id = ?", (session_id,)).rowcount
-    conn.execute("DELETE FROM dreamd_vectors WHERE kind = 'summary' AND key = ?", (session_id,))
+    delete_vectors(conn, "summary", session_id)
     drop_outputs(conn, "summarize", session_id)
     conn.execute("UPDATE dreamd_sessions SET summarized_id = 0, summarized_turns = 0 "
                  "WHERE session_id = ?", (session_id,))
@@ -827,8 +827,7 @@ def drop_tiers(conn: sqlite3.Connection, user_id: str, agent_id: str, months: se
         if conn.execute("DELETE FROM eras WHERE user_id = ? AND month = ?",
                         (user_id, month)).rowcount:
             gone.append(f"eras:{era_key(user_id, month)}")
-        conn.execute("DELETE FROM dreamd_vectors WHERE kind = 'era' AND key = ?",
-                     (era_key(user_id, month),))
+        delete_vectors(conn, "era", era_key(user_id, month))
         drop_outputs(conn, "eras", era_key(user_id, month))
     key = self_state_id(agent_id, user_id)
     state = self_state(conn, key)
@@ -959,3 +958,19 @@ def tiers_present(conn: sqlite3.Connection, user_id: str, agent_id: str, months:
     if self_state(conn, self_state_id(agent_id, user_id)) is not None:
         out.append(f"self_state:{self_state_id(agent_id, user_id)}")
     return out
+
+
+def vector_models(conn: sqlite3.Connection, table: str) -> list[str]:
+    """The models with rows in a vector table, by a skip-scan of its (model, …) key: the
+    key's first column, so that deletes by id can use the index."""
+    rows = conn.execute(
+        f"WITH RECURSIVE m(model) AS (SELECT MIN(model) FROM {table} "
+        f"UNION ALL SELECT (SELECT MIN(model) FROM {table} WHERE model > m.model) FROM m "
+        f"WHERE m.model IS NOT NULL) SELECT model FROM m WHERE model IS NOT NULL").fetchall()
+    return [r[0] for r in rows]
+
+
+def delete_vectors(conn: sqlite3.Connection, kind: str, key: str) -> None:
+    for model in vector_models(conn, "dreamd_vectors"):
+        conn.execute("DELETE FROM dreamd_vectors WHERE model = ? AND kind = ? AND key = ?",
+                     (model, kind, key))
