@@ -108,8 +108,7 @@ class Memory:
         scores = self.index.scores(self.embedder.embed([query])[0])
         allowed = self._allowed(users or [self.config.user.id], session)
         if len(scores):
-            mask = np.array([allowed(s) for s in self.index.sessions], dtype=bool)
-            scores = np.where(mask, scores, -np.inf)
+            scores = np.where(self.index.mask(allowed), scores, -np.inf)
         best = top_k(scores, CANDIDATES)
         ids = self.index.ids  # a property: concatenated once, not per candidate
         vector = {int(ids[i]): float(scores[i]) for i in best if np.isfinite(scores[i])}

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -52,6 +53,10 @@ class VectorIndex:
         self.upto = 0
         self._ids = np.zeros(0, dtype=np.int64)
         self._sessions: list[str] = []
+        # Each row's session as a small integer, so a per-user mask is one numpy gather.
+        self._names: list[str] = []
+        self._code_of: dict[str, int] = {}
+        self._codes = np.zeros(0, dtype=np.int32)
         self._matrix = np.zeros((0, 0), dtype=np.float32)
         self._extra: tuple[np.ndarray, list[str], np.ndarray] | None = None
 
@@ -84,6 +89,24 @@ class VectorIndex:
             self._matrix = np.vstack([self._matrix, matrix]) if len(self._ids) else matrix.copy()
             self._ids = np.concatenate([self._ids, ids])
             self._sessions.extend(sessions)
+            self._codes = np.concatenate([self._codes, self._encode(sessions)])
+
+    def _encode(self, sessions: list[str]) -> np.ndarray:
+        for s in sessions:
+            if s not in self._code_of:
+                self._code_of[s] = len(self._names)
+                self._names.append(s)
+        return np.fromiter((self._code_of[s] for s in sessions), dtype=np.int32,
+                           count=len(sessions))
+
+    def mask(self, allowed: Callable[[str], bool]) -> np.ndarray:
+        """Which rows (in `ids` order) belong to sessions `allowed` accepts: asked once per
+        session, not once per row."""
+        codes = self._codes if self._extra is None else np.concatenate(
+            [self._codes, self._encode(self._extra[1])])
+        verdict = np.fromiter((allowed(s) for s in self._names), dtype=bool,
+                              count=len(self._names))
+        return verdict[codes]
 
     @property
     def ids(self) -> np.ndarray:
