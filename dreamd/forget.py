@@ -124,10 +124,10 @@ def _erase(conn: sqlite3.Connection, scope: Scope, agent_id: str, report: Report
     for session, ids in touched.items():
         report.turns += len(ids)
         months |= q.session_months(conn, session)
+        left = conn.execute("SELECT COUNT(*) FROM exchanges WHERE session_id = ?",
+                            (session,)).fetchone()[0] - len(ids)
         if not report.dry_run:
             _delete_ids(conn, ids)
-        left = conn.execute("SELECT COUNT(*) FROM exchanges WHERE session_id = ?",
-                            (session,)).fetchone()[0] - (0 if not report.dry_run else len(ids))
         (report.sessions_emptied if left == 0 else report.sessions_trimmed).append(session)
         has_gist = conn.execute("SELECT 1 FROM summaries WHERE session_id = ?",
                                 (session,)).fetchone() is not None

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from dreamd.config import Config
-from dreamd.ids import narrative_id, profile_id
 from dreamd.models import BacklogStats
 from dreamd.store import queries as q
 from dreamd.store.connect import Store
@@ -71,12 +70,9 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str) 
         max_id = q.max_exchange_id(conn)
         newer_than_profile = stale = narratives = 0
         for user in q.users_with_gists(conn):
-            profile = q.profile_row(conn, profile_id(user))
-            newer_than_profile += q.count_gists_after(conn, user, profile.seq if profile else 0)
+            newer_than_profile += q.gists_past_profile(conn, user)
             stale += len(q.stale_months(conn, user))
-            narrative = q.narrative_row(conn, narrative_id(user))
-            tier_seq = q.max_tier_seq(conn, user, profile_id(user))
-            narratives += tier_seq > 0 and (narrative is None or narrative.seq < tier_seq)
+            narratives += q.narrative_stale(conn, user)
         marks = q.reflection_marks(conn, config.agent.id)
         return BacklogStats(
             sessions=q.count_sessions(conn),

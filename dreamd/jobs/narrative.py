@@ -19,13 +19,7 @@ JOB = "narrative"
 def stale_users(ctx: JobContext) -> list[str]:
     """Users whose profile or eras moved past their narrative."""
     with ctx.store.read() as conn:
-        out = []
-        for user in q.users_with_gists(conn):
-            inputs_seq = q.max_tier_seq(conn, user, profile_id(user))
-            current = q.narrative_row(conn, narrative_id(user))
-            if inputs_seq > 0 and (current is None or current.seq < inputs_seq):
-                out.append(user)
-        return out
+        return [u for u in q.users_with_gists(conn) if q.narrative_stale(conn, u)]
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,7 @@ USER_ROLE = "user"
 def stale_users(ctx: JobContext) -> list[str]:
     """Users with a gist newer than their profile (or no profile yet)."""
     with ctx.store.read() as conn:
-        out = []
-        for user in q.users_with_gists(conn):
-            current = q.profile_row(conn, profile_id(user))
-            if q.max_gist_seq(conn, user) > (current.seq if current else 0):
-                out.append(user)
-        return out
+        return [u for u in q.users_with_gists(conn) if q.gists_past_profile(conn, u)]
 
 
 @dataclass(frozen=True)

@@ -620,6 +620,19 @@ def save_narrative(
     return True
 
 
+def gists_past_profile(conn: sqlite3.Connection, user_id: str) -> int:
+    """How many of the user's gists are newer than their profile (all, with none yet)."""
+    current = profile_row(conn, profile_id(user_id))
+    return count_gists_after(conn, user_id, current.seq if current else 0)
+
+
+def narrative_stale(conn: sqlite3.Connection, user_id: str) -> bool:
+    """Whether the user's profile or eras moved past their narrative."""
+    inputs_seq = max_tier_seq(conn, user_id, profile_id(user_id))
+    current = narrative_row(conn, narrative_id(user_id))
+    return inputs_seq > 0 and (current is None or current.seq < inputs_seq)
+
+
 def max_tier_seq(conn: sqlite3.Connection, user_id: str, profile_id: str) -> int:
     """The newest seq among the narrative's inputs: the profile and the eras."""
     row = conn.execute(
