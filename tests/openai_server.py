@@ -84,6 +84,11 @@ class FakeOpenAI:
         fake = self
 
         class Handler(BaseHTTPRequestHandler):
+            # Keep-alive, as every real OpenAI-compatible server does: a client's pooled
+            # connection is reused instead of opening one (and a server thread) per call.
+            protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # headers and body go out as separate writes
+
             def log_message(self, *_: Any) -> None:  # keep test output clean
                 pass
 

@@ -7,6 +7,7 @@ deadline, its own backoff that honours Retry-After, and a circuit breaker.
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import os
 import random
@@ -19,6 +20,7 @@ from typing import Any
 import numpy as np
 import openai
 
+from dreamd import quiet
 from dreamd.backends.llm_output import clean, estimate_tokens
 from dreamd.config import CompleterConfig, Config
 from dreamd.errors import (
@@ -133,7 +135,10 @@ class _Caller:
             if remaining <= 0:
                 raise BackendUnavailable(f"item deadline of {c.item_deadline_seconds:g} s passed")
             try:
-                result = fn(min(c.read_timeout_seconds, remaining))
+                try:
+                    result = fn(min(c.read_timeout_seconds, remaining))
+                finally:
+                    quiet.resume()  # an error can skip the response hook
             except (openai.APIStatusError, openai.APIConnectionError, openai.APITimeoutError,
                     openai.APIResponseValidationError, ValueError) as exc:
                 error = classify(exc)
@@ -153,10 +158,20 @@ class _Caller:
                     wait = min(30.0, 0.5 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
                 if time.monotonic() + wait >= deadline:
                     raise BackendUnavailable(f"{error}; no time left to retry") from None
-                self.sleep(wait)
+                with quiet.waiting():
+                    self.sleep(wait)
                 continue
             self.breaker.success()
             return result
+
+
+class _HttpClient(openai.DefaultHttpxClient):
+    """The SDK's HTTP client with its defaults, closing its pooled connections when
+    dropped (as the client the SDK makes for itself does)."""
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
 
 
 def client(base_url: str, config: CompleterConfig, environ: dict[str, str] | None) -> Any:
@@ -167,6 +182,11 @@ def client(base_url: str, config: CompleterConfig, environ: dict[str, str] | Non
         max_retries=0,
         timeout=openai.Timeout(config.read_timeout_seconds,
                                connect=config.connect_timeout_seconds),
+        # A pool worker holds no share of the quiet-write gate while its request is out.
+        http_client=_HttpClient(event_hooks={
+            "request": [lambda request: quiet.pause()],
+            "response": [lambda response: quiet.resume()],
+        }),
     )
 
 

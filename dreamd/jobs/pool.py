@@ -7,12 +7,14 @@ thread never waits for a backend answer inside a transaction.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from dreamd import quiet
 from dreamd.jobs.base import JobContext, failed_items, note_failure
 from dreamd.models import JobResult
 from dreamd.store import queries as q
@@ -43,6 +45,9 @@ def run_items(
     `after` runs on the pass thread once an item is settled, outside any transaction.
     """
     tally = Tally()
+    # With workers, each write waits for them to stop computing (see dreamd.quiet).
+    gate = quiet.Gate() if ctx.workers > 1 else None
+    quiet_write = gate.closed if gate is not None else contextlib.nullcontext
 
     def finish(item: Any, inputs: Any, value: Any, error: BaseException | None) -> None:
         settle(item, inputs, value, error)
@@ -51,7 +56,7 @@ def run_items(
     def settle(item: Any, inputs: Any, value: Any, error: BaseException | None) -> None:
         if error is None and value is not None:
             try:
-                with ctx.store.write() as conn:
+                with quiet_write(), ctx.store.write() as conn:
                     stored = ctx.still_current(conn) and save(conn, inputs, value)
             except Exception as exc:  # a failed write is recorded like a failed call
                 error = exc
@@ -67,7 +72,7 @@ def run_items(
         tally.errors.append(on_error(item, error))
         tally.failed += 1
 
-    if ctx.workers <= 1:
+    if gate is None:
         for item in items:
             if ctx.stopped():
                 break
@@ -94,7 +99,7 @@ def run_items(
                     break
                 inputs = prepare(item)
                 if inputs is not None:
-                    in_flight[pool.submit(think, inputs)] = (item, inputs)
+                    in_flight[pool.submit(gate.run, think, inputs)] = (item, inputs)
             if not in_flight:
                 break
             done, _ = wait(in_flight, return_when=FIRST_COMPLETED)

@@ -1,0 +1,103 @@
+"""Quiet writes: the pass thread's writes never overlap a worker's computing, and the
+openai backend gives its share back while it waits on the network or backs off."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from dreamd import quiet
+from dreamd.app import open_store
+from dreamd.backends.hashing import HashingEmbedder
+from dreamd.config import CompleterConfig
+from dreamd.jobs.base import Budget, JobContext
+from dreamd.jobs.pool import run_items
+from dreamd.log import get_logger
+from dreamd.models import Completion, Prompt
+from tests.helpers import config_for
+from tests.openai_server import FakeOpenAI
+from tests.test_openai_backend import PROMPT, completer
+
+
+class NetworkCompleter:
+    """Stands in for an LLM backend in the context; the test's own think does the work."""
+
+    name = "network"
+    model = "network"
+
+    def complete(self, prompt: Prompt) -> Completion:
+        raise AssertionError("not called")
+
+
+def spin(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+def test_no_save_overlaps_a_worker_computing(tmp_path: Path) -> None:
+    config = config_for(tmp_path / "m.db", completer=CompleterConfig(workers=4))
+    store = open_store(config, get_logger())
+    ctx = JobContext(store, config, HashingEmbedder(), NetworkCompleter(), Budget(),
+                     epoch="0")  # as a pass begins: nothing forgotten yet
+    assert ctx.workers == 4
+    lock = threading.Lock()
+    computing: list[tuple[float, float]] = []
+    saves: list[tuple[float, float]] = []
+
+    def compute(seconds: float) -> None:
+        start = time.perf_counter()
+        spin(seconds)
+        with lock:
+            computing.append((start, time.perf_counter()))
+
+    def think(item: int) -> int:
+        compute(0.003)  # build the request
+        quiet.pause()
+        time.sleep(0.02)  # the network
+        quiet.resume()
+        compute(0.003)  # parse the answer
+        return item
+
+    def save(conn: object, item: int, value: int) -> bool:
+        start = time.perf_counter()
+        spin(0.0005)
+        saves.append((start, time.perf_counter()))
+        return True
+
+    tally = run_items(ctx, range(60), prepare=lambda i: i, think=think, save=save,
+                      on_error=lambda item, exc: str(exc))
+    store.close()
+    assert tally.done == 60 and len(computing) == 120
+    overlaps = [(s, c) for s in saves for c in computing if c[0] < s[1] and s[0] < c[1]]
+    assert not overlaps
+
+
+@pytest.mark.parametrize("plan", [["ok"], ["429:1", "ok"]], ids=["request out", "backoff"])
+def test_the_openai_backend_holds_no_share_while_it_waits(plan: list[str]) -> None:
+    server = FakeOpenAI(delay=0.5 if plan == ["ok"] else 0.0).start()
+    server.plan(*plan)
+    client = completer(server, read_timeout_seconds=2, item_deadline_seconds=6)
+    gate = quiet.Gate(drain_seconds=5.0)
+    result: list[Completion] = []
+    worker = threading.Thread(target=lambda: result.append(gate.run(client.complete, PROMPT)))
+    try:
+        worker.start()
+        deadline = time.monotonic() + 5
+        while not server.requests and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.1)  # the request is out (or the 429 came back and the backoff began)
+        started = time.monotonic()
+        with gate.closed():
+            drained = time.monotonic() - started
+            time.sleep(1.2)  # the answer arrives meanwhile; the worker may not parse it yet
+            assert worker.is_alive() and not result
+        worker.join(5)
+    finally:
+        server.stop()
+    assert drained < 0.05, drained
+    assert result and result[0].text
+    assert len(server.requests) == len(plan)
