@@ -17,6 +17,7 @@ import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 from dreamd.app import open_store
 from dreamd.backends.extractive import ExtractiveCompleter
@@ -30,7 +31,7 @@ from dreamd.memory import Memory
 DATA = Path(__file__).parent.parent.parent / "shared" / "data"
 
 
-def consolidated(db: Path, sessions: list, embedder: LocalEmbedder) -> Memory:  # type: ignore[type-arg]
+def consolidated(db: Path, sessions: list[Any], embedder: LocalEmbedder) -> Memory:
     config = Config(db=str(db))
     store = open_store(config, get_logger())
     write_sessions(store, sessions)
@@ -121,7 +122,7 @@ def locomo(path: Path, embedder: LocalEmbedder) -> None:
                   f"1000-token context {100 * sum(scores[f'{cat}|context']) / n:5.1f}")
 
 
-def dia_ids(memory: Memory, conv: dict) -> dict[str, int]:  # type: ignore[type-arg]
+def dia_ids(memory: Memory, conv: dict[str, Any]) -> dict[str, int]:
     """dia_id -> exchange id, by the importer's order (one row per turn, in order)."""
     by_session: dict[str, list[int]] = defaultdict(list)
     for exchange_id, session_id in memory.store.conn.execute(

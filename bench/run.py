@@ -15,6 +15,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -33,7 +34,7 @@ GROUP BY e.session_id
 """
 
 
-def timed(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
+def timed(fn: Callable[[], object], repeat: int) -> float:
     """Median wall time of `repeat` calls, in seconds."""
     times = []
     for _ in range(repeat):
