@@ -127,8 +127,10 @@ def bench_pass() -> None:
         raise SystemExit(run.stderr[-2000:])
     rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     conn = sqlite3.connect(db)
-    jobs = {j["job"]: j for j in json.loads(conn.execute(
-        "SELECT jobs FROM dreamd_runs ORDER BY id DESC LIMIT 1").fetchone()[0])}
+    jobs_json, lock_json = conn.execute(
+        "SELECT jobs, write_lock FROM dreamd_runs ORDER BY id DESC LIMIT 1").fetchone()
+    jobs = {j["job"]: j for j in json.loads(jobs_json)}
+    lock = json.loads(lock_json)
     conn.close()
     embed_s, summ_s = jobs["embed"]["seconds"], jobs["summarize"]["seconds"]
     print(f"pass: 10,000 turns / 200 sessions, embedded default, wall {wall:.1f} s; "
@@ -136,7 +138,8 @@ def bench_pass() -> None:
           f"{10_000 / summ_s:.0f} turns/s ({summ_s:.1f} s, {jobs['summarize']['done']} gists), "
           f"profile+eras+narrative+reflect "
           f"{sum(jobs[j]['seconds'] for j in ('profile', 'eras', 'narrative', 'reflect')):.2f} s; "
-          f"peak RSS {rss_mb:.0f} MB")
+          f"peak RSS {rss_mb:.0f} MB; write lock held {lock['held_ms']:.0f} ms over "
+          f"{lock['writes']} writes, longest {lock['longest_ms']:.1f} ms")
 
 
 def bench_embed() -> None:

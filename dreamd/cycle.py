@@ -6,7 +6,7 @@ import dataclasses
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +19,7 @@ from dreamd.jobs.base import Budget, JobContext, utcnow
 from dreamd.models import JOB_ORDER, BacklogStats, Drives, JobResult
 from dreamd.sensing import read_backlog, sync_owners, sync_tally
 from dreamd.store import queries as q
-from dreamd.store.connect import Store
+from dreamd.store.connect import LockTally, Store
 
 RUNNERS: dict[str, Callable[[JobContext, str], JobResult]] = {
     "embed": embed.run,
@@ -47,6 +47,7 @@ class PassResult:
     notes: tuple[str, ...] = ()
     tokens_in: int = 0
     tokens_out: int = 0
+    write_lock: dict[str, float] = field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -103,6 +104,7 @@ def run_pass(
 ) -> PassResult:
     """Run one pass and record it in dreamd_runs. Job failures are recorded, not raised."""
     now = clock()
+    store.lock_tally = LockTally()
     with store.write() as conn:
         run_id = q.start_run(conn, trigger, os.getpid(), now.isoformat())
     budget = Budget(config.pass_.max_seconds, config.pass_.max_items, stop)
@@ -130,6 +132,7 @@ def run_pass(
                          error=f"{type(exc).__name__}: {exc}"[:500])
         raise
     outcome = outcome_of(results, stop(), budget, stats_after)
+    write_lock = store.lock_tally.as_dict()
     with store.write() as conn:
         q.finish_run(
             conn, run_id, ended_at=clock().isoformat(), outcome=outcome,
@@ -137,15 +140,16 @@ def run_pass(
             stats_before=stats_before.as_dict(), stats_after=stats_after.as_dict(),
             jobs=[r.as_dict() for r in results],
             tokens_in=ctx.tokens.used_in, tokens_out=ctx.tokens.used_out,
-            notes=ctx.notes or None,
+            notes=ctx.notes or None, write_lock=write_lock,
         )
     store.checkpoint_passive()
     if log is not None:
         log.info("pass_finished", run=run_id, trigger=trigger, outcome=outcome,
                  ran=[r.job for r in results if r.ran and r.done],
-                 drives=drives_after.as_dict())
+                 drives=drives_after.as_dict(), write_lock=write_lock)
     return PassResult(run_id, outcome, drives_before, drives_after, stats_before, stats_after,
-                      tuple(results), tuple(ctx.notes), ctx.tokens.used_in, ctx.tokens.used_out)
+                      tuple(results), tuple(ctx.notes), ctx.tokens.used_in, ctx.tokens.used_out,
+                      write_lock)
 
 
 def run_job(ctx: JobContext, job: str, previous: Drives, log: Any) -> JobResult:

@@ -36,6 +36,10 @@ def render_status(data: dict[str, Any]) -> str:
         )
         if run.get("tokens_in") or run.get("tokens_out"):
             out.append(f"  tokens {run['tokens_in']} in, {run['tokens_out']} out")
+        if run.get("write_lock"):
+            lock = run["write_lock"]
+            out.append(f"  write lock held {lock['held_ms']} ms over {lock['writes']} "
+                       f"writes, longest {lock['longest_ms']} ms")
         for note in run.get("notes") or []:
             out.append(f"  ! {note}")
         if run.get("drives_after"):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from dreamd.config import JobsConfig, PassConfig, SummarizeConfig
 from dreamd.cycle import run_pass
 from dreamd.demo import sample_sessions, write_sessions
 from dreamd.log import get_logger
+from dreamd.store import queries as q
 from dreamd.store.connect import Store
 from tests.helpers import (
     RecordingCompleter,
@@ -248,3 +250,19 @@ def test_a_new_embedding_model_re_embeds_without_mixing_dimensions(demo_store: S
             f"SELECT model, MAX(length(vector)) FROM {table} GROUP BY model "
             f"HAVING MIN(length(vector)) = MAX(length(vector))").fetchall())
         assert dims == {"hashing-256": 256 * 4, "hashing-64": 64 * 4}, table
+
+
+def test_a_pass_records_how_long_it_held_the_write_lock(demo_store: Store) -> None:
+    result = pass_(demo_store, RecordingCompleter(demo_store))
+    gists = demo_store.conn.execute("SELECT COUNT(*) FROM summaries").fetchone()[0]
+    lock = result.write_lock
+    assert lock["writes"] > gists  # one write per saved gist, and more
+    assert lock["held_ms"] >= lock["longest_ms"] > 0
+    assert q.recent_runs(demo_store.conn, 1)[0]["write_lock"] == lock
+    # A write kept open is counted in full, a rolled-back one too.
+    with demo_store.write():
+        time.sleep(0.05)
+    with pytest.raises(RuntimeError), demo_store.write():
+        raise RuntimeError("save failed")
+    assert demo_store.lock_tally.longest >= 0.05
+    assert demo_store.lock_tally.writes == lock["writes"] + 1 + 2  # finish_run, then ours

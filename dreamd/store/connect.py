@@ -7,6 +7,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 from dreamd.errors import StoreError
@@ -32,6 +33,24 @@ def has_wal_reset_bug(version: tuple[int, int, int]) -> bool:
     return not any(version[:2] == fix[:2] and version >= fix for fix in _WAL_RESET_BACKPORTS)
 
 
+@dataclass
+class LockTally:
+    """How long dreamd held the file's write lock: the time the chat app may have waited."""
+
+    writes: int = 0
+    held: float = 0.0  # seconds, BEGIN IMMEDIATE granted to COMMIT or ROLLBACK done
+    longest: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.writes += 1
+        self.held += seconds
+        self.longest = max(self.longest, seconds)
+
+    def as_dict(self) -> dict[str, float]:
+        return {"writes": self.writes, "held_ms": round(self.held * 1000, 1),
+                "longest_ms": round(self.longest * 1000, 2)}
+
+
 class Store:
     """One sqlite3 connection with dreamd's rules attached.
 
@@ -43,13 +62,15 @@ class Store:
 
     # dreamd checkpoints the WAL itself, at most this often, after its own writes. If it
     # left that to SQLite's autocheckpoint, the chat app's commit that happens to cross
-    # the 1000-page mark would pay for copying dreamd's pages into the database.
+    # the 1000-page mark would pay for copying dreamd's pages into the database. (Its own
+    # connection's autocheckpoint is off, so a COMMIT is only a commit.)
     CHECKPOINT_EVERY = 0.2
 
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
         self.conn = conn
         self.path = path
         self._checkpointed = time.monotonic()
+        self.lock_tally = LockTally()
 
     @property
     def in_transaction(self) -> bool:
@@ -61,12 +82,15 @@ class Store:
         if self.conn.in_transaction:
             raise StoreError("internal: nested write transaction")
         self.conn.execute("BEGIN IMMEDIATE")
+        locked = time.perf_counter()
         try:
             yield self.conn
         except BaseException:
             self.conn.execute("ROLLBACK")
+            self.lock_tally.add(time.perf_counter() - locked)
             raise
         self.conn.execute("COMMIT")
+        self.lock_tally.add(time.perf_counter() - locked)
         if time.monotonic() - self._checkpointed >= self.CHECKPOINT_EVERY:
             self.checkpoint_passive()
 
@@ -145,6 +169,7 @@ def connect(path: str | Path, busy_timeout_ms: int = 5000, create: bool = False)
         if mode != "wal":
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA wal_autocheckpoint=0")  # see Store.CHECKPOINT_EVERY
         conn.execute("PRAGMA foreign_keys=OFF")
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{path} cannot be opened as an SQLite database: {exc}") from None

@@ -237,12 +237,17 @@ def _per_user(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX dreamd_summaries_recent ON summaries(dreamd_seq)")
 
 
+def _write_lock(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE dreamd_runs ADD COLUMN write_lock TEXT")
+
+
 MIGRATIONS = (
     Migration(1, "core tables (prior-art layout)", _core),
     Migration(2, "dreamd bookkeeping, tally, vectors, runs", _dreamd_base),
     Migration(3, "LLM outputs by input hash, pass notes", _llm_bookkeeping),
     Migration(4, "full-text index of turns", _lexical),
     Migration(5, "per-user eras, provenance of tiers", _per_user),
+    Migration(6, "write-lock time per pass", _write_lock),
 )
 
 

@@ -784,17 +784,19 @@ def finish_run(conn: sqlite3.Connection, run_id: int, **fields: Any) -> None:
 def recent_runs(conn: sqlite3.Connection, limit: int) -> list[dict[str, Any]]:
     conn_rows = conn.execute(
         "SELECT id, trigger, pid, started_at, ended_at, outcome, drives_before, drives_after, "
-        "stats_before, stats_after, jobs, tokens_in, tokens_out, error, notes FROM dreamd_runs "
+        "stats_before, stats_after, jobs, tokens_in, tokens_out, error, notes, write_lock "
+        "FROM dreamd_runs "
         "ORDER BY id DESC LIMIT ?",
         (limit,),
     ).fetchall()
     keys = ("id", "trigger", "pid", "started_at", "ended_at", "outcome", "drives_before",
             "drives_after", "stats_before", "stats_after", "jobs", "tokens_in", "tokens_out",
-            "error", "notes")
+            "error", "notes", "write_lock")
     out = []
     for row in conn_rows:
         record = dict(zip(keys, row, strict=True))
-        for k in ("drives_before", "drives_after", "stats_before", "stats_after", "jobs", "notes"):
+        for k in ("drives_before", "drives_after", "stats_before", "stats_after", "jobs", "notes",
+                  "write_lock"):
             record[k] = json.loads(record[k]) if record[k] else None
         out.append(record)
     return out
