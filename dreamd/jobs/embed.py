@@ -54,7 +54,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
                      errors=tuple(errors))
 
 
-def index_text(ctx: JobContext, chunk: int = 20_000) -> None:
+def index_text(ctx: JobContext, chunk: int = 500) -> None:
     """Keep the full-text index up to the newest turn, in short chunks."""
     while not ctx.budget.exhausted():
         with ctx.store.read() as conn:
