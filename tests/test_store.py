@@ -187,3 +187,49 @@ def test_sqlite_version_is_logged_and_the_bug_warned_once(db: Path) -> None:
     events = [e["event"] for e in logs]
     assert events.count("sqlite_library") == 1
     assert events.count("sqlite_wal_reset_bug") == int(has_wal_reset_bug(sqlite_version()))
+
+
+def test_a_v4_file_moves_to_per_user_eras_with_every_reference_re_keyed(db: Path) -> None:
+    """Eras keyed by month alone (v4) become (user, month); dreamd's references to them —
+    vectors, stored LLM outputs, failure records, built or not — follow; others stay."""
+    store = connect(db, create=True)
+    assert migrate(store, upto=4) == [1, 2, 3, 4]
+    with store.write() as conn:
+        conn.execute("INSERT INTO eras (month, content, session_count, created_at, dreamd_seq) "
+                     "VALUES ('2026-07', 'July: moved house', 3, '2026-08-01', 7)")
+        conn.executemany("INSERT INTO dreamd_vectors (model, kind, key, vector) VALUES (?,?,?,?)",
+                         [("m", "era", "2026-07", b"v1"), ("m", "gist", "s1", b"v2")])
+        conn.executemany("INSERT INTO dreamd_outputs (job, item, input_hash, output) "
+                         "VALUES (?, ?, 'h', 'o')", [("eras", "2026-07"), ("summarize", "s1")])
+        conn.execute("INSERT INTO dreamd_failures (job, item, attempts, last_error, "
+                     "first_failed_at, last_failed_at, next_attempt_at) VALUES "
+                     "('eras', '2026-08', 2, 'timeout', 't', 't', 't')")
+    assert migrate(store) == [m.version for m in MIGRATIONS if m.version > 4]
+    conn = store.conn
+    pk = [r[1] for r in sorted(conn.execute("PRAGMA table_info(eras)"), key=lambda r: r[5])
+          if r[5]]
+    assert pk == ["user_id", "month"]
+    assert conn.execute("SELECT user_id, month, content, session_count, dreamd_seq FROM eras"
+                        ).fetchall() == [("default", "2026-07", "July: moved house", 3, 7)]
+    assert sorted(conn.execute("SELECT kind, key FROM dreamd_vectors")) == [
+        ("era", "default|2026-07"), ("gist", "s1")]
+    assert sorted(conn.execute("SELECT job, item FROM dreamd_outputs")) == [
+        ("eras", "default|2026-07"), ("summarize", "s1")]
+    assert conn.execute("SELECT job, item, attempts FROM dreamd_failures").fetchall() == [
+        ("eras", "default|2026-08", 2)]
+    assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    store.close()
+
+
+def test_era_references_left_by_the_first_migration_5_are_re_keyed_by_6(db: Path) -> None:
+    store = connect(db, create=True)
+    migrate(store, upto=5)
+    with store.write() as conn:  # what 5 as first shipped left: a failure of an unbuilt era
+        conn.executemany("INSERT INTO dreamd_failures (job, item, attempts, last_error, "
+                         "first_failed_at, last_failed_at, next_attempt_at) VALUES "
+                         "('eras', ?, ?, 'e', 't', 't', 't')",
+                         [("2026-08", 1), ("2026-09", 1), ("default|2026-09", 4)])
+    migrate(store)
+    assert sorted(store.conn.execute("SELECT item, attempts FROM dreamd_failures")) == [
+        ("default|2026-08", 1), ("default|2026-09", 4)]  # the newer record of 09 kept
+    store.close()

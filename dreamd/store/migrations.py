@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from dreamd.errors import StoreError
+from dreamd.ids import DEFAULT_USER
 from dreamd.store.connect import Store
 
 CORE_TABLES = """
@@ -226,19 +227,31 @@ def _per_user(conn: sqlite3.Connection) -> None:
     conn.execute(f"INSERT INTO dreamd_eras_new ({names}) SELECT {names} FROM eras")
     conn.execute("DROP TABLE eras")
     conn.execute("ALTER TABLE dreamd_eras_new RENAME TO eras")
-    owner = "(SELECT user_id FROM eras WHERE month = {col}) || '|' || {col}"
-    conn.execute(f"UPDATE dreamd_vectors SET key = {owner.format(col='key')} "
-                 "WHERE kind = 'era' AND key IN (SELECT month FROM eras)")
-    for table in ("dreamd_outputs", "dreamd_failures"):
-        conn.execute(f"UPDATE {table} SET item = {owner.format(col='item')} "
-                     "WHERE job = 'eras' AND item IN (SELECT month FROM eras)")
+    _rekey_eras(conn)
     for table in ("profile", "narrative"):
         conn.execute(f"ALTER TABLE {table} ADD COLUMN dreamd_inputs TEXT")
     conn.execute("CREATE INDEX dreamd_summaries_recent ON summaries(dreamd_seq)")
 
 
+def _rekey_eras(conn: sqlite3.Connection) -> None:
+    """dreamd's own references to an era (its vector, stored LLM output, failure record)
+    keyed by month alone become `default|month`: before per-user eras every era was the
+    default user's, built or not (a month whose era failed has a failure record and no
+    era row). A reference whose new key is taken already is older than the one there,
+    and goes."""
+    for table, key, where in (("dreamd_vectors", "key", "kind = 'era'"),
+                              ("dreamd_outputs", "item", "job = 'eras'"),
+                              ("dreamd_failures", "item", "job = 'eras'")):
+        unkeyed = f"{where} AND instr({key}, '|') = 0"
+        conn.execute(f"UPDATE OR IGNORE {table} SET {key} = ? || '|' || {key} "
+                     f"WHERE {unkeyed}", (DEFAULT_USER,))
+        conn.execute(f"DELETE FROM {table} WHERE {unkeyed}")
+
+
 def _write_lock(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE dreamd_runs ADD COLUMN write_lock TEXT")
+    # Migration 5 as first shipped re-keyed only the months that had an era row.
+    _rekey_eras(conn)
 
 
 MIGRATIONS = (
@@ -247,7 +260,7 @@ MIGRATIONS = (
     Migration(3, "LLM outputs by input hash, pass notes", _llm_bookkeeping),
     Migration(4, "full-text index of turns", _lexical),
     Migration(5, "per-user eras, provenance of tiers", _per_user),
-    Migration(6, "write-lock time per pass", _write_lock),
+    Migration(6, "write-lock time per pass; era references keyed by user", _write_lock),
 )
 
 
@@ -270,11 +283,14 @@ def applied_versions(store: Store) -> set[int]:
     return {row[0] for row in conn.execute("SELECT version FROM dreamd_migrations")}
 
 
-def migrate(store: Store) -> list[int]:
-    """Apply every pending migration, each in its own IMMEDIATE transaction with its record."""
+def migrate(store: Store, upto: int | None = None) -> list[int]:
+    """Apply every pending migration (up to version `upto`, to build an older file), each in
+    its own IMMEDIATE transaction with its record."""
     done: list[int] = []
     known = {m.version for m in MIGRATIONS}
     for migration in MIGRATIONS:
+        if upto is not None and migration.version > upto:
+            break
         with store.write() as conn:
             conn.execute(
                 "CREATE TABLE IF NOT EXISTS dreamd_migrations ("
