@@ -35,10 +35,14 @@ def has_wal_reset_bug(version: tuple[int, int, int]) -> bool:
 
 @dataclass
 class LockTally:
-    """How long dreamd held the file's write lock: the time the chat app may have waited."""
+    """How long dreamd held the file's write lock: the time the chat app may have waited.
+
+    Measured from BEGIN IMMEDIATE granted to COMMIT (or ROLLBACK) returned. Now and then
+    a COMMIT also runs SQLite's automatic checkpoint after releasing the lock, so this is
+    an upper bound."""
 
     writes: int = 0
-    held: float = 0.0  # seconds, BEGIN IMMEDIATE granted to COMMIT or ROLLBACK done
+    held: float = 0.0  # seconds
     longest: float = 0.0
 
     def add(self, seconds: float) -> None:
@@ -62,8 +66,9 @@ class Store:
 
     # dreamd checkpoints the WAL itself, at most this often, after its own writes. If it
     # left that to SQLite's autocheckpoint, the chat app's commit that happens to cross
-    # the 1000-page mark would pay for copying dreamd's pages into the database. (Its own
-    # connection's autocheckpoint is off, so a COMMIT is only a commit.)
+    # the 1000-page mark would pay for copying dreamd's pages into the database. (dreamd's
+    # own connection keeps SQLite's autocheckpoint too: measured, turning it off let more
+    # of that work fall on the app's commits.)
     CHECKPOINT_EVERY = 0.2
 
     def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
@@ -169,7 +174,6 @@ def connect(path: str | Path, busy_timeout_ms: int = 5000, create: bool = False)
         if mode != "wal":
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA wal_autocheckpoint=0")  # see Store.CHECKPOINT_EVERY
         conn.execute("PRAGMA foreign_keys=OFF")
     except sqlite3.DatabaseError as exc:
         raise StoreError(f"{path} cannot be opened as an SQLite database: {exc}") from None
