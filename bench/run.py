@@ -260,14 +260,26 @@ def bench_recall() -> None:
 
 
 def bench_forget() -> None:
-    """How long forget holds the write lock: the deleting transaction, then the index
-    merge, for one user of twenty in a 200k-turn file with vectors and full-text rows."""
+    """How long forget holds the write lock, for one user of twenty in a 200k-turn file
+    with vectors and full-text rows: each of its transactions, in order (the tally is
+    synced first, so they are: drop what was derived, the deleting steps, the index
+    merge)."""
     from dreamd.app import open_store
     from dreamd.config import Config
-    from dreamd.forget import Report, Scope, _erase, finish_pending
+    from dreamd.forget import STEP, Scope, forget
     from dreamd.log import configure, get_logger
     from dreamd.sensing import sync_tally
     from dreamd.store import queries as q
+    from dreamd.store.connect import LockTally
+
+    class EachHold(LockTally):
+        def __init__(self) -> None:
+            super().__init__()
+            self.each: list[float] = []
+
+        def add(self, seconds: float) -> None:
+            super().add(seconds)
+            self.each.append(seconds)
 
     configure("warning")
     db = OUT / "forget-200k.db"
@@ -282,25 +294,18 @@ def bench_forget() -> None:
         conn.executemany("INSERT INTO dreamd_exchange_vectors VALUES ('m', ?, ?)",
                          ((i, vector) for i in range(1, top + 1)))
     store.checkpoint_truncate()
-    user = "u7"
-    scope = Scope(user)
-    report = Report(scope, dry_run=False)
-    store.conn.execute("PRAGMA secure_delete = ON")
+    holds = store.lock_tally = EachHold()
     started = time.perf_counter()
-    with store.write() as conn:
-        _erase(conn, scope, "assistant", report)
-    erase_s = time.perf_counter() - started
-    started = time.perf_counter()
-    finish_pending(store)
-    merge_s = time.perf_counter() - started
-    started = time.perf_counter()
-    emptied = store.checkpoint_truncate()
-    checkpoint_s = time.perf_counter() - started
+    report = forget(store, Scope("u7"), "assistant")
+    wall = time.perf_counter() - started
     store.close()
-    print(f"forget: {report.turns:,} turns of 1 of 20 users in a 200,000-turn file: deleting "
-          f"transaction {erase_s * 1000:.0f} ms ({erase_s / report.turns * 1e6:.0f} us/turn), "
-          f"full-text merge {merge_s * 1000:.0f} ms, checkpoint {checkpoint_s * 1000:.0f} ms "
-          f"(WAL emptied: {emptied})")
+    derive, steps, merge = holds.each[0], holds.each[1:-1], holds.each[-1]
+    print(f"forget: {report.turns:,} turns of 1 of 20 users in a 200,000-turn file, "
+          f"{wall:.2f} s in all: dropping what was derived {derive * 1000:.0f} ms; "
+          f"{len(steps)} deleting transactions of up to {STEP} turns, median "
+          f"{statistics.median(steps) * 1000:.0f} ms, longest {max(steps) * 1000:.0f} ms, "
+          f"{sum(steps) / report.turns * 1e6:.0f} us/turn; "
+          f"full-text merge {merge * 1000:.0f} ms (WAL emptied: {report.wal_truncated})")
 
 
 def main() -> None:

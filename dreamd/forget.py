@@ -2,34 +2,46 @@
 
 The sequence, each step safe to crash in:
 
-1. One short IMMEDIATE transaction, with `secure_delete` on so freed bytes are zeroed:
-   fold any new turns into the tally, delete the turns in scope with their vectors and
-   full-text rows, drop the gists of the sessions they were in (a session with turns left
-   is summarized again by the next pass), the user's profile, narrative, the eras of the
-   touched months and the agent's reflection state with the user, and their stored LLM
-   outputs; mark the forget pending. All of it or none of it lands.
-2. A second transaction merges the full-text index (FTS5 `optimize`), which is what
-   drops the deleted words from its segments, then clears the pending mark. If dreamd
-   stops before this, the next pass (or forget) finishes it.
-3. Checkpoints: the WAL still holds the old page images until SQLite resets it, so a
+1. Read what the scope holds (after folding new turns into the tally): the sessions, the
+   turns up to the newest id now (`upto`; turns that arrive meanwhile are kept), the
+   months they touch.
+2. One short IMMEDIATE transaction drops what was derived from them: the gists of those
+   sessions (a session with turns left is summarized again by the next pass), the user's
+   profile and narrative, the eras of the touched months, the agent's reflection state
+   with the user, their stored LLM outputs. It bumps the vector epoch, so a pass that
+   prepared work before now saves none of it, and writes the journal (the scope and a
+   cursor) in `dreamd_state`.
+3. The turns go with their vectors and full-text rows, `STEP` turns looked at per
+   transaction (about 30 ms of write lock each, so the chat app never waits long), the
+   cursor moving in the same transaction. All of this runs with `secure_delete` on, so
+   freed bytes are zeroed.
+4. A last transaction merges the full-text index (FTS5 `optimize`), which is what drops
+   the deleted words from its segments, and ends the journal.
+5. Checkpoints: the WAL still holds the old page images until SQLite resets it, so a
    TRUNCATE checkpoint is tried after the passive one (it succeeds when no other
    connection is reading); `vacuum` also rewrites the whole file.
 
-The next pass re-derives what remains: gists of sessions that kept turns, then the
-user's profile, eras and narrative from the gists still there.
+While a journal is open, every pass finishes it (`finish_pending`) before anything else,
+so if dreamd stops in step 3 or 4, the next pass or forget completes the forget. The next
+pass then re-derives what remains: gists of sessions that kept turns, then the user's
+profile, eras and narrative from the gists still there.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from dreamd.errors import ConfigError
+from dreamd.sensing import sync_tally
 from dreamd.store import queries as q
 from dreamd.store.connect import Store
 
-CHUNK = 500
+STEP = 500  # turns looked at per deleting transaction: ~55 us a turn of write lock
+JOURNAL, JOURNAL_SESSIONS = "forget_pending", "forget_sessions"
 
 
 @dataclass(frozen=True)
@@ -80,13 +92,6 @@ class Report:
         }
 
 
-def _fold_new_turns(conn: sqlite3.Connection) -> None:
-    """Inside the forget's transaction: the tally knows every session there is."""
-    after, newest = q.tally_watermark(conn), q.max_exchange_id(conn)
-    if newest > after:
-        q.apply_tally(conn, q.new_exchange_groups(conn, after, newest), newest)
-
-
 def _in_scope(conn: sqlite3.Connection, scope: Scope) -> dict[str, list[int]]:
     """session -> ids of its turns in scope, for the user's sessions."""
     sessions = sorted(q.sessions_of(conn, [scope.user]))
@@ -96,77 +101,103 @@ def _in_scope(conn: sqlite3.Connection, scope: Scope) -> dict[str, list[int]]:
     for session in sessions:
         rows = conn.execute("SELECT id, created_at FROM exchanges WHERE session_id = ?",
                             (session,)).fetchall()
-        ids = [int(i) for i, at in rows
-               if scope.before is None or q.iso_utc(at) < scope.before]
+        ids = [int(i) for i, at in rows if _before(scope.before, at)]
         if ids or scope.before is None:
             out[session] = ids
     return out
 
 
-def _delete_ids(conn: sqlite3.Connection, ids: list[int]) -> None:
-    models = q.vector_models(conn, "dreamd_exchange_vectors")
-    for start in range(0, len(ids), CHUNK):
-        chunk = ids[start : start + CHUNK]
-        marks = ",".join("?" * len(chunk))
-        conn.execute(f"DELETE FROM exchanges WHERE id IN ({marks})", chunk)
-        for model in models:  # by the full key: an index seek per turn, not a scan
-            conn.execute(f"DELETE FROM dreamd_exchange_vectors WHERE model = ? "
-                         f"AND exchange_id IN ({marks})", (model, *chunk))
-        conn.execute(f"DELETE FROM dreamd_fts WHERE rowid IN ({marks})", chunk)
+def _before(cutoff: str | None, created_at: str) -> bool:
+    return cutoff is None or q.iso_utc(created_at) < cutoff
 
 
-def _erase(conn: sqlite3.Connection, scope: Scope, agent_id: str, report: Report) -> None:
-    if not report.dry_run:
-        _fold_new_turns(conn)
+def _survey(conn: sqlite3.Connection, scope: Scope, report: Report) -> tuple[list[str], set[str]]:
+    """Read only: fill the report's counts; return the touched sessions and months."""
     touched = _in_scope(conn, scope)
-    whole_user = scope.session is None and scope.before is None
     months: set[str] = set()
     for session, ids in touched.items():
         report.turns += len(ids)
         months |= q.session_months(conn, session)
         left = conn.execute("SELECT COUNT(*) FROM exchanges WHERE session_id = ?",
                             (session,)).fetchone()[0] - len(ids)
-        if not report.dry_run:
-            _delete_ids(conn, ids)
         (report.sessions_emptied if left == 0 else report.sessions_trimmed).append(session)
-        has_gist = conn.execute("SELECT 1 FROM summaries WHERE session_id = ?",
-                                (session,)).fetchone() is not None
-        report.gists += has_gist
-        if report.dry_run:
-            continue
-        q.drop_gist(conn, session)
-        if left == 0:
-            conn.execute("DELETE FROM dreamd_sessions WHERE session_id = ?", (session,))
-            conn.execute("DELETE FROM sessions WHERE id = ?", (session,))
-        else:
-            q.recount_session(conn, session)
-    if whole_user:
+        report.gists += conn.execute("SELECT 1 FROM summaries WHERE session_id = ?",
+                                     (session,)).fetchone() is not None
+    if scope.session is None and scope.before is None:
         months |= set(q.era_seqs(conn, scope.user))
-    if not touched and not whole_user:
+    return sorted(touched), months
+
+
+def _delete_ids(conn: sqlite3.Connection, ids: list[int], models: list[str]) -> None:
+    if not ids:
         return
-    if report.dry_run:
-        report.derived = q.tiers_present(conn, scope.user, agent_id, months)
-        return
-    report.derived = q.drop_tiers(conn, scope.user, agent_id, months)
-    q.bump_vector_epoch(conn)
-    q.set_state(conn, "forget_pending", "1")
+    marks = ",".join("?" * len(ids))
+    conn.execute(f"DELETE FROM exchanges WHERE id IN ({marks})", ids)
+    for model in models:  # by the full key: an index seek per turn, not a scan
+        conn.execute(f"DELETE FROM dreamd_exchange_vectors WHERE model = ? "
+                     f"AND exchange_id IN ({marks})", (model, *ids))
+    conn.execute(f"DELETE FROM dreamd_fts WHERE rowid IN ({marks})", ids)
+
+
+def _settle_session(conn: sqlite3.Connection, session: str) -> None:
+    """A session whose turns in scope are gone: forgotten entirely, or recounted."""
+    if conn.execute("SELECT 1 FROM exchanges WHERE session_id = ? LIMIT 1",
+                    (session,)).fetchone() is None:
+        conn.execute("DELETE FROM dreamd_sessions WHERE session_id = ?", (session,))
+        conn.execute("DELETE FROM sessions WHERE id = ?", (session,))
+    else:
+        q.recount_session(conn, session)
+
+
+def _delete_step(conn: sqlite3.Connection, job: dict[str, Any], sessions: list[str],
+                 step: int) -> None:
+    """Inside a write: delete the next turns in scope, looking at `step` at most; move the
+    journal's cursor (session index `next`, last id looked at `after`)."""
+    models = q.vector_models(conn, "dreamd_exchange_vectors")
+    budget = step
+    while budget > 0 and job["next"] < len(sessions):
+        session = sessions[job["next"]]
+        rows = conn.execute(
+            "SELECT id, created_at FROM exchanges WHERE session_id = ? AND id > ? "
+            "AND id <= ? ORDER BY id LIMIT ?", (session, job["after"], job["upto"], budget),
+        ).fetchall()
+        _delete_ids(conn, [int(i) for i, at in rows if _before(job["before"], at)], models)
+        if len(rows) < budget:
+            _settle_session(conn, session)
+            job["next"], job["after"] = job["next"] + 1, 0
+        else:
+            job["after"] = int(rows[-1][0])
+        budget -= len(rows)
 
 
 def forget(store: Store, scope: Scope, agent_id: str, *, dry_run: bool = False,
-           vacuum: bool = False) -> Report:
+           vacuum: bool = False, step: int = STEP) -> Report:
     """Erase `scope` (see the module's docstring for the sequence). A dry run reads only."""
     report = Report(scope, dry_run)
+    whole_user = scope.session is None and scope.before is None
+    if not dry_run:
+        sync_tally(store)  # the tally must know every session the user has
+    with store.read() as conn:
+        upto = q.max_exchange_id(conn)
+        sessions, months = _survey(conn, scope, report)
+        if dry_run and (sessions or whole_user):
+            report.derived = q.tiers_present(conn, scope.user, agent_id, months)
     if dry_run:
-        with store.read() as conn:
-            _erase(conn, scope, agent_id, report)
         return report
-    store.conn.execute("PRAGMA secure_delete = ON")
-    try:
-        with store.write() as conn:
-            _erase(conn, scope, agent_id, report)
-        finish_pending(store)
-    finally:
-        store.conn.execute("PRAGMA secure_delete = OFF")
+    if sessions or whole_user:
+        job = {"user": scope.user, "before": scope.before, "upto": upto, "next": 0, "after": 0}
+        store.conn.execute("PRAGMA secure_delete = ON")
+        try:
+            with store.write() as conn:
+                for session in sessions:
+                    q.drop_gist(conn, session)
+                report.derived = q.drop_tiers(conn, scope.user, agent_id, months)
+                q.bump_vector_epoch(conn)
+                q.set_state(conn, JOURNAL_SESSIONS, json.dumps(sessions))
+                q.set_state(conn, JOURNAL, json.dumps(job))
+        finally:
+            store.conn.execute("PRAGMA secure_delete = OFF")
+    finish_pending(store, step)
     report.wal_truncated = store.checkpoint_truncate()
     if vacuum:
         store.conn.execute("VACUUM")
@@ -175,20 +206,34 @@ def forget(store: Store, scope: Scope, agent_id: str, *, dry_run: bool = False,
     return report
 
 
-def finish_pending(store: Store) -> bool:
-    """Merge the full-text index after a forget, if one is pending. Returns whether it ran."""
+def finish_pending(store: Store, step: int = STEP) -> bool:
+    """Carry an open forget journal to its end: delete the rest of its turns, a step per
+    transaction, then merge the full-text index. Returns whether there was one."""
     with store.read() as conn:
-        if q.get_state(conn, "forget_pending") is None:
+        if q.get_state(conn, JOURNAL) is None:
             return False
     secure = store.conn.execute("PRAGMA secure_delete").fetchone()[0]
     store.conn.execute("PRAGMA secure_delete = ON")
     try:
-        with store.write() as conn:
-            if q.get_state(conn, "forget_pending") is None:
-                return False
-            conn.execute("INSERT INTO dreamd_fts (dreamd_fts) VALUES ('optimize')")
-            conn.execute("DELETE FROM dreamd_state WHERE key = 'forget_pending'")
+        while True:
+            with store.write() as conn:
+                raw = q.get_state(conn, JOURNAL)
+                if raw is None:  # another dreamd finished it
+                    break
+                # "1": a journal of the first release, whose turns went in one transaction.
+                job = json.loads(raw) if raw != "1" else None
+                sessions = json.loads(q.get_state(conn, JOURNAL_SESSIONS) or "[]")
+                if job is not None and job["next"] < len(sessions):
+                    _delete_step(conn, job, sessions, step)
+                    q.set_state(conn, JOURNAL, json.dumps(job))
+                    continue
+                conn.execute("INSERT INTO dreamd_fts (dreamd_fts) VALUES ('optimize')")
+                conn.execute("DELETE FROM dreamd_state WHERE key IN (?, ?)",
+                             (JOURNAL, JOURNAL_SESSIONS))
+                break
     finally:
         store.conn.execute(f"PRAGMA secure_delete = {int(secure)}")
-    store.checkpoint_passive()
+    # The WAL still holds the forgotten pages' old images: empty it if nobody is using
+    # the file right now (the forget command then tries again, waiting its turn).
+    store.checkpoint_truncate(wait=False)
     return True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sqlite3
@@ -234,6 +235,92 @@ def test_forget_before_a_date_trims_and_re_summarizes(db: Path) -> None:
     assert not any(w in gist for w in words)
     store.close()
     app.close()
+
+
+def dump(conn: sqlite3.Connection) -> dict[str, list[tuple[object, ...]]]:
+    queries = {
+        "exchanges": "SELECT id, session_id, content FROM exchanges ORDER BY id",
+        "tally": "SELECT * FROM dreamd_sessions ORDER BY session_id",
+        "sessions": "SELECT id, user_id FROM sessions ORDER BY id",
+        "gists": "SELECT session_id FROM summaries ORDER BY session_id",
+        "vectors": "SELECT model, exchange_id FROM dreamd_exchange_vectors ORDER BY 1, 2",
+        "fts": "SELECT rowid FROM dreamd_fts ORDER BY rowid",
+        "state": "SELECT key FROM dreamd_state WHERE key LIKE 'forget%'",
+    }
+    return {name: conn.execute(sql).fetchall() for name, sql in queries.items()}
+
+
+def test_forget_in_steps_of_two_turns_ends_where_one_step_does(tmp_path: Path) -> None:
+    cutoff = (T0 + timedelta(days=31 * 2, minutes=4, seconds=30)).isoformat()
+    ends = []
+    for step in (2, 10_000):
+        db = tmp_path / f"step{step}.db"
+        app, store, _, config = build(db)
+        words = forgotten_words(app, "session_id LIKE 'a%' AND created_at < ?", (cutoff,))
+        report = forget(store, Scope("ana", before=cutoff), config.agent.id, step=step)
+        assert report.turns == 19 and report.sessions_trimmed == ["a3"]
+        assert [w for w in words if w.encode() in file_bytes(db).lower()] == []
+        ends.append(dump(store.conn))
+        store.close()
+        app.close()
+    assert ends[0] == ends[1]
+    assert ends[0]["state"] == []  # the journal is closed
+
+
+def test_a_forget_killed_half_way_is_finished_by_the_next_pass(tmp_path: Path) -> None:
+    db = tmp_path / "big.db"
+    app = make_chat_file(db)
+    open_store(config_for(db), get_logger()).close()  # migrated: sessions rows carry a user
+    for s in range(16):
+        owner = "ana" if s < 14 else "bo"
+        app.execute("INSERT INTO sessions (id, created_at, user_id) VALUES (?, ?, ?)",
+                    (f"{owner}{s}", T0.isoformat(), owner))
+        app.executemany("INSERT INTO exchanges (session_id, role, content, created_at) "
+                        "VALUES (?, 'user', ?, ?)",
+                        [(f"{owner}{s}", f"{owner}word{s}n{i} and some talk about the day",
+                          (T0 + timedelta(minutes=i)).isoformat()) for i in range(600)])
+    env = {"PYTHONPATH": str(ROOT), "DREAMD_EMBED__BACKEND": "hashing", "PATH": "/usr/bin:/bin"}
+
+    command = [sys.executable, "-m", "dreamd", "--db", str(db)]
+
+    def dreamd(*args: str) -> None:
+        run = subprocess.run([*command, *args], env=env, cwd=ROOT, text=True,
+                             capture_output=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+
+    app.close()
+    dreamd("--force")  # turns embedded and in the full-text index
+
+    def journal() -> tuple[str] | None:
+        with contextlib.closing(sqlite3.connect(db)) as look:  # a fresh snapshot each time
+            return look.execute(
+                "SELECT value FROM dreamd_state WHERE key = 'forget_pending'").fetchone()
+
+    killed = subprocess.Popen([*command, "forget", "--user", "ana"], env=env, cwd=ROOT,
+                              text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    while journal() is None and killed.poll() is None:
+        pass
+    killed.kill()
+    _, err = killed.communicate(timeout=10)
+    assert journal() is not None, f"the forget ended before it could be killed half-way: {err}"
+    dreamd("--force")  # finishes the forget before anything else
+    conn = sqlite3.connect(db)
+    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    assert conn.execute("SELECT COUNT(*) FROM exchanges WHERE session_id LIKE 'ana%'"
+                        ).fetchone() == (0,)
+    assert conn.execute("SELECT COUNT(*) FROM exchanges").fetchone() == (1200,)  # bo's
+    assert conn.execute("SELECT COUNT(*) FROM dreamd_exchange_vectors").fetchone() == (1200,)
+    assert conn.execute("SELECT COUNT(*) FROM dreamd_fts WHERE dreamd_fts MATCH 'and'"
+                        ).fetchone() == (1200,)
+    assert conn.execute("SELECT key FROM dreamd_state WHERE key LIKE 'forget%'").fetchall() == []
+    assert conn.execute("SELECT COUNT(*) FROM sessions").fetchone() == (2,)
+    assert conn.execute("SELECT COUNT(*) FROM dreamd_fts WHERE dreamd_fts MATCH 'anaword0n7'"
+                        ).fetchone() == (0,)
+    conn.close()
+    # Bytes that ordinary work freed before the forget (an index merge, a replaced gist)
+    # may still sit in unused parts of live pages; --vacuum rewrites the file without them.
+    dreamd("forget", "--user", "ana", "--vacuum")
+    assert re.findall(rb"anaword\d+", file_bytes(db)) == []
 
 
 def test_forget_dry_run_changes_nothing(db: Path) -> None:

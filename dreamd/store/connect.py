@@ -116,11 +116,19 @@ class Store:
         self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         self._checkpointed = time.monotonic()
 
-    def checkpoint_truncate(self) -> bool:
+    def checkpoint_truncate(self, wait: bool = True) -> bool:
         """Copy the whole WAL into the database and empty it, waiting (within the busy
-        timeout) for readers. Returns whether the WAL is now empty: with another connection
-        mid-read it is not, and its old frames stay until SQLite next resets it."""
-        busy, _, _ = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        timeout) for readers — and meanwhile holding off the app's writes. Returns whether
+        the WAL is now empty: with another connection mid-read it is not, and its old
+        frames stay until SQLite next resets it. Without `wait`, it tries once and gives
+        up at once if anyone is reading or writing."""
+        timeout = self.conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        if not wait:
+            self.conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            busy, _, _ = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
         self._checkpointed = time.monotonic()
         return busy == 0
 
