@@ -156,6 +156,30 @@ def test_a_session_filed_before_its_owner_was_known_moves_with_its_memory(db: Pa
     app.close()
 
 
+def test_a_session_the_app_moves_in_place_moves_with_its_memory(db: Path) -> None:
+    app, store, completer, config = build(db)
+    conn = store.conn
+    profile = "SELECT dreamd_inputs FROM profile WHERE id = ?"
+    assert "a2" in json.loads(conn.execute(profile, ("user:ana",)).fetchone()[0])
+    app.execute("UPDATE sessions SET user_id = 'bo' WHERE id = 'a2'")  # no new row
+    run_pass(store, config, completer.embedder, completer, trigger="t", force=True,
+             clock=lambda: LATER)
+    assert conn.execute("SELECT user_id FROM summaries WHERE session_id = 'a2'"
+                        ).fetchone() == ("bo",)
+    assert sorted(json.loads(conn.execute(profile, ("user:ana",)).fetchone()[0])) == ["a1", "a3"]
+    assert "a2" in json.loads(conn.execute(profile, ("user:bo",)).fetchone()[0])
+    memory = Memory(store.path, config=config, embedder=completer.embedder)
+    try:
+        hits = memory.recall("anatok topic1 talks", k=20, users=["ana"])
+        assert hits and {h.session_id for h in hits} <= {"a1", "a3"}
+        assert "a2" in {h.session_id for h in memory.recall("anatok topic1", k=20,
+                                                            users=["bo"])}
+    finally:
+        memory.close()
+    store.close()
+    app.close()
+
+
 def build(db: Path) -> tuple[sqlite3.Connection, Store, RecordingCompleter, Config]:
     app = make_chat_file(db)
     config = config_for(db)

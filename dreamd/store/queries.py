@@ -866,21 +866,21 @@ def drop_tiers(conn: sqlite3.Connection, user_id: str, agent_id: str, months: se
     return gone
 
 
-def new_session_rows(conn: sqlite3.Connection, after_rowid: int, limit: int
-                     ) -> list[tuple[int, str, str]]:
-    """(rowid, session id, user id) of sessions rows the app added (or re-inserted)."""
+def owner_changes(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+    """(session id, the app's user id) where the app's sessions row names another owner
+    than the tally."""
     rows = conn.execute(
-        "SELECT rowid, id, user_id FROM sessions WHERE rowid > ? ORDER BY rowid LIMIT ?",
-        (after_rowid, limit),
+        "SELECT s.id, s.user_id FROM sessions s "
+        "JOIN dreamd_sessions d ON d.session_id = s.id WHERE d.user_id != s.user_id"
     ).fetchall()
-    return [(int(r[0]), r[1], r[2]) for r in rows]
+    return [(r[0], r[1]) for r in rows]
 
 
 def rehome_session(conn: sqlite3.Connection, session_id: str, user_id: str, agent_id: str
                    ) -> bool:
     """The app says this session belongs to `user_id` but the tally filed it under someone
-    else (its turns came before its sessions row): move it, and drop what the other user's
-    memory built from it. Returns whether anything moved."""
+    else: move it, and drop what the other user's memory built from it. Returns whether
+    anything moved."""
     row = conn.execute("SELECT user_id, month FROM dreamd_sessions WHERE session_id = ?",
                        (session_id,)).fetchone()
     if row is None or row[0] == user_id:
