@@ -206,6 +206,17 @@ def forget(store: Store, scope: Scope, agent_id: str, *, dry_run: bool = False,
     return report
 
 
+def open_journal(conn: sqlite3.Connection) -> dict[str, Any] | None:
+    """An unfinished forget, as status shows it: whose, and how many sessions are left."""
+    raw = q.get_state(conn, JOURNAL)
+    if raw is None:
+        return None
+    job: dict[str, Any] = json.loads(raw) if raw != "1" else {"user": None, "next": 0}
+    sessions = len(json.loads(q.get_state(conn, JOURNAL_SESSIONS) or "[]"))
+    return {"user": job["user"], "sessions": sessions,
+            "sessions_left": max(0, sessions - int(job["next"]))}
+
+
 def finish_pending(store: Store, step: int = STEP) -> bool:
     """Carry an open forget journal to its end: delete the rest of its turns, a step per
     transaction, then merge the full-text index. Returns whether there was one."""

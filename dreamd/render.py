@@ -24,6 +24,10 @@ def render_status(data: dict[str, Any]) -> str:
         f"narrative {'stale' if b['narrative_stale'] else 'current'}, "
         f"{b['turns_since_reflection']} turns since the last reflection",
     ]
+    if data.get("forget"):
+        f = data["forget"]
+        out.append(f"forget       unfinished for user {f['user']!r}: {f['sessions_left']} of "
+                   f"{f['sessions']} sessions left; the next pass (or forget) finishes it")
     if b.get("turns_since_last_pass"):
         out.append(f"             {b['turns_since_last_pass']} turns arrived since the last pass")
     out.append("")

@@ -6,6 +6,7 @@ from datetime import datetime
 from typing import Any
 
 from dreamd.config import Config
+from dreamd.forget import open_journal
 from dreamd.ids import narrative_id, profile_id, self_state_id
 from dreamd.models import Drives
 from dreamd.sensing import read_backlog
@@ -22,6 +23,7 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
         unfolded = q.max_exchange_id(conn) - q.tally_watermark(conn)
         recent = q.recent_runs(conn, runs)
         fails = q.failures(conn)
+        forget = open_journal(conn)
     return {
         "db": str(store.path),
         "llm": llm_state(recent[0] if recent else None),
@@ -30,6 +32,7 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
         "runs": recent,
         "failures": [f.__dict__ for f in fails if not f.quarantined],
         "quarantined": [f.__dict__ for f in fails if f.quarantined],
+        "forget": forget,
     }
 
 

@@ -327,6 +327,9 @@ def test_a_forget_killed_half_way_is_finished_by_the_next_pass(tmp_path: Path) -
     killed.kill()
     _, err = killed.communicate(timeout=10)
     assert journal() is not None, f"the forget ended before it could be killed half-way: {err}"
+    status = subprocess.run([*command, "status"], env=env, cwd=ROOT, text=True,
+                            capture_output=True, timeout=60)
+    assert "forget       unfinished for user 'ana'" in status.stdout, status.stdout
     dreamd("--force")  # finishes the forget before anything else
     conn = sqlite3.connect(db)
     assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
