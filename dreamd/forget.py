@@ -170,33 +170,47 @@ def _delete_step(conn: sqlite3.Connection, job: dict[str, Any], sessions: list[s
         budget -= len(rows)
 
 
+def _open(store: Store, scope: Scope, agent_id: str, report: Report, sessions: list[str],
+          months: set[str], upto: int) -> bool:
+    """Step 2: drop what was derived and open the journal, unless one is open already
+    (returns False then, having changed nothing)."""
+    job = {"user": scope.user, "before": scope.before, "upto": upto, "next": 0, "after": 0}
+    store.conn.execute("PRAGMA secure_delete = ON")
+    try:
+        with store.write() as conn:
+            if q.get_state(conn, JOURNAL) is not None:
+                return False
+            for session in sessions:
+                q.drop_gist(conn, session)
+            report.derived = q.drop_tiers(conn, scope.user, agent_id, months)
+            q.bump_vector_epoch(conn)
+            q.set_state(conn, JOURNAL_SESSIONS, json.dumps(sessions))
+            q.set_state(conn, JOURNAL, json.dumps(job))
+    finally:
+        store.conn.execute("PRAGMA secure_delete = OFF")
+    return True
+
+
 def forget(store: Store, scope: Scope, agent_id: str, *, dry_run: bool = False,
            vacuum: bool = False, step: int = STEP) -> Report:
     """Erase `scope` (see the module's docstring for the sequence). A dry run reads only."""
-    report = Report(scope, dry_run)
     whole_user = scope.session is None and scope.before is None
-    if not dry_run:
-        sync_tally(store)  # the tally must know every session the user has
-    with store.read() as conn:
-        upto = q.max_exchange_id(conn)
-        sessions, months = _survey(conn, scope, report)
-        if dry_run and (sessions or whole_user):
-            report.derived = q.tiers_present(conn, scope.user, agent_id, months)
+    while True:
+        report = Report(scope, dry_run)
+        if not dry_run:
+            finish_pending(store, step)  # an earlier forget first: one journal at a time
+            sync_tally(store)  # the tally must know every session the user has
+        with store.read() as conn:
+            upto = q.max_exchange_id(conn)
+            sessions, months = _survey(conn, scope, report)
+            if dry_run and (sessions or whole_user):
+                report.derived = q.tiers_present(conn, scope.user, agent_id, months)
+        if dry_run or not (sessions or whole_user) or _open(store, scope, agent_id, report,
+                                                             sessions, months, upto):
+            break
+        # Another dreamd opened a forget in between: finish it, then look again.
     if dry_run:
         return report
-    if sessions or whole_user:
-        job = {"user": scope.user, "before": scope.before, "upto": upto, "next": 0, "after": 0}
-        store.conn.execute("PRAGMA secure_delete = ON")
-        try:
-            with store.write() as conn:
-                for session in sessions:
-                    q.drop_gist(conn, session)
-                report.derived = q.drop_tiers(conn, scope.user, agent_id, months)
-                q.bump_vector_epoch(conn)
-                q.set_state(conn, JOURNAL_SESSIONS, json.dumps(sessions))
-                q.set_state(conn, JOURNAL, json.dumps(job))
-        finally:
-            store.conn.execute("PRAGMA secure_delete = OFF")
     finish_pending(store, step)
     report.wal_truncated = store.checkpoint_truncate()
     if vacuum:

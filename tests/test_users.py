@@ -291,63 +291,82 @@ def test_forget_in_steps_of_two_turns_ends_where_one_step_does(tmp_path: Path) -
     assert ends[0]["state"] == []  # the journal is closed
 
 
-def test_a_forget_killed_half_way_is_finished_by_the_next_pass(tmp_path: Path) -> None:
-    db = tmp_path / "big.db"
-    app = make_chat_file(db)
-    open_store(config_for(db), get_logger()).close()  # migrated: sessions rows carry a user
-    for s in range(16):
-        owner = "ana" if s < 14 else "bo"
-        app.execute("INSERT INTO sessions (id, created_at, user_id) VALUES (?, ?, ?)",
-                    (f"{owner}{s}", T0.isoformat(), owner))
-        app.executemany("INSERT INTO exchanges (session_id, role, content, created_at) "
-                        "VALUES (?, 'user', ?, ?)",
-                        [(f"{owner}{s}", f"{owner}word{s}n{i} and some talk about the day",
-                          (T0 + timedelta(minutes=i)).isoformat()) for i in range(600)])
-    env = {"PYTHONPATH": str(ROOT), "DREAMD_EMBED__BACKEND": "hashing", "PATH": "/usr/bin:/bin"}
+class HalfForgotten:
+    """A file where `dreamd forget --user ana` was killed with SIGKILL half-way: 14 of
+    ana's sessions and 2 of bo's, 600 turns each, embedded and indexed before."""
 
-    command = [sys.executable, "-m", "dreamd", "--db", str(db)]
+    def __init__(self, tmp_path: Path) -> None:
+        self.db = db = tmp_path / "big.db"
+        app = make_chat_file(db)
+        open_store(config_for(db), get_logger()).close()  # sessions rows carry a user
+        for s in range(16):
+            owner = "ana" if s < 14 else "bo"
+            app.execute("INSERT INTO sessions (id, created_at, user_id) VALUES (?, ?, ?)",
+                        (f"{owner}{s}", T0.isoformat(), owner))
+            app.executemany("INSERT INTO exchanges (session_id, role, content, created_at) "
+                            "VALUES (?, 'user', ?, ?)",
+                            [(f"{owner}{s}", f"{owner}word{s}n{i} and some talk about the day",
+                              (T0 + timedelta(minutes=i)).isoformat()) for i in range(600)])
+        app.close()
+        self.env = {"PYTHONPATH": str(ROOT), "DREAMD_EMBED__BACKEND": "hashing",
+                    "PATH": "/usr/bin:/bin"}
+        self.command = [sys.executable, "-m", "dreamd", "--db", str(db)]
+        self.dreamd("--force")  # turns embedded and in the full-text index
+        killed = subprocess.Popen([*self.command, "forget", "--user", "ana"], env=self.env,
+                                  cwd=ROOT, text=True, stdout=subprocess.DEVNULL,
+                                  stderr=subprocess.PIPE)
+        while self.journal() is None and killed.poll() is None:
+            pass
+        killed.kill()
+        _, err = killed.communicate(timeout=10)
+        assert self.journal() is not None, f"the forget ended before it was killed: {err}"
 
-    def dreamd(*args: str) -> None:
-        run = subprocess.run([*command, *args], env=env, cwd=ROOT, text=True,
+    def dreamd(self, *args: str) -> str:
+        run = subprocess.run([*self.command, *args], env=self.env, cwd=ROOT, text=True,
                              capture_output=True, timeout=120)
         assert run.returncode == 0, run.stderr
+        return run.stdout
 
-    app.close()
-    dreamd("--force")  # turns embedded and in the full-text index
-
-    def journal() -> tuple[str] | None:
-        with contextlib.closing(sqlite3.connect(db)) as look:  # a fresh snapshot each time
+    def journal(self) -> tuple[str] | None:
+        with contextlib.closing(sqlite3.connect(self.db)) as look:  # a fresh snapshot
             return look.execute(
                 "SELECT value FROM dreamd_state WHERE key = 'forget_pending'").fetchone()
 
-    killed = subprocess.Popen([*command, "forget", "--user", "ana"], env=env, cwd=ROOT,
-                              text=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    while journal() is None and killed.poll() is None:
-        pass
-    killed.kill()
-    _, err = killed.communicate(timeout=10)
-    assert journal() is not None, f"the forget ended before it could be killed half-way: {err}"
-    status = subprocess.run([*command, "status"], env=env, cwd=ROOT, text=True,
-                            capture_output=True, timeout=60)
-    assert "forget       unfinished for user 'ana'" in status.stdout, status.stdout
-    dreamd("--force")  # finishes the forget before anything else
-    conn = sqlite3.connect(db)
-    assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    assert conn.execute("SELECT COUNT(*) FROM exchanges WHERE session_id LIKE 'ana%'"
-                        ).fetchone() == (0,)
-    assert conn.execute("SELECT COUNT(*) FROM exchanges").fetchone() == (1200,)  # bo's
-    assert conn.execute("SELECT COUNT(*) FROM dreamd_exchange_vectors").fetchone() == (1200,)
-    assert conn.execute("SELECT COUNT(*) FROM dreamd_fts WHERE dreamd_fts MATCH 'and'"
-                        ).fetchone() == (1200,)
-    assert conn.execute("SELECT key FROM dreamd_state WHERE key LIKE 'forget%'").fetchall() == []
-    assert conn.execute("SELECT COUNT(*) FROM sessions").fetchone() == (2,)
-    assert conn.execute("SELECT COUNT(*) FROM dreamd_fts WHERE dreamd_fts MATCH 'anaword0n7'"
-                        ).fetchone() == (0,)
-    conn.close()
+    def count(self, sql: str) -> int:
+        with contextlib.closing(sqlite3.connect(self.db)) as look:
+            return int(look.execute(sql).fetchone()[0])
+
+
+def test_a_forget_killed_half_way_is_finished_by_the_next_pass(tmp_path: Path) -> None:
+    half = HalfForgotten(tmp_path)
+    assert "forget       unfinished for user 'ana'" in half.dreamd("status")
+    half.dreamd("--force")  # finishes the forget before anything else
+    with contextlib.closing(sqlite3.connect(half.db)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert conn.execute("SELECT COUNT(*) FROM exchanges WHERE session_id LIKE 'ana%'"
+                            ).fetchone() == (0,)
+        assert conn.execute("SELECT COUNT(*) FROM exchanges").fetchone() == (1200,)  # bo's
+        assert conn.execute("SELECT COUNT(*) FROM dreamd_exchange_vectors"
+                            ).fetchone() == (1200,)
+        assert conn.execute("SELECT COUNT(*) FROM dreamd_fts WHERE dreamd_fts MATCH 'and'"
+                            ).fetchone() == (1200,)
+        assert conn.execute("SELECT COUNT(*) FROM dreamd_fts "
+                            "WHERE dreamd_fts MATCH 'anaword0n7'").fetchone() == (0,)
+        assert conn.execute("SELECT key FROM dreamd_state WHERE key LIKE 'forget%'"
+                            ).fetchall() == []
+        assert conn.execute("SELECT COUNT(*) FROM sessions").fetchone() == (2,)
     # Bytes that ordinary work freed before the forget (an index merge, a replaced gist)
     # may still sit in unused parts of live pages; --vacuum rewrites the file without them.
-    dreamd("forget", "--user", "ana", "--vacuum")
-    assert re.findall(rb"anaword\d+", file_bytes(db)) == []
+    half.dreamd("forget", "--user", "ana", "--vacuum")
+    assert re.findall(rb"anaword\d+", file_bytes(half.db)) == []
+
+
+def test_a_forget_started_over_an_unfinished_one_finishes_that_first(tmp_path: Path) -> None:
+    half = HalfForgotten(tmp_path)
+    out = half.dreamd("forget", "--user", "bo")
+    assert "forgot 1200 turns of user 'bo'" in out, out
+    assert half.count("SELECT COUNT(*) FROM exchanges") == 0  # ana's went first
+    assert half.count("SELECT COUNT(*) FROM dreamd_state WHERE key LIKE 'forget%'") == 0
 
 
 def test_forget_dry_run_changes_nothing(db: Path) -> None:
