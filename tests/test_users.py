@@ -355,8 +355,8 @@ def test_a_forget_killed_half_way_is_finished_by_the_next_pass(tmp_path: Path) -
         assert conn.execute("SELECT key FROM dreamd_state WHERE key LIKE 'forget%'"
                             ).fetchall() == []
         assert conn.execute("SELECT COUNT(*) FROM sessions").fetchone() == (2,)
-    # Bytes that ordinary work freed before the forget (an index merge, a replaced gist)
-    # may still sit in unused parts of live pages; --vacuum rewrites the file without them.
+    # Stale copies of rows can sit in unused parts of live pages, out of secure_delete's
+    # reach (README); --vacuum rewrites the file without them.
     half.dreamd("forget", "--user", "ana", "--vacuum")
     assert re.findall(rb"anaword\d+", file_bytes(half.db)) == []
 
