@@ -15,8 +15,9 @@ The sequence, each step safe to crash in:
    transaction (about 30 ms of write lock each, so the chat app never waits long), the
    cursor moving in the same transaction. All of this runs with `secure_delete` on, so
    freed bytes are zeroed.
-4. A last transaction merges the full-text index (FTS5 `optimize`), which is what drops
-   the deleted words from its segments, and ends the journal.
+4. The full-text index is merged into one segment, which is what drops the deleted
+   words from it: FTS5 `merge` of `MERGE_PAGES` pages per transaction until nothing is
+   left to merge, then `optimize` (nearly free by then) with the journal's end.
 5. Checkpoints: the WAL still holds the old page images until SQLite resets it, so a
    TRUNCATE checkpoint is tried after the passive one (it succeeds when no other
    connection is reading); `vacuum` also rewrites the whole file.
@@ -41,6 +42,7 @@ from dreamd.store import queries as q
 from dreamd.store.connect import Store
 
 STEP = 500  # turns looked at per deleting transaction: ~55 us a turn of write lock
+MERGE_PAGES = 50  # full-text index pages merged per transaction: under ~10 ms
 JOURNAL, JOURNAL_SESSIONS = "forget_pending", "forget_sessions"
 
 
@@ -252,6 +254,14 @@ def finish_pending(store: Store, step: int = STEP) -> bool:
                     _delete_step(conn, job, sessions, step)
                     q.set_state(conn, JOURNAL, json.dumps(job))
                     continue
+                # Merge the index's segments a few pages at a time (FTS5: a delta of
+                # total_changes under 2 means the merge found nothing left to do) ...
+                before = conn.total_changes
+                conn.execute("INSERT INTO dreamd_fts (dreamd_fts, rank) VALUES ('merge', ?)",
+                             (-MERGE_PAGES,))
+                if conn.total_changes - before >= 2:
+                    continue
+                # ... then `optimize`, nearly free by now, makes sure it is one segment.
                 conn.execute("INSERT INTO dreamd_fts (dreamd_fts) VALUES ('optimize')")
                 conn.execute("DELETE FROM dreamd_state WHERE key IN (?, ?)",
                              (JOURNAL, JOURNAL_SESSIONS))
