@@ -12,9 +12,9 @@ The sequence, each step safe to crash in:
    prepared work before now saves none of it, and writes the journal (the scope and a
    cursor) in `dreamd_state`.
 3. The turns go with their vectors and full-text rows, `STEP` turns looked at per
-   transaction (about 30 ms of write lock each, so the chat app never waits long), the
-   cursor moving in the same transaction. All of this runs with `secure_delete` on, so
-   freed bytes are zeroed.
+   transaction (10-40 ms of write lock each in `make bench`, so the chat app never
+   waits long), the cursor moving in the same transaction. All of this runs with
+   `secure_delete` on, so freed bytes are zeroed.
 4. The full-text index is merged into one segment, which is what drops the deleted
    words from it: FTS5 `merge` of `MERGE_PAGES` pages per transaction until nothing is
    left to merge, then `optimize` (nearly free by then) with the journal's end.
@@ -41,7 +41,7 @@ from dreamd.sensing import sync_tally
 from dreamd.store import queries as q
 from dreamd.store.connect import Store
 
-STEP = 500  # turns looked at per deleting transaction: ~55 us a turn of write lock
+STEP = 500  # turns looked at per deleting transaction: ~35-55 us a turn of write lock
 MERGE_PAGES = 50  # full-text index pages merged per transaction: under ~10 ms
 JOURNAL, JOURNAL_SESSIONS = "forget_pending", "forget_sessions"
 

@@ -8,6 +8,7 @@ from dreamd.prompts import turn_line
 from dreamd.store import queries as q
 
 JOB = "embed"
+INDEX_CHUNK = 500  # turns per full-text transaction: ~2 ms of write lock
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
@@ -52,9 +53,6 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         left = q.count_exchanges_after(conn, q.embed_watermark(conn, model))
     return JobResult(JOB, True, reason, done=done, failed=failed, remaining=left,
                      errors=tuple(errors))
-
-
-INDEX_CHUNK = 500  # turns per full-text transaction: ~2 ms of write lock
 
 
 def index_text(ctx: JobContext, chunk: int = INDEX_CHUNK) -> None:
