@@ -141,6 +141,13 @@ def main() -> None:
     configure("warning")
     args = sys.argv[1:] or ["longmemeval", str(DATA / "longmemeval_s_dev.json"),
                             "locomo", str(DATA / "locomo_dev.json")]
+    if len(args) % 2 or any(name not in ("longmemeval", "locomo") for name in args[::2]):
+        sys.exit("usage: python -m bench.quality [longmemeval PATH] [locomo PATH]")
+    missing = [path for path in args[1::2] if not Path(path).is_file()]
+    if missing:
+        sys.exit(f"bench.quality: {missing[0]} not found; the dev slices live in "
+                 "../shared/data beside the repository, or name the public files "
+                 "(python -m bench.quality longmemeval FILE locomo FILE)")
     embedder = LocalEmbedder()
     for name, path in zip(args[::2], args[1::2], strict=True):
         {"longmemeval": longmemeval, "locomo": locomo}[name](Path(path), embedder)

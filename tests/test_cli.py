@@ -8,6 +8,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -99,29 +100,40 @@ def test_subcommand_with_force_is_refused(tmp_path: Path) -> None:
 
 def test_read_only_file_is_refused(tmp_path: Path) -> None:
     """A file the user may read but not write: one line, exit 2, nothing changed."""
-    db = tmp_path / "memory.db"
-    conn = make_chat_file(db)
-    add_turns(conn, "s", chat_texts(0, 4))
-    conn.close()
-    db.chmod(0o444)
-    command = [sys.executable, "-m", "dreamd", "--db", str(db), "--force"]
-    if os.geteuid() == 0:
-        setpriv = shutil.which("setpriv")
-        assert setpriv, "setpriv (util-linux) is needed to drop root for this test"
-        tmp_path.chmod(0o755)
-        for parent in tmp_path.parents:
-            if parent == Path("/"):
-                break
-            parent.chmod(parent.stat().st_mode | 0o005)
-        command = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *command]
-    before = files_digest(tmp_path)
     env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMD_")}
     env.update(PYTHONPATH=str(ROOT), DREAMD_EMBED__BACKEND="hashing", HOME=str(tmp_path))
-    run = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
-    assert run.returncode == 2, run.stderr
-    assert run.stderr.strip().splitlines()[-1] == f"Error: {db} is read-only: dreamd needs to " \
-        "write its derived memory"
-    assert files_digest(tmp_path) == before
+    command = [sys.executable, "-m", "dreamd"]
+    where = tmp_path
+    if os.geteuid() == 0:
+        # Root writes anyway: run as nobody, in a directory of the test's own that
+        # nobody may enter (pytest's own base directory is 0700).
+        setpriv = shutil.which("setpriv")
+        if setpriv is None:
+            pytest.skip("root cannot be dropped without setpriv (util-linux)")
+        command = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+        probe = subprocess.run([*command, "--version"], capture_output=True, env=env,
+                               cwd="/", timeout=60)
+        if probe.returncode != 0:
+            pytest.skip("the unprivileged user cannot run dreamd from this checkout (a "
+                        "directory above it is closed to others); run as a non-root user")
+        where = Path(tempfile.mkdtemp(prefix="dreamd-ro-"))
+        where.chmod(0o755)
+    try:
+        db = where / "memory.db"
+        conn = make_chat_file(db)
+        add_turns(conn, "s", chat_texts(0, 4))
+        conn.close()
+        db.chmod(0o444)
+        before = files_digest(where)
+        run = subprocess.run([*command, "--db", str(db), "--force"], capture_output=True,
+                             text=True, env=env, cwd=ROOT, timeout=60)
+        assert run.returncode == 2, run.stderr
+        assert run.stderr.strip().splitlines()[-1] == \
+            f"Error: {db} is read-only: dreamd needs to write its derived memory"
+        assert files_digest(where) == before
+    finally:
+        if where != tmp_path:
+            shutil.rmtree(where)
 
 
 def test_demo_pass_with_the_real_local_embedder(tmp_path: Path) -> None:

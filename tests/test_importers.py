@@ -12,7 +12,7 @@ from click.testing import CliRunner
 from dreamd.cli import main
 from dreamd.importers import ImportFormatError, parse_chatgpt, parse_jsonl, read_sessions
 
-SHARED = Path(__file__).parent.parent.parent / "shared" / "data"
+DATA = Path(__file__).parent / "data"
 
 
 def invoke(db: Path, *args: str):  # type: ignore[no-untyped-def]
@@ -116,34 +116,37 @@ def test_jsonl_parser_groups_by_session() -> None:
     assert [(s.session_id, len(s.turns)) for s in sessions] == [("a", 2), ("b", 1)]
 
 
-def test_locomo_dev_slice_imports_with_session_dates(tmp_path: Path) -> None:
+def test_locomo_file_imports_with_session_dates(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
-    result = invoke(db, "locomo", str(SHARED / "locomo_dev.json"))
+    result = invoke(db, "locomo", str(DATA / "locomo_sample.json"))
     assert result.exit_code == 0, result.output
-    assert rows(db, "SELECT COUNT(DISTINCT session_id), COUNT(*) FROM exchanges") == [(70, 1451)]
+    assert rows(db, "SELECT COUNT(DISTINCT session_id), COUNT(*) FROM exchanges") == [(3, 10)]
     first = rows(db, "SELECT role, created_at FROM exchanges ORDER BY id LIMIT 1")[0]
-    assert first == ("Caroline", "2023-05-08T13:56:00+00:00")
-    assert rows(db, "SELECT COUNT(*) FROM exchanges WHERE content LIKE '%[shares an image:%'")[0][0]
-    assert "0 turns added" in invoke(db, "locomo", str(SHARED / "locomo_dev.json")).output
+    assert first == ("Sam", "2023-05-06T19:05:00+00:00")
+    assert rows(db, "SELECT content FROM exchanges WHERE content LIKE '%[shares an image:%'") == [
+        ("A beagle mix from the shelter on Oak Street. "
+         "[shares an image: a photo of a small brown dog on a sofa]",)]
+    assert "0 turns added" in invoke(db, "locomo", str(DATA / "locomo_sample.json")).output
 
 
-def test_longmemeval_dev_slice_imports_each_session_once(tmp_path: Path) -> None:
+def test_longmemeval_file_imports_each_session_once(tmp_path: Path) -> None:
     db = tmp_path / "m.db"
-    sessions = read_sessions("longmemeval", SHARED / "longmemeval_s_dev.json")
-    data = json.loads((SHARED / "longmemeval_s_dev.json").read_text())
+    sessions = read_sessions("longmemeval", DATA / "longmemeval_sample.json")
+    data = json.loads((DATA / "longmemeval_sample.json").read_text())
     unique = {sid for q in data for sid in q["haystack_session_ids"]}
     assert len(sessions) == len(unique)
-    result = invoke(db, "longmemeval", str(SHARED / "longmemeval_s_dev.json"))
+    result = invoke(db, "longmemeval", str(DATA / "longmemeval_sample.json"))
     assert result.exit_code == 0, result.output
     assert rows(db, "SELECT COUNT(DISTINCT session_id) FROM exchanges") == [(len(unique),)]
-    assert rows(db, "SELECT MIN(created_at) FROM exchanges")[0][0].startswith("20")
+    assert len(unique) == 3
+    assert rows(db, "SELECT MIN(created_at) FROM exchanges") == [("2023-04-02T09:15:00+00:00",)]
 
 
 def test_malformed_benchmark_file_names_the_session(tmp_path: Path) -> None:
-    data = json.loads((SHARED / "locomo_dev.json").read_text())[:1]
+    data = json.loads((DATA / "locomo_sample.json").read_text())[:1]
     data[0]["conversation"]["session_2_date_time"] = "sometime in May"
     src = tmp_path / "bad.json"
     src.write_text(json.dumps(data))
     result = invoke(tmp_path / "m.db", "locomo", str(src))
     assert result.exit_code == 2
-    assert f"{src}: conv-26 session_2: unreadable date 'sometime in May'" in result.output
+    assert f"{src}: conv-demo session_2: unreadable date 'sometime in May'" in result.output
