@@ -121,8 +121,9 @@ def run_pass(
             ctx.epoch = q.get_state(conn, "vector_epoch", "0")
         previous = read_drives(store, config.agent.id)
         stats_before = read_backlog(store, config, now, embedder.model)
+        ctx.horizon = stats_before.max_exchange_id
         drives_before = drv.levels(stats_before, config, now)
-        results = [run_job(ctx, job, previous, log) for job in JOB_ORDER]
+        results = run_rounds(ctx, previous, log)
         stats_after = read_backlog(store, config, clock(), embedder.model)
         drives_after = drv.levels(stats_after, config, clock())
         save_drives(store, config.agent.id, drives_after, clock().isoformat())
@@ -152,7 +153,48 @@ def run_pass(
                       write_lock)
 
 
-def run_job(ctx: JobContext, job: str, previous: Drives, log: Any) -> JobResult:
+# While a later job may have work, a job may use at most this share of what is left of
+# the pass: every due job gets its turn, and what a job leaves flows on to the next.
+JOB_SHARE = 0.5
+MAX_ROUNDS = 8
+
+
+def run_rounds(ctx: JobContext, previous: Drives, log: Any) -> list[JobResult]:
+    """Every job in order, each within its share of the pass; then, while the budget
+    lasts and a round made progress on work that remains, another round, in which a job
+    runs again if it left work or a job before it did some."""
+    last = JOB_ORDER[-1]
+    results = [run_job(ctx, job, previous, log, share=1.0 if job == last else JOB_SHARE)
+               for job in JOB_ORDER]
+    for _ in range(MAX_ROUNDS - 1):
+        if ctx.stopped() or not any(r.done and r.remaining for r in results):
+            break
+        again: list[JobResult] = []
+        for before in results:
+            fed = any(r.done for r in again)
+            if before.remaining or fed:
+                again.append(run_job(ctx, before.job, previous, log))
+            else:
+                again.append(JobResult(before.job, False, "nothing left from the last round"))
+        results = [merged(a, b) for a, b in zip(results, again, strict=True)]
+    return results
+
+
+def merged(first: JobResult, then: JobResult) -> JobResult:
+    """One job's result over two rounds."""
+    if not then.ran:
+        return first
+    if not first.ran:
+        return then
+    return dataclasses.replace(
+        first, done=first.done + then.done, failed=first.failed + then.failed,
+        skipped=first.skipped + then.skipped, remaining=then.remaining,
+        tokens_in=first.tokens_in + then.tokens_in, tokens_out=first.tokens_out + then.tokens_out,
+        errors=(first.errors + then.errors)[:10], seconds=first.seconds + then.seconds)
+
+
+def run_job(ctx: JobContext, job: str, previous: Drives, log: Any, share: float = 1.0
+            ) -> JobResult:
     """Re-sense, decide this one job, and run it if due: gists made by summarize raise
     coherence, so integration follows in the same pass."""
     if ctx.budget.exhausted():
@@ -169,7 +211,8 @@ def run_job(ctx: JobContext, job: str, previous: Drives, log: Any) -> JobResult:
     started = time.monotonic()
     used_in, used_out = ctx.tokens.used_in, ctx.tokens.used_out
     try:
-        result = RUNNERS[job](ctx, decision.reason)
+        with ctx.budget.share(share):
+            result = RUNNERS[job](ctx, decision.reason)
     except Exception as exc:  # a bug or a broken file in one job must not end the pass
         result = JobResult(job, True, decision.reason, failed=1,
                            errors=(f"{type(exc).__name__}: {exc}"[:300],))

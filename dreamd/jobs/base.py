@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -26,20 +27,50 @@ def utcnow() -> datetime:
 
 @dataclass
 class Budget:
-    """The per-pass budget: wall time and items, plus the stop flag a signal may set."""
+    """The per-pass budget: wall time and items, plus the stop flag a signal may set.
+
+    A job runs inside a share of what is left (`share`), so one job with a big backlog
+    cannot spend the whole pass while the jobs after it wait; what a job leaves unused
+    flows on to the next."""
 
     max_seconds: float = 0.0
     max_items: int = 0
     stop: Callable[[], bool] = lambda: False
     started: float = field(default_factory=time.monotonic)
     items: int = 0
+    share_until: float | None = None
+    share_items: int | None = None
 
     def exhausted(self) -> bool:
+        return self.pass_exhausted() or self.share_exhausted()
+
+    def pass_exhausted(self) -> bool:
         if self.stop():
             return True
         if self.max_items and self.items >= self.max_items:
             return True
         return bool(self.max_seconds) and time.monotonic() - self.started >= self.max_seconds
+
+    def share_exhausted(self) -> bool:
+        if self.share_items is not None and self.items >= self.share_items:
+            return True
+        return self.share_until is not None and time.monotonic() >= self.share_until
+
+    @contextlib.contextmanager
+    def share(self, fraction: float) -> Iterator[None]:
+        """Limit what runs inside to `fraction` of the time and items left (at least one
+        item). A fraction of 1 is the rest of the pass."""
+        if fraction < 1:
+            if self.max_seconds:
+                left = self.max_seconds - (time.monotonic() - self.started)
+                self.share_until = time.monotonic() + max(0.0, left) * fraction
+            if self.max_items:
+                self.share_items = self.items + max(1, int((self.max_items - self.items)
+                                                           * fraction))
+        try:
+            yield
+        finally:
+            self.share_until = self.share_items = None
 
     def spend(self, n: int = 1) -> None:
         self.items += n
@@ -78,6 +109,9 @@ class JobContext:
     # The vector epoch when the pass began; a forget (or a session changing owner) bumps
     # it, and then nothing prepared before may be saved.
     epoch: str | None = None
+    # The newest turn when the pass sensed its backlog: jobs work up to it, and turns the
+    # app writes meanwhile are the next pass's, so a busy app cannot starve later jobs.
+    horizon: int = 0
     invalidated: bool = False
 
     def now(self) -> datetime:

@@ -17,11 +17,11 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     done = failed = 0
     errors: list[str] = []
     failures = failed_items(ctx, JOB)
-    while not ctx.budget.exhausted():
+    while not ctx.budget.exhausted() and not ctx.invalidated:
         with ctx.store.read() as conn:
             watermark = q.embed_watermark(conn, model)
-            turns = q.turns_after(conn, watermark, batch)
-            remaining = q.count_exchanges_after(conn, watermark)
+            turns = q.turns_after(conn, watermark, batch, ctx.horizon)
+            remaining = q.count_exchanges_after(conn, watermark, ctx.horizon)
         if not turns:
             break
         item = f"after:{watermark}"
@@ -41,6 +41,8 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             stored = ctx.still_current(conn) and q.save_turn_vectors(
                 conn, model, ctx.embedder.dim, watermark, rows, turns[-1].id
             )
+        if not stored and ctx.invalidated:
+            break  # memory was forgotten meanwhile: nothing more is saved in this pass
         if stored:
             done += len(turns)
             ctx.budget.spend()  # a batch is one item of the pass budget
@@ -50,16 +52,17 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         done += embed_derived(ctx, errors)
     index_text(ctx)
     with ctx.store.read() as conn:
-        left = q.count_exchanges_after(conn, q.embed_watermark(conn, model))
+        left = q.count_exchanges_after(conn, q.embed_watermark(conn, model), ctx.horizon)
     return JobResult(JOB, True, reason, done=done, failed=failed, remaining=left,
                      errors=tuple(errors))
 
 
 def index_text(ctx: JobContext, chunk: int = INDEX_CHUNK) -> None:
-    """Keep the full-text index up to the newest turn, in short chunks."""
+    """Bring the full-text index up to the pass's horizon, in short chunks."""
     while not ctx.budget.exhausted():
         with ctx.store.read() as conn:
-            after, newest = q.fts_watermark(conn), q.max_exchange_id(conn)
+            after = q.fts_watermark(conn)
+            newest = min(q.max_exchange_id(conn), ctx.horizon)
         if newest <= after:
             return
         with ctx.store.write() as conn:
@@ -83,7 +86,8 @@ def embed_derived(ctx: JobContext, errors: list[str]) -> int:
             break
         blobs = [(k, key, c, q.to_blob(v)) for (k, key, c), v in zip(rows, vectors, strict=True)]
         with ctx.store.write() as conn:
-            stored = q.save_derived_vectors(conn, ctx.embedder.model, blobs)
+            stored = ctx.still_current(conn) and q.save_derived_vectors(
+                conn, ctx.embedder.model, blobs)
         done += stored
         ctx.budget.spend()
         if stored < len(rows):

@@ -138,8 +138,14 @@ def max_exchange_id(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM exchanges").fetchone()[0])
 
 
-def count_exchanges_after(conn: sqlite3.Connection, after_id: int) -> int:
-    row = conn.execute("SELECT COUNT(*) FROM exchanges WHERE id > ?", (after_id,)).fetchone()
+def count_exchanges_after(conn: sqlite3.Connection, after_id: int,
+                          upto_id: int | None = None) -> int:
+    """Turns with after_id < id (<= upto_id, when given)."""
+    if upto_id is None:
+        row = conn.execute("SELECT COUNT(*) FROM exchanges WHERE id > ?", (after_id,)).fetchone()
+    else:
+        row = conn.execute("SELECT COUNT(*) FROM exchanges WHERE id > ? AND id <= ?",
+                           (after_id, upto_id)).fetchone()
     return int(row[0])
 
 
@@ -307,11 +313,13 @@ def embed_watermark(conn: sqlite3.Connection, model: str) -> int:
     return int(row[0]) if row else 0
 
 
-def turns_after(conn: sqlite3.Connection, after_id: int, limit: int) -> list[Turn]:
+def turns_after(conn: sqlite3.Connection, after_id: int, limit: int, upto_id: int
+                ) -> list[Turn]:
+    """Up to `limit` turns with after_id < id <= upto_id, in id order."""
     rows = conn.execute(
         "SELECT id, session_id, role, content, created_at FROM exchanges "
-        "WHERE id > ? ORDER BY id LIMIT ?",
-        (after_id, limit),
+        "WHERE id > ? AND id <= ? ORDER BY id LIMIT ?",
+        (after_id, upto_id, limit),
     ).fetchall()
     return [Turn(*r) for r in rows]
 
