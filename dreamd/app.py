@@ -30,13 +30,22 @@ def check_sqlite(log: Any) -> None:
         )
 
 
+def ensure_directory(config: Config) -> None:
+    """Only the default location is created with its directories; a path someone typed
+    must be in an existing directory, so a typo does not scatter new files around."""
+    path = config.db_path
+    if path.parent.exists():
+        return
+    if config.db != DEFAULT_DB:
+        raise StoreError(f"directory {path.parent} does not exist (for {path})")
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+
 def open_store(config: Config, log: Any, create: bool = True) -> Store:
     """Open (creating where allowed) and migrate the configured memory file."""
     path = config.db_path
-    # Only the default location is created with its directories; a path someone typed
-    # must be in an existing directory, so a typo does not scatter new files around.
-    if create and not path.parent.exists() and config.db != DEFAULT_DB:
-        raise StoreError(f"directory {path.parent} does not exist (for {path})")
+    if create:
+        ensure_directory(config)
     store = connect(path, config.store.busy_timeout_ms, create=create)
     try:
         migrate(store)

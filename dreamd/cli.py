@@ -12,7 +12,7 @@ import click
 
 from dreamd import config as cfg
 from dreamd import log as logging_
-from dreamd.errors import DreamdError
+from dreamd.errors import AlreadyRunning, DreamdError
 
 EXIT_OK, EXIT_JOB_FAILED, EXIT_BAD_INPUT, EXIT_ALREADY_RUNNING = 0, 1, 2, 3
 
@@ -57,7 +57,6 @@ class Progress:
 
 def dream(obj: dict[str, Any], config: cfg.Config, *, force: bool, loop: float | None) -> int:
     from dreamd.daemon import Daemon, run_force
-    from dreamd.lock import AlreadyRunning
 
     log = logging_.get_logger()
     try:

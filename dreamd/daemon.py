@@ -17,13 +17,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dreamd import config as cfg
-from dreamd.app import open_store
+from dreamd.app import ensure_directory, open_store
 from dreamd.backends.factory import make_backends
 from dreamd.cycle import PassResult, run_pass
 from dreamd.errors import DreamdError
 from dreamd.lock import InstanceLock
 from dreamd.notify import Notifier
 from dreamd.schedule import in_quiet_hours, next_delay
+from dreamd.store import queries as q
 
 EXIT_OK, EXIT_JOB_FAILED = 0, 1
 
@@ -90,12 +91,19 @@ class Runner:
 
     def start(self) -> None:
         self.flags.install()
-        self.store = open_store(self.config, self.log)
+        # The lock comes first: a second dreamd must not even migrate a file in use.
+        ensure_directory(self.config)
+        self.lock.acquire(create=True)
         try:
-            self.lock.acquire()
-        except DreamdError:
-            self.store.close()
+            self.store = open_store(self.config, self.log)
+        except BaseException:
+            self.lock.release()
             raise
+        with self.store.write() as conn:
+            crashed = q.end_crashed_runs(conn)
+        if crashed:
+            self.log.warning("crashed_runs_closed", runs=crashed,
+                             detail="passes whose process ended mid-pass (kill -9, power loss)")
         self.embedder, self.completer = make_backends(self.config)
 
     def close(self) -> None:

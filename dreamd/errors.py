@@ -13,6 +13,10 @@ class StoreError(DreamdError):
     """The memory file cannot be opened, migrated or used as dreamd needs."""
 
 
+class AlreadyRunning(DreamdError):
+    """Another dreamd holds the memory file's lock."""
+
+
 class BackendError(DreamdError):
     """A Completer or Embedder failed to produce usable output."""
 

@@ -113,6 +113,19 @@ def test_second_instance_is_refused_until_the_first_is_killed(tmp_path: Path) ->
     assert second.returncode == 3
     assert second.stderr.strip().splitlines() == [
         f"Error: another dreamd (pid {first.pid}) is already working on {db}"]
+    # The same file by another name: a symlink, and a hard link (whose -wal would be
+    # another file: two writers on one database, which corrupts it).
+    (tmp_path / "alias.db").symlink_to(db)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "hard.db").hardlink_to(db)
+    for alias in (tmp_path / "alias.db", tmp_path / "other" / "hard.db"):
+        refused = subprocess.run([sys.executable, "-m", "dreamd", "--db", str(alias), "--force"],
+                                 cwd=ROOT, env=dreamd_env(), capture_output=True, text=True,
+                                 timeout=30)
+        assert refused.returncode == 3, refused.stderr[-2000:]
+        assert refused.stderr.strip().splitlines() == [
+            f"Error: another dreamd (pid {first.pid}) is already working on {alias}"]
+    assert not (tmp_path / "other" / "hard.db-wal").exists()
     first.send_signal(signal.SIGKILL)
     first.communicate(timeout=10)
     third = subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), "--force"],

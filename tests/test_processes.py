@@ -113,6 +113,9 @@ def test_kill_9_at_random_moments_then_one_clean_pass(tmp_path: Path) -> None:
                            "dreamd_exchange_vectors").fetchone()
     assert vectors[0] == vectors[1] == conn.execute("SELECT COUNT(*) FROM exchanges").fetchone()[0]
     assert conn.execute("SELECT COUNT(*) FROM summaries WHERE content = ''").fetchone()[0] == 0
+    # every killed pass is marked as ended by a crash once the next dreamd starts
+    outcomes = dict(conn.execute("SELECT outcome, COUNT(*) FROM dreamd_runs GROUP BY outcome"))
+    assert "running" not in outcomes and outcomes.get("crashed", 0) >= 1, outcomes
     months = {r[0] for r in conn.execute("SELECT dreamd_month FROM summaries")}
     assert {r[0] for r in conn.execute("SELECT month FROM eras")} == months
     conn.close()

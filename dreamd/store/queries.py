@@ -779,6 +779,16 @@ def start_run(conn: sqlite3.Connection, trigger: str, pid: int, now: str) -> int
     return int(cur.lastrowid or 0)
 
 
+def end_crashed_runs(conn: sqlite3.Connection) -> int:
+    """Runs still 'running' when a dreamd starts on the file (it holds the file's lock,
+    so their process is gone): mark them as ended by a crash. Returns how many."""
+    cur = conn.execute(
+        "UPDATE dreamd_runs SET outcome = 'crashed', "
+        "error = 'dreamd (pid ' || COALESCE(pid, '?') || ') ended before the pass finished' "
+        "WHERE outcome = 'running'")
+    return cur.rowcount
+
+
 def finish_run(conn: sqlite3.Connection, run_id: int, **fields: Any) -> None:
     names = sorted(fields)
     values = [
