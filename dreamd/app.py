@@ -7,8 +7,14 @@ from typing import Any
 
 from dreamd.config import DEFAULT_DB, Config
 from dreamd.errors import StoreError
-from dreamd.store.connect import Store, connect, has_wal_reset_bug, sqlite_version
-from dreamd.store.migrations import migrate
+from dreamd.store.connect import (
+    Store,
+    connect,
+    connect_readonly,
+    has_wal_reset_bug,
+    sqlite_version,
+)
+from dreamd.store.migrations import migrate, require_current
 
 _warned = False
 
@@ -56,4 +62,16 @@ def open_store(config: Config, log: Any, create: bool = True) -> Store:
         store.close()
         raise
     check_sqlite(log)
+    return store
+
+
+def open_readonly(config: Config) -> Store:
+    """Open the configured memory file for reading only: nothing is migrated or written,
+    and a file dreamd has not set up yet is named as such."""
+    store = connect_readonly(config.db_path, config.store.busy_timeout_ms)
+    try:
+        require_current(store)
+    except BaseException:
+        store.close()
+        raise
     return store

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -12,26 +13,41 @@ import click
 
 from dreamd import config as cfg
 from dreamd import log as logging_
-from dreamd.errors import AlreadyRunning, DreamdError
-
-EXIT_OK, EXIT_JOB_FAILED, EXIT_BAD_INPUT, EXIT_ALREADY_RUNNING = 0, 1, 2, 3
+from dreamd.errors import EXIT_BAD_INPUT, EXIT_BUSY, EXIT_INTERNAL, DreamdError
 
 
-class BadInput(click.ClickException):
-    """Bad input or config: one line on stderr, exit 2, nothing written."""
+def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> click.ClickException:
+    """One line on stderr and its exit code (by default 2: bad input or config, nothing
+    written)."""
+    kind = type("Failure", (click.ClickException,), {"exit_code": exit_code})
+    return kind(message)
 
-    exit_code = EXIT_BAD_INPUT
 
+class Dreamd(click.Group):
+    """The one error boundary: whatever a command raises reaches the user as one line
+    with its exit code, never as a traceback."""
 
-def fail(message: str) -> click.ClickException:
-    return BadInput(message)
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except DreamdError as exc:
+            raise fail(str(exc), exc.exit_code) from None
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise fail(f"the memory file stayed locked by another process past the "
+                              f"busy timeout ({exc}); try again", EXIT_BUSY) from None
+            raise fail(f"the memory file: {exc}") from None
+        except sqlite3.DatabaseError as exc:
+            raise fail(f"the memory file: {exc}") from None
+        except Exception as exc:
+            raise fail(f"internal error, please report it: {type(exc).__name__}: {exc}",
+                          EXIT_INTERNAL) from None
 
 
 def load_config(obj: dict[str, Any]) -> cfg.Config:
-    try:
-        return cfg.load(obj.get("config"), db=obj.get("db"))
-    except DreamdError as exc:
-        raise fail(str(exc)) from None
+    return cfg.load(obj.get("config"), db=obj.get("db"))
 
 
 class Progress:
@@ -59,27 +75,19 @@ def dream(obj: dict[str, Any], config: cfg.Config, *, force: bool, loop: float |
     from dreamd.daemon import Daemon, run_force
 
     log = logging_.get_logger()
-    try:
-        if force:
-            progress = Progress(sys.stderr)
-            try:
-                return run_force(config, log, progress)
-            finally:
-                progress.clear()
-        daemon = Daemon(config, log, config_path=obj.get("config"), db_flag=obj.get("db"),
-                        fixed_interval=loop)
-        return daemon.run()
-    except AlreadyRunning as exc:
-        raise AlreadyRunningError(str(exc)) from None
-    except DreamdError as exc:
-        raise fail(str(exc)) from None
+    if force:
+        progress = Progress(sys.stderr)
+        try:
+            return run_force(config, log, progress)
+        finally:
+            progress.clear()
+    daemon = Daemon(config, log, config_path=obj.get("config"), db_flag=obj.get("db"),
+                    fixed_interval=loop)
+    return daemon.run()
 
 
-class AlreadyRunningError(click.ClickException):
-    exit_code = EXIT_ALREADY_RUNNING
-
-
-@click.group(invoke_without_command=True, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Dreamd, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--db", "db", metavar="PATH", help="The memory file (default from config).")
 @click.option("--config", "config_path", metavar="PATH", type=click.Path(dir_okay=False),
               help="A TOML config file (see config.example.toml).")
@@ -108,7 +116,8 @@ def main(ctx: click.Context, db: str | None, config_path: str | None, force: boo
       dreamd --db ~/chat/memory.db context session-42 --budget 1500
 
     Exit codes: 0 done; 1 a job failed (see `dreamd status`); 2 bad input or config;
-    3 another dreamd is already working on the file.
+    3 another dreamd is already working on the file; 4 the file stayed locked by another
+    process past the busy timeout; 70 a bug in dreamd.
     """
     ctx.ensure_object(dict)
     ctx.obj.update({"db": db, "config": config_path})
@@ -124,16 +133,17 @@ def main(ctx: click.Context, db: str | None, config_path: str | None, force: boo
     ctx.exit(dream(ctx.obj, config, force=force, loop=loop))
 
 
-def read_existing(obj: dict[str, Any], build: Any) -> Any:
-    """Open an existing memory file (never creating one), call build(store, config)."""
-    from dreamd.app import open_store
+def read_existing(obj: dict[str, Any], build: Any, read_only: bool = True) -> Any:
+    """Open an existing memory file (never creating one; read-only unless asked), call
+    build(store, config)."""
+    from dreamd.app import open_readonly, open_store
 
     config = load_config(obj)
     logging_.configure("warning", config.log.format)  # stderr: stdout is the report's
-    try:
+    if read_only:
+        store = open_readonly(config)
+    else:
         store = open_store(config, logging_.get_logger(), create=False)
-    except DreamdError as exc:
-        raise fail(str(exc)) from None
     try:
         return build(store, config)
     finally:
@@ -189,10 +199,7 @@ def open_memory(obj: dict[str, Any]) -> Any:
 
     config = load_config(obj)
     logging_.configure("warning", config.log.format)
-    try:
-        return Memory(config.db_path, config=config, create=False)
-    except DreamdError as exc:
-        raise fail(str(exc)) from None
+    return Memory(config.db_path, config=config, read_only=True)
 
 
 @main.command()
@@ -282,11 +289,8 @@ def import_(obj: dict[str, Any], fmt: str, path: Path, user: str | None) -> None
     config = load_config(obj)
     logging_.configure("warning", config.log.format)
     progress = Progress(sys.stderr)
-    try:
-        sessions = read_sessions(fmt, path)
-        store = open_store(config, logging_.get_logger())
-    except DreamdError as exc:
-        raise fail(str(exc)) from None
+    sessions = read_sessions(fmt, path)
+    store = open_store(config, logging_.get_logger())
     try:
         result = write_sessions(store, sessions,
                                 lambda done, total: progress("import", done, total),
@@ -312,10 +316,7 @@ def demo(obj: dict[str, Any], replace: bool) -> None:
 
     config = load_config(obj)
     path = Path(config.db_path)
-    try:
-        count = build_demo(path, replace=replace)
-    except DreamdError as exc:
-        raise fail(str(exc)) from None
+    count = build_demo(path, replace=replace)
     click.echo(f"wrote {count} turns of sample conversations to {path}")
 
 
@@ -342,12 +343,9 @@ def forget(obj: dict[str, Any], user: str, session: str | None, before: str | No
     from dreamd.forget import Scope, parse_before
     from dreamd.forget import forget as forget_scope
 
-    try:
-        scope = Scope(user, session, parse_before(before) if before is not None else None)
-    except DreamdError as exc:
-        raise fail(str(exc)) from None
+    scope = Scope(user, session, parse_before(before) if before is not None else None)
     result = read_existing(obj, lambda store, config: forget_scope(
-        store, scope, config.agent.id, dry_run=dry_run, vacuum=vacuum))
+        store, scope, config.agent.id, dry_run=dry_run, vacuum=vacuum), read_only=dry_run)
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
         return

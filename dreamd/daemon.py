@@ -20,13 +20,11 @@ from dreamd import config as cfg
 from dreamd.app import ensure_directory, open_store
 from dreamd.backends.factory import make_backends
 from dreamd.cycle import PassResult, run_pass
-from dreamd.errors import DreamdError
+from dreamd.errors import EXIT_JOB_FAILED, EXIT_OK, DreamdError
 from dreamd.lock import InstanceLock
 from dreamd.notify import Notifier
 from dreamd.schedule import in_quiet_hours, next_delay
 from dreamd.store import queries as q
-
-EXIT_OK, EXIT_JOB_FAILED = 0, 1
 
 
 class Flags:

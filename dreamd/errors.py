@@ -1,8 +1,18 @@
-"""The error tree: every failure dreamd reports to a person is one of these."""
+"""The error tree and exit codes: every failure dreamd reports to a person is one of these."""
+
+# Exit codes, as `dreamd --help` and the README list them.
+EXIT_OK = 0
+EXIT_JOB_FAILED = 1  # a pass ran, and a job failed (see `dreamd status`)
+EXIT_BAD_INPUT = 2  # bad input or config: one line, nothing written
+EXIT_ALREADY_RUNNING = 3  # another dreamd holds the memory file
+EXIT_BUSY = 4  # the memory file stayed locked by another process past the busy timeout
+EXIT_INTERNAL = 70  # a bug in dreamd (EX_SOFTWARE): one line, please report it
 
 
 class DreamdError(Exception):
     """Something dreamd cannot do; the message is one line meant for a person."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 class ConfigError(DreamdError):
@@ -13,8 +23,20 @@ class StoreError(DreamdError):
     """The memory file cannot be opened, migrated or used as dreamd needs."""
 
 
+class NotMigrated(StoreError):
+    """A read-only command met a file dreamd has not (fully) set up yet."""
+
+
+class StoreBusy(StoreError):
+    """Another process held the memory file locked for longer than the busy timeout."""
+
+    exit_code = EXIT_BUSY
+
+
 class AlreadyRunning(DreamdError):
     """Another dreamd holds the memory file's lock."""
+
+    exit_code = EXIT_ALREADY_RUNNING
 
 
 class BackendError(DreamdError):

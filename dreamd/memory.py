@@ -33,18 +33,29 @@ from dreamd.ids import (
 from dreamd.prompts import turn_line
 from dreamd.recall import CANDIDATES, GistIndex, Hit, VectorIndex, fuse, lexical, top_k
 from dreamd.store import queries as q
-from dreamd.store.connect import Store, connect
-from dreamd.store.migrations import migrate
+from dreamd.store.connect import Store, connect, connect_readonly
+from dreamd.store.migrations import migrate, require_current
 
 
 class Memory:
     """One memory file, opened with dreamd's connection contract, for one process."""
 
     def __init__(self, path: str | Path, *, config: Config | None = None,
-                 embedder: Embedder | None = None, create: bool = True) -> None:
+                 embedder: Embedder | None = None, create: bool = True,
+                 read_only: bool = False) -> None:
+        """`read_only` opens the file without migrating or writing anything (recall,
+        context and export work; remember and forget do not)."""
         self.config = config or Config(db=str(path))
-        self.store: Store = connect(path, self.config.store.busy_timeout_ms, create=create)
-        migrate(self.store)
+        if read_only:
+            self.store: Store = connect_readonly(path, self.config.store.busy_timeout_ms)
+            try:
+                require_current(self.store)
+            except BaseException:
+                self.store.close()
+                raise
+        else:
+            self.store = connect(path, self.config.store.busy_timeout_ms, create=create)
+            migrate(self.store)
         self._embedder = embedder
         self._index: VectorIndex | None = None
         self._gists: dict[str, GistIndex] = {}

@@ -71,9 +71,10 @@ class Store:
     # of that work fall on the app's commits.)
     CHECKPOINT_EVERY = 0.2
 
-    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+    def __init__(self, conn: sqlite3.Connection, path: Path, read_only: bool = False) -> None:
         self.conn = conn
         self.path = path
+        self.read_only = read_only
         self._checkpointed = time.monotonic()
         self.lock_tally = LockTally()
 
@@ -147,6 +148,24 @@ def _check_sqlite_file(path: Path) -> None:
         raise StoreError(f"{path} cannot be read: permission denied") from None
     if header and header != b"SQLite format 3\x00":
         raise StoreError(f"{path} is not an SQLite database file")
+
+
+def connect_readonly(path: str | Path, busy_timeout_ms: int = 5000) -> Store:
+    """Open the memory file for reading only: no migration, no journal-mode change, no
+    checkpoint on close — the file stays byte-identical. (On a WAL file that has no -wal
+    and -shm beside it, SQLite creates them, empty, as any reader does.)"""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise StoreError(f"{path} does not exist")
+    _check_sqlite_file(path)
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None,
+                               timeout=busy_timeout_ms / 1000, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+    except sqlite3.DatabaseError as exc:
+        raise StoreError(f"{path} cannot be opened as an SQLite database: {exc}") from None
+    return Store(conn, path, read_only=True)
 
 
 def connect(path: str | Path, busy_timeout_ms: int = 5000, create: bool = False) -> Store:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from dreamd.errors import StoreError
+from dreamd.errors import NotMigrated, StoreError
 from dreamd.ids import DEFAULT_USER
 from dreamd.store.connect import Store
 
@@ -281,6 +281,25 @@ def applied_versions(store: Store) -> set[int]:
     if not exists:
         return set()
     return {row[0] for row in conn.execute("SELECT version FROM dreamd_migrations")}
+
+
+def require_current(store: Store) -> None:
+    """For read-only use: the file must carry every migration this dreamd knows, since
+    reading must not apply them. Says plainly when dreamd has not run on it yet."""
+    applied = applied_versions(store)
+    known = {m.version for m in MIGRATIONS}
+    if not applied:
+        raise NotMigrated(
+            f"dreamd has not run on {store.path} yet: nothing to read until its first pass "
+            f"(dreamd --db {store.path} --force)")
+    if applied - known:
+        raise StoreError(
+            f"{store.path} was migrated by a newer dreamd (version {max(applied - known)}); "
+            "upgrade dreamd")
+    if known - applied:
+        raise NotMigrated(
+            f"{store.path} was last set up by an older dreamd; the next pass upgrades it "
+            f"(dreamd --db {store.path} --force)")
 
 
 def migrate(store: Store, upto: int | None = None) -> list[int]:

@@ -1,0 +1,101 @@
+"""Read-only commands write nothing: the file (and its -wal) stay byte-identical."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dreamd.cli import main
+from tests.helpers import add_turns, chat_texts
+from tests.test_processes import dreamd_env
+
+READ_ONLY = [
+    ["status"],
+    ["status", "--json"],
+    ["show"],
+    ["recall", "sourdough bread"],
+    ["context", "s1"],
+    ["export", "--user", "default"],
+    ["forget", "--user", "default", "--dry-run"],
+]
+
+
+def digest(path: Path) -> dict[str, str]:
+    """The file and its -wal (the -shm is SQLite's shared-memory index: readers write
+    their read marks there by design)."""
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(path.parent.glob(path.name + "*")) if not p.name.endswith("-shm")}
+
+
+def invoke(db: Path, *args: str):  # type: ignore[no-untyped-def]
+    env = dreamd_env()
+    return CliRunner().invoke(main, ["--db", str(db), *args], env=env)
+
+
+def app_file(db: Path, journal: str = "delete") -> sqlite3.Connection:
+    """A chat app's own file, made without dreamd (its default journal, not WAL)."""
+    from dreamd.store.migrations import CORE_TABLES
+
+    conn = sqlite3.connect(db, isolation_level=None, timeout=10)
+    conn.execute(f"PRAGMA journal_mode={journal}")
+    conn.executescript(CORE_TABLES)
+    add_turns(conn, "s1", chat_texts(0, 6))
+    return conn
+
+
+@pytest.mark.parametrize("args", READ_ONLY, ids=lambda a: " ".join(a))
+def test_a_file_dreamd_never_touched_stays_as_it_was(tmp_path: Path, args: list[str]) -> None:
+    db = tmp_path / "memory.db"
+    app_file(db).close()
+    before = digest(db)
+    result = invoke(db, *args)
+    assert digest(db) == before
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines() == [
+        f"Error: dreamd has not run on {db} yet: nothing to read until its first pass "
+        f"(dreamd --db {db} --force)"]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+        assert not conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'dreamd%'"
+                                ).fetchall()
+
+
+def test_read_only_commands_leave_a_live_file_and_its_wal_identical(tmp_path: Path) -> None:
+    """After a pass, with the chat app's connection open and turns in the WAL."""
+    db = tmp_path / "memory.db"
+    app_file(db, journal="wal").close()
+    assert invoke(db, "--force").exit_code == 0
+    app = sqlite3.connect(db, isolation_level=None)
+    app.execute("PRAGMA wal_autocheckpoint=0")
+    add_turns(app, "s2", chat_texts(1, 4))
+    before = digest(db)
+    assert f"{db.name}-wal" in before
+    for args in READ_ONLY:
+        result = invoke(db, *args)
+        assert result.exit_code == 0, (args, result.output)
+        assert digest(db) == before, args
+    app.close()
+
+
+def test_a_busy_file_is_its_own_error(tmp_path: Path) -> None:
+    """The app holds a write on a rollback-journal file: the read waits the busy timeout,
+    then says so with its own exit code (4), not as bad input."""
+    db = tmp_path / "memory.db"
+    app_file(db).close()
+    assert invoke(db, "--force").exit_code == 0  # dreamd puts the file in WAL mode
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=DELETE")  # as if the app had switched it back
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        result = CliRunner().invoke(main, ["--db", str(db), "status"],
+                                    env=dreamd_env(DREAMD_STORE__BUSY_TIMEOUT_MS="300"))
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert result.exit_code == 4, result.output
+    assert result.output.startswith("Error: the memory file stayed locked by another process")
+    assert len(result.output.strip().splitlines()) == 1
