@@ -131,6 +131,7 @@ class JobsConfig:
 class PassConfig:
     max_seconds: float = field(default=900.0, metadata=_check("float", min=0))
     max_items: int = field(default=0, metadata=_check("int", min=0))
+    stop_grace_seconds: float = field(default=8.0, metadata=_check("float", min=0.5, max=600))
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,16 @@ in the scheduler's single worker thread, and checks the stop flag between items.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dreamd import config as cfg
@@ -25,16 +27,20 @@ from dreamd.lock import InstanceLock
 from dreamd.notify import Notifier
 from dreamd.schedule import in_quiet_hours, next_delay
 from dreamd.store import queries as q
+from dreamd.store.connect import connect
 
 
 class Flags:
     """What the signal handlers set. A second SIGTERM/SIGINT exits at once: SQLite's
-    atomic commit means an interrupted transaction simply never happened."""
+    atomic commit means an interrupted transaction simply never happened. After the
+    first, `on_grace_over` runs once `grace` seconds have passed without an exit."""
 
-    def __init__(self) -> None:
+    def __init__(self, grace: float = 8.0, on_grace_over: Any = None) -> None:
         self.stop = threading.Event()
         self.reload = threading.Event()
         self.wake = threading.Event()
+        self.grace = grace
+        self.on_grace_over = on_grace_over
 
     def install(self) -> None:
         signal.signal(signal.SIGTERM, self._stop)
@@ -46,6 +52,10 @@ class Flags:
             os._exit(128 + signum)
         self.stop.set()
         self.wake.set()
+        if self.on_grace_over is not None:
+            timer = threading.Timer(self.grace, self.on_grace_over)
+            timer.daemon = True
+            timer.start()
 
     def _reload(self, _signum: int, _frame: Any) -> None:
         self.reload.set()
@@ -54,16 +64,65 @@ class Flags:
 
 @dataclass
 class Health:
-    """Progress as the watchdog sees it: a pass must keep beating, idle time is fine."""
+    """Progress as the watchdog sees it: a pass must keep beating, idle time is fine, and
+    a backend call on the pass thread counts as progress until its own deadline."""
 
     running: bool = False
     last_beat: float = field(default_factory=time.monotonic)
+    busy_until: float = 0.0
 
     def beat(self) -> None:
         self.last_beat = time.monotonic()
 
     def healthy(self, limit: float) -> bool:
-        return not self.running or time.monotonic() - self.last_beat < limit
+        now = time.monotonic()
+        return not self.running or now - self.last_beat < limit or now < self.busy_until
+
+
+class WatchedEmbedder:
+    """An embedder whose calls tell the watchdog they are bounded by `deadline` seconds
+    (embedding runs on the pass thread; LLM calls run in a pool the pass thread watches)."""
+
+    def __init__(self, inner: Any, health: Health, deadline: float) -> None:
+        self.inner, self.health, self.deadline = inner, health, deadline
+        self.model = inner.model
+
+    @property
+    def dim(self) -> int:
+        return int(self.inner.dim)
+
+    def embed(self, texts: list[str]) -> Any:
+        self.health.busy_until = time.monotonic() + self.deadline
+        try:
+            return self.inner.embed(texts)
+        finally:
+            self.health.busy_until = 0.0
+            self.health.beat()
+
+
+def exit_now(code: int) -> None:
+    """Leave without waiting for threads still blocked in a backend call (Python would
+    join them at exit, for as long as their timeouts run)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def lingering_threads() -> bool:
+    """Whether a non-daemon thread besides this one is still alive (an abandoned call)."""
+    return any(t.is_alive() and not t.daemon and t is not threading.current_thread()
+               for t in threading.enumerate())
+
+
+def mark_interrupted(config: cfg.Config, pid: int) -> None:
+    """From a connection of its own: this process's unfinished pass ended by a stop."""
+    store = connect(config.db_path, busy_timeout_ms=1000)
+    try:
+        with store.write() as conn:
+            q.end_stopped_runs(conn, pid, datetime.now(UTC).isoformat())
+    finally:
+        store.close()
 
 
 def status_line(result: PassResult | None) -> str:
@@ -81,7 +140,7 @@ class Runner:
         self.config = config
         self.log = log
         self.notifier = notifier
-        self.flags = Flags()
+        self.flags = Flags(config.pass_.stop_grace_seconds, self.grace_over)
         self.health = Health()
         self.lock = InstanceLock(config.db_path)
         self.store: Any = None
@@ -102,7 +161,24 @@ class Runner:
         if crashed:
             self.log.warning("crashed_runs_closed", runs=crashed,
                              detail="passes whose process ended mid-pass (kill -9, power loss)")
-        self.embedder, self.completer = make_backends(self.config)
+        self.set_backends(self.config)
+
+    def set_backends(self, config: cfg.Config) -> None:
+        embedder, self.completer = make_backends(config, self.flags.stop)
+        deadline = config.completer.item_deadline_seconds + config.completer.connect_timeout_seconds
+        self.embedder = WatchedEmbedder(embedder, self.health, deadline)
+
+    def grace_over(self) -> None:
+        """The stop grace passed and the pass is still inside a backend call (the pool
+        abandons its calls sooner; this catches one made on the pass thread itself). Go
+        now, as a kill would, but saying so: SQLite's atomic commit keeps the file whole,
+        and no transaction is ever open across a backend call."""
+        self.log.warning("stop_grace_over", grace=self.flags.grace,
+                         detail="a backend call was still in flight; exiting without it")
+        self.notifier.stopping()
+        with contextlib.suppress(Exception):
+            mark_interrupted(self.config, os.getpid())
+        exit_now(EXIT_OK)
 
     def close(self) -> None:
         if self.store is not None:
@@ -135,9 +211,13 @@ def run_force(config: cfg.Config, log: Any, progress: Any = None) -> int:
         result = runner.one_pass("force", True, progress)
     finally:
         runner.close()
+    code = EXIT_JOB_FAILED if result.failed else EXIT_OK
     if runner.flags.stop.is_set():
         log.info("stopped", reason="signal")
-    return EXIT_JOB_FAILED if result.failed else EXIT_OK
+        code = EXIT_OK
+        if lingering_threads():
+            exit_now(code)  # abandoned calls: their threads are not waited for
+    return code
 
 
 class Daemon:
@@ -195,6 +275,8 @@ class Daemon:
                 watchdog.set()
             self.runner.close()
         self.log.info("stopped", reason="signal")
+        if lingering_threads():
+            exit_now(EXIT_OK)  # abandoned calls: their threads are not waited for
         return EXIT_OK
 
     def schedule_jobs(self, first_run: bool = False) -> None:
@@ -261,7 +343,7 @@ class Daemon:
             if getattr(new, f.name) != getattr(self.config, f.name)
         )
         if new.embed != self.config.embed or new.completer != self.config.completer:
-            self.runner.embedder, self.runner.completer = make_backends(new)
+            self.runner.set_backends(new)
         self.runner.config = new
         self.schedule_jobs()
         self.log.info("config_reloaded", changed=changed)

@@ -71,5 +71,9 @@ class BudgetExhausted(BackendError):
     """The next call would exceed the token budget for this pass or day."""
 
 
+class Stopping(BackendError):
+    """dreamd was asked to stop: no new call or retry starts."""
+
+
 # Errors that stop all LLM work for the rest of the pass and burn no attempts.
-PASS_STOPPING = (BackendMisconfigured, BreakerOpen, BudgetExhausted)
+PASS_STOPPING = (BackendMisconfigured, BreakerOpen, BudgetExhausted, Stopping)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.local import LocalEmbedder
@@ -9,22 +11,24 @@ from dreamd.backends.protocols import Completer, Embedder
 from dreamd.config import Config
 
 
-def make_embedder(config: Config) -> Embedder:
+def make_embedder(config: Config, stop: threading.Event | None = None) -> Embedder:
     if config.embed.backend == "hashing":
         return HashingEmbedder()
     if config.embed.backend == "openai":
         from dreamd.backends.openai_backend import OpenAIEmbedder
 
-        return OpenAIEmbedder(config)
+        return OpenAIEmbedder(config, stop=stop)
     return LocalEmbedder(threads=config.embed.threads)
 
 
-def make_backends(config: Config) -> tuple[Embedder, Completer]:
-    embedder = make_embedder(config)
+def make_backends(config: Config, stop: threading.Event | None = None
+                  ) -> tuple[Embedder, Completer]:
+    """The configured backends; once `stop` is set, network backends start no new call."""
+    embedder = make_embedder(config, stop)
     if config.completer.backend == "openai":
         from dreamd.backends.openai_backend import OpenAICompleter
 
-        return embedder, OpenAICompleter(config.completer)
+        return embedder, OpenAICompleter(config.completer, stop=stop)
     return embedder, ExtractiveCompleter(embedder)
 
 

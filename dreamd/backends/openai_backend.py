@@ -29,6 +29,7 @@ from dreamd.errors import (
     BackendUnavailable,
     BreakerOpen,
     InputRejected,
+    Stopping,
 )
 from dreamd.models import Completion, Prompt
 
@@ -119,17 +120,23 @@ def classify(exc: BaseException) -> BackendError:
 
 
 class _Caller:
-    """Retries transient failures within a deadline, with jitter and Retry-After."""
+    """Retries transient failures within a deadline, with jitter and Retry-After; once
+    `stop` is set, starts no call and no retry (a backoff sleep ends at once)."""
 
     def __init__(self, config: CompleterConfig, breaker: Breaker,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
-        self.config, self.breaker, self.sleep = config, breaker, sleep
+                 sleep: Callable[[float], None] | None = None,
+                 stop: threading.Event | None = None) -> None:
+        self.config, self.breaker = config, breaker
+        self.stop = stop or threading.Event()
+        self.sleep = sleep or self.stop.wait
 
     def call(self, fn: Callable[[float], Any]) -> Any:
         c = self.config
         deadline = time.monotonic() + c.item_deadline_seconds
         attempt = 0
         while True:
+            if self.stop.is_set():
+                raise Stopping("dreamd is stopping: no new calls")
             self.breaker.check()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -194,11 +201,12 @@ class OpenAICompleter:
     name = "openai"
 
     def __init__(self, config: CompleterConfig, environ: dict[str, str] | None = None,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] | None = None,
+                 stop: threading.Event | None = None) -> None:
         self.config = config
         self.model = config.model
         self.breaker = Breaker(config.breaker_failures, config.breaker_cooldown_seconds)
-        self._caller = _Caller(config, self.breaker, sleep)
+        self._caller = _Caller(config, self.breaker, sleep, stop)
         self._client = client(config.base_url, config, environ)
 
     def model_for(self, task: str) -> str:
@@ -232,12 +240,13 @@ class OpenAICompleter:
 class OpenAIEmbedder:
     """Vectors from /v1/embeddings, stored under "openai:<model>" and never mixed."""
 
-    def __init__(self, config: Config, environ: dict[str, str] | None = None) -> None:
+    def __init__(self, config: Config, environ: dict[str, str] | None = None,
+                 stop: threading.Event | None = None) -> None:
         self.model = f"openai:{config.embed.model}"
         self._name = config.embed.model
         c = config.completer
         self.breaker = Breaker(c.breaker_failures, c.breaker_cooldown_seconds)
-        self._caller = _Caller(c, self.breaker)
+        self._caller = _Caller(c, self.breaker, stop=stop)
         self._client = client(config.embed.base_url or c.base_url, c, environ)
         self._dim: int | None = None
         self.calls = 0

@@ -112,6 +112,8 @@ class JobContext:
     # The newest turn when the pass sensed its backlog: jobs work up to it, and turns the
     # app writes meanwhile are the next pass's, so a busy app cannot starve later jobs.
     horizon: int = 0
+    # Backend calls still in flight when the stop grace ran out: left to finish unheard.
+    abandoned: int = 0
     invalidated: bool = False
 
     def now(self) -> datetime:
@@ -149,6 +151,13 @@ class JobContext:
         if q.get_state(conn, "vector_epoch", "0") != self.epoch:
             self.invalidated = True
         return not self.invalidated
+
+    def abandon(self, calls: int) -> None:
+        self.abandoned += calls
+        self.notes.append(f"stopping: {calls} backend calls still in flight were abandoned "
+                          f"after the stop grace; nothing they return is written")
+        if self.log is not None:
+            self.log.warning("calls_abandoned", calls=calls)
 
     def halt(self, error: BaseException) -> None:
         """Stop LLM work for the rest of the pass (configuration, breaker or budget)."""
@@ -188,6 +197,9 @@ class JobContext:
         estimate = self._reserve(prompt)
         try:
             completion = self.completer.complete(prompt)
+        except PASS_STOPPING as exc:
+            self.halt(exc)  # at once, so a call queued behind this one is never made
+            raise
         finally:
             with self.tokens.lock:
                 self.tokens.reserved -= estimate

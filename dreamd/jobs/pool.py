@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -45,8 +46,10 @@ def run_items(
     `after` runs on the pass thread once an item is settled, outside any transaction.
     """
     tally = Tally()
-    # With workers, each write waits for them to stop computing (see dreamd.quiet).
-    gate = quiet.Gate() if ctx.workers > 1 else None
+    # Backend calls run in the pool, so the pass thread can stop waiting for a hung one;
+    # each write waits for the workers to stop computing (see dreamd.quiet).
+    pooled = ctx.llm or ctx.workers > 1
+    gate = quiet.Gate() if pooled else None
     quiet_write = gate.closed if gate is not None else contextlib.nullcontext
 
     def finish(item: Any, inputs: Any, value: Any, error: BaseException | None) -> None:
@@ -90,7 +93,9 @@ def run_items(
     in_flight: dict[Future[Any], tuple[Any, Any]] = {}
     iterator = iter(items)
     exhausted = False
-    with ThreadPoolExecutor(max_workers=ctx.workers, thread_name_prefix="dreamd-llm") as pool:
+    stop_seen: float | None = None
+    pool = ThreadPoolExecutor(max_workers=ctx.workers, thread_name_prefix="dreamd-llm")
+    try:
         while True:
             while not exhausted and len(in_flight) < ctx.workers * 2 and not ctx.stopped():
                 item = next(iterator, _END)
@@ -102,14 +107,34 @@ def run_items(
                     in_flight[pool.submit(gate.run, think, inputs)] = (item, inputs)
             if not in_flight:
                 break
-            done, _ = wait(in_flight, return_when=FIRST_COMPLETED)
+            if stop_seen is None and ctx.budget.stop():
+                stop_seen = time.monotonic()
+                for future in [f for f in in_flight if f.cancel()]:
+                    del in_flight[future]  # queued, never started: no call is made
+            if stop_seen is not None and time.monotonic() - stop_seen >= stop_grace(ctx):
+                ctx.abandon(len(in_flight))  # whatever they return is never written
+                in_flight.clear()
+                break
+            # Wake now and then: the stop check between waits is the pass's heartbeat.
+            done, _ = wait(in_flight, timeout=HEARTBEAT_SECONDS, return_when=FIRST_COMPLETED)
             for future in done:
                 item, inputs = in_flight.pop(future)
                 error = future.exception()
                 finish(item, inputs, None if error else future.result(), error)
             if ctx.stopped():
                 exhausted = True  # finish what is in flight, start nothing new
+    finally:
+        pool.shutdown(wait=not ctx.abandoned, cancel_futures=True)
     return tally
+
+
+HEARTBEAT_SECONDS = 0.5
+
+
+def stop_grace(ctx: JobContext) -> float:
+    """How long calls in flight may still finish after a stop request: half the process's
+    grace, so the pass can still record itself before the process must go."""
+    return ctx.config.pass_.stop_grace_seconds / 2
 
 
 _END = object()

@@ -789,6 +789,14 @@ def end_crashed_runs(conn: sqlite3.Connection) -> int:
     return cur.rowcount
 
 
+def end_stopped_runs(conn: sqlite3.Connection, pid: int, now: str) -> None:
+    """The unfinished runs of `pid`, which is leaving on a stop with a call in flight."""
+    conn.execute(
+        "UPDATE dreamd_runs SET outcome = 'interrupted', ended_at = ?, "
+        "error = 'stopped: a backend call was still in flight when the stop grace ended' "
+        "WHERE outcome = 'running' AND pid = ?", (now, pid))
+
+
 def finish_run(conn: sqlite3.Connection, run_id: int, **fields: Any) -> None:
     names = sorted(fields)
     values = [

@@ -1,0 +1,110 @@
+"""Stopping while the LLM hangs: a real daemon process, a real server that never answers."""
+
+from __future__ import annotations
+
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.openai_server import FakeOpenAI
+from tests.test_processes import ROOT, big_file, dreamd_env
+
+GRACE = 4.0
+
+
+@pytest.fixture
+def hanging() -> Iterator[FakeOpenAI]:
+    fake = FakeOpenAI().start()
+    fake.plan(*["hang:40"] * 200)
+    yield fake
+    fake.stop()
+
+
+def llm_config(tmp_path: Path, server: FakeOpenAI, grace: float | None = GRACE) -> Path:
+    path = tmp_path / "dreamd.toml"
+    stop = f"[pass]\nstop_grace_seconds = {grace}\n" if grace is not None else ""
+    path.write_text(f"""
+[completer]
+backend = "openai"
+base_url = "{server.base_url}"
+model = "test-model"
+workers = 4
+read_timeout_seconds = 120
+item_deadline_seconds = 300
+
+{stop}""")
+    return path
+
+
+def chat_calls(server: FakeOpenAI) -> int:
+    with server.lock:
+        return sum(r["path"].endswith("/chat/completions") for r in server.requests)
+
+
+@pytest.mark.parametrize("mode", [["--force"], ["--loop", "600"]], ids=["force", "daemon"])
+def test_sigterm_with_every_call_hung_exits_0_within_the_grace(
+        tmp_path: Path, hanging: FakeOpenAI, mode: list[str]) -> None:
+    db = tmp_path / "memory.db"
+    big_file(db, 30, 6)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dreamd", "--db", str(db), "--config",
+         str(llm_config(tmp_path, hanging)), *mode],
+        cwd=ROOT, env=dreamd_env(OPENAI_API_KEY="sk-test"), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while chat_calls(hanging) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert chat_calls(hanging) == 4  # four workers, each inside a call that never ends
+    time.sleep(0.3)
+    calls = chat_calls(hanging)
+    signalled = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    took = time.monotonic() - signalled
+    assert proc.returncode == 0, err[-2000:]
+    assert took <= GRACE + 2, took
+    assert chat_calls(hanging) == calls  # no new call and no retry after the signal
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT COUNT(*) FROM summaries").fetchone() == (0,)
+    outcome, notes = conn.execute(
+        "SELECT outcome, notes FROM dreamd_runs ORDER BY id DESC LIMIT 1").fetchone()
+    conn.close()
+    assert outcome == "interrupted"
+    assert "4 backend calls still in flight were abandoned" in notes
+    assert '"event": "calls_abandoned"' in out
+
+
+def test_a_slow_answer_inside_its_deadline_keeps_the_watchdog_fed(tmp_path: Path) -> None:
+    """Every answer takes 3 s, the watchdog interval is 2 s: the pass is healthy, so the
+    pings never stop (a stuck pass going silent is tested in test_daemon)."""
+    import itertools
+
+    from tests.test_daemon import messages, notify_socket
+
+    slow = FakeOpenAI(delay=3.0).start()
+    db = tmp_path / "memory.db"
+    big_file(db, 4, 6)
+    sock = notify_socket(tmp_path)
+    env = dreamd_env(OPENAI_API_KEY="sk-test", NOTIFY_SOCKET=str(tmp_path / "notify.sock"),
+                     WATCHDOG_USEC="2000000", DREAMD_COMPLETER__WORKERS="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dreamd", "--db", str(db), "--config",
+         str(llm_config(tmp_path, slow, grace=None)), "--loop", "600"],
+        cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        seen = messages(sock, 8.0)
+        pings = [t for t, m in seen if m == "WATCHDOG=1"]
+        assert chat_calls(slow) >= 2  # the pass was inside slow calls the whole time
+        assert len(pings) >= 10
+        assert max(b - a for a, b in itertools.pairwise(pings)) <= 1.0, pings
+    finally:
+        proc.kill()
+        proc.communicate(timeout=30)
+        sock.close()
+        slow.stop()
