@@ -61,7 +61,6 @@ def open_store(config: Config, log: Any, create: bool = True) -> Store:
     except BaseException:
         store.close()
         raise
-    check_sqlite(log)
     return store
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 import sys
 import time
@@ -23,13 +24,28 @@ def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> click.ClickException:
     return kind(message)
 
 
+def one_line(exc: click.UsageError) -> str:
+    """A usage error as one line, with the command it concerns."""
+    command = exc.ctx.command_path if exc.ctx is not None else "dreamd"
+    return f"{exc.format_message()} (see '{command} --help')"
+
+
 class Dreamd(click.Group):
     """The one error boundary: whatever a command raises reaches the user as one line
     with its exit code, never as a traceback."""
 
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            raise fail(one_line(exc)) from None
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except click.UsageError as exc:  # a subcommand's arguments
+            raise fail(one_line(exc)) from None
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
         except DreamdError as exc:
@@ -44,6 +60,13 @@ class Dreamd(click.Group):
         except Exception as exc:
             raise fail(f"internal error, please report it: {type(exc).__name__}: {exc}",
                           EXIT_INTERNAL) from None
+
+
+def finite(value: float | None, name: str) -> float | None:
+    """click's FloatRange lets nan through (every comparison with nan is false)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{name} must be a finite number of seconds, got {value}")
+    return value
 
 
 def load_config(obj: dict[str, Any]) -> cfg.Config:
@@ -92,7 +115,8 @@ def dream(obj: dict[str, Any], config: cfg.Config, *, force: bool, loop: float |
 @click.option("--config", "config_path", metavar="PATH", type=click.Path(dir_okay=False),
               help="A TOML config file (see config.example.toml).")
 @click.option("--force", is_flag=True, help="One pass running every job that has work, then exit.")
-@click.option("--loop", "loop", type=click.FloatRange(min=0.05), metavar="SECONDS",
+@click.option("--loop", "loop", type=click.FloatRange(min=0.05, max=1e9), metavar="SECONDS",
+              callback=lambda ctx, param, value: finite(value, "--loop"),
               help="A pass every SECONDS until SIGINT/SIGTERM (instead of the adaptive "
               "schedule).")
 @click.version_option(package_name="dreamd")

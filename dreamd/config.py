@@ -7,6 +7,7 @@ Every key is checked; an unknown or invalid one raises ConfigError naming it.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field
@@ -221,7 +222,26 @@ def _special(where: str, value: Any, kind: str) -> str:
     return value
 
 
+# Bounds for keys that name none of their own: large enough for any real setting, small
+# enough that no timer, SQLite pragma or sleep overflows.
+MAX_INT = 2**31 - 1
+MAX_FLOAT = 1e9
+
+
+def _text(where: str, value: str) -> str:
+    """Strings reach file paths, SQLite and HTTP headers: no NUL, valid Unicode."""
+    if "\x00" in value:
+        raise ConfigError(f"{where} must not contain a NUL character")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigError(f"{where} is not valid UTF-8 text") from None
+    return value
+
+
 def _coerce(where: str, value: Any, meta: dict[str, Any], from_text: bool) -> Any:
+    if isinstance(value, str):
+        _text(where, value)
     kind = meta["kind"]
     if kind in ("quiet_hours", "cron"):
         return _special(where, value, kind)
@@ -244,10 +264,14 @@ def _coerce(where: str, value: Any, meta: dict[str, Any], from_text: bool) -> An
         raise ConfigError(f"{where} must be a number, got {value!r}")
     if kind == "int" and not isinstance(value, int):
         raise ConfigError(f"{where} must be a whole number, got {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ConfigError(f"{where} must be a finite number, got {value!r}")
+    limit = meta.get("max", MAX_INT if kind == "int" else MAX_FLOAT)
+    if value > limit:
+        shown = limit if isinstance(limit, int) else f"{limit:g}"
+        raise ConfigError(f"{where} must be at most {shown}, got {value!r}")
     if "min" in meta and value < meta["min"]:
         raise ConfigError(f"{where} must be at least {meta['min']}, got {value!r}")
-    if "max" in meta and value > meta["max"]:
-        raise ConfigError(f"{where} must be at most {meta['max']}, got {value!r}")
     return float(value) if kind == "float" else value
 
 

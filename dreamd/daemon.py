@@ -19,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dreamd import config as cfg
-from dreamd.app import ensure_directory, open_store
+from dreamd.app import check_sqlite, ensure_directory, open_store
 from dreamd.backends.factory import make_backends
 from dreamd.cycle import PassResult, run_pass
 from dreamd.errors import EXIT_JOB_FAILED, EXIT_OK, DreamdError
@@ -156,6 +156,7 @@ class Runner:
         except BaseException:
             self.lock.release()
             raise
+        check_sqlite(self.log)  # once per start, not on every command
         with self.store.write() as conn:
             crashed = q.end_crashed_runs(conn)
         if crashed:

@@ -80,11 +80,16 @@ def parse_jsonl(lines: Iterable[str], where: str) -> list[ImportSession]:
         for key in JSONL_FIELDS:
             if not isinstance(row.get(key), str) or not row[key]:
                 raise ImportFormatError(f"{place}: missing or empty string field {key!r}")
+        if row.get("name") is not None and not isinstance(row["name"], str):
+            raise ImportFormatError(f"{place}: name must be a string")
         try:
             created = _iso(datetime.fromisoformat(row["created_at"]))
         except ValueError:
             raise ImportFormatError(
                 f"{place}: created_at is not ISO-8601: {row['created_at']!r}") from None
+        except OverflowError:
+            raise ImportFormatError(
+                f"{place}: created_at is out of range: {row['created_at']!r}") from None
         sessions.setdefault(row["session"], []).append(
             ImportTurn(row["role"], row["content"], created))
         names.setdefault(row["session"], row.get("name"))
@@ -94,12 +99,30 @@ def parse_jsonl(lines: Iterable[str], where: str) -> list[ImportSession]:
 # ------------------------------------------------------------------------- ChatGPT
 
 
+def _dict(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object, else an empty one: exports vary in shape."""
+    return value if isinstance(value, dict) else {}
+
+
 def _chatgpt_text(message: dict[str, Any]) -> str:
-    content = message.get("content") or {}
+    content = _dict(message.get("content"))
     if content.get("content_type") not in ("text", "multimodal_text"):
         return ""
-    parts = [p for p in content.get("parts") or [] if isinstance(p, str)]
+    parts = content.get("parts")
+    parts = [p for p in parts if isinstance(p, str)] if isinstance(parts, list) else []
     return "\n".join(parts).strip()
+
+
+def _chatgpt_time(stamp: Any, place: str) -> str:
+    """A ChatGPT create_time (seconds since the epoch) as ISO UTC."""
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float | str):
+        raise ImportFormatError(f"{place}: unreadable time {stamp!r}")
+    try:
+        return _iso(datetime.fromtimestamp(float(stamp), UTC))
+    except ValueError:
+        raise ImportFormatError(f"{place}: unreadable time {stamp!r}") from None
+    except (OverflowError, OSError):
+        raise ImportFormatError(f"{place}: time out of range {stamp!r}") from None
 
 
 def parse_chatgpt(data: Any, where: str) -> list[ImportSession]:
@@ -113,7 +136,9 @@ def parse_chatgpt(data: Any, where: str) -> list[ImportSession]:
         raise ImportFormatError(f"{where}: expected a list of conversations")
     sessions = []
     for index, conv in enumerate(data):
-        place = f"{where}: conversation {index}"
+        title = _dict(conv).get("title")
+        place = (f"{where}: conversation {title!r}" if isinstance(title, str) and title
+                 else f"{where}: conversation {index + 1}")
         if not isinstance(conv, dict) or not isinstance(conv.get("mapping"), dict):
             raise ImportFormatError(f"{place}: no 'mapping' of messages")
         mapping = conv["mapping"]
@@ -121,19 +146,23 @@ def parse_chatgpt(data: Any, where: str) -> list[ImportSession]:
         chain = []
         seen = set()
         while node is not None:
-            if node not in mapping or node in seen:
+            if (not isinstance(node, str) or not isinstance(mapping.get(node), dict)
+                    or node in seen):
                 raise ImportFormatError(f"{place}: broken message tree at node {node!r}")
             seen.add(node)
             chain.append(mapping[node])
-            node = mapping[node].get("parent")
+            node = chain[-1].get("parent")
         fallback = conv.get("create_time") or conv.get("update_time")
         turns = []
         for entry in reversed(chain):
             message = entry.get("message")
+            if message is None:
+                continue  # the tree's root carries none
             if not isinstance(message, dict):
-                continue
-            role = (message.get("author") or {}).get("role")
-            hidden = (message.get("metadata") or {}).get("is_visually_hidden_from_conversation")
+                raise ImportFormatError(f"{place}: a message that is not an object: "
+                                        f"{str(message)[:40]!r}")
+            role = _dict(message.get("author")).get("role")
+            hidden = _dict(message.get("metadata")).get("is_visually_hidden_from_conversation")
             text = _chatgpt_text(message)
             stamp = message.get("create_time") or fallback
             if stamp is not None:
@@ -142,10 +171,11 @@ def parse_chatgpt(data: Any, where: str) -> list[ImportSession]:
                 continue
             if stamp is None:
                 raise ImportFormatError(f"{place}: a message and its conversation have no time")
-            turns.append(ImportTurn(role, text, _iso(datetime.fromtimestamp(float(stamp), UTC))))
+            turns.append(ImportTurn(role, text, _chatgpt_time(stamp, place)))
         if turns:
             cid = conv.get("id") or conv.get("conversation_id") or f"index-{index}"
-            sessions.append(ImportSession(f"chatgpt:{cid}", conv.get("title"), tuple(turns)))
+            title = conv.get("title") if isinstance(conv.get("title"), str) else None
+            sessions.append(ImportSession(f"chatgpt:{cid}", title, tuple(turns)))
     return sessions
 
 
@@ -226,15 +256,47 @@ def read_sessions(fmt: str, path: Path) -> list[ImportSession]:
     except UnicodeDecodeError:
         raise ImportFormatError(f"{where}: not UTF-8 text") from None
     if fmt == "jsonl":
-        return parse_jsonl(text.splitlines(), where)
+        return parse(fmt, text.splitlines(), where)
     try:
         data = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ImportFormatError(f"{where}: not JSON ({exc})") from None
-    parser: Callable[[Any, str], list[ImportSession]] = {
-        "chatgpt": parse_chatgpt, "locomo": parse_locomo, "longmemeval": parse_longmemeval,
-    }[fmt]
-    return parser(data, where)
+    return parse(fmt, data, where)
+
+
+PARSERS: dict[str, Callable[[Any, str], list[ImportSession]]] = {
+    "chatgpt": parse_chatgpt, "jsonl": parse_jsonl, "locomo": parse_locomo,
+    "longmemeval": parse_longmemeval,
+}
+
+
+def parse(fmt: str, data: Any, where: str) -> list[ImportSession]:
+    """Parse with the format's parser. The parsers name the places they expect to go
+    wrong; any other shape a file may take still ends as one ImportFormatError, and every
+    text must be storable (valid Unicode: JSON can spell a lone surrogate)."""
+    try:
+        sessions = PARSERS[fmt](data, where)
+    except ImportFormatError:
+        raise
+    except (TypeError, AttributeError, ValueError, KeyError, IndexError, OverflowError,
+            RecursionError) as exc:
+        raise ImportFormatError(f"{where}: not a {fmt} file as expected "
+                                f"({type(exc).__name__}: {str(exc)[:120]})") from None
+    for session in sessions:
+        texts = [session.session_id, session.name or ""]
+        for turn in session.turns:
+            texts += [turn.role, turn.content]
+        for text in texts:
+            if not isinstance(text, str):
+                raise ImportFormatError(f"{where}: session {session.session_id!r}: "
+                                        f"expected text, got {type(text).__name__}")
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ImportFormatError(
+                    f"{where}: session {session.session_id!r}: text that is not valid "
+                    "Unicode (a lone surrogate)") from None
+    return sessions
 
 
 def write_sessions(store: Store, sessions: list[ImportSession],

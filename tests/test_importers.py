@@ -65,7 +65,8 @@ def test_chatgpt_follows_the_current_branch_and_skips_system_and_tool() -> None:
 def test_chatgpt_broken_tree_names_the_place() -> None:
     export = chatgpt_export()
     export[0]["current_node"] = "missing"
-    with pytest.raises(ImportFormatError, match=r"x\.json: conversation 0: broken message tree"):
+    with pytest.raises(ImportFormatError,
+                       match=r"x\.json: conversation 'Kyoto': broken message tree"):
         parse_chatgpt(export, "x.json")
 
 
