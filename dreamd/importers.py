@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from dreamd.errors import DreamdError
+from dreamd.errors import DreamdError, StoreError
 from dreamd.ids import DEFAULT_USER
 from dreamd.store.connect import Store
 
@@ -304,6 +304,7 @@ def write_sessions(store: Store, sessions: list[ImportSession],
                    user: str = DEFAULT_USER) -> ImportResult:
     """Add the turns not already present, in one transaction (all or nothing); new
     sessions are filed under `user` (an existing session keeps its owner)."""
+    refuse_app_embedded(store)
     added = present = new = 0
     with store.write() as conn:
         for index, session in enumerate(sessions):
@@ -322,6 +323,20 @@ def write_sessions(store: Store, sessions: list[ImportSession],
                 progress(index + 1, len(sessions))
     progress(len(sessions), len(sessions))
     return ImportResult(len(sessions), new, added, present)
+
+
+def refuse_app_embedded(store: Store) -> None:
+    """In the prior-art layout every turn carries the chat app's own embedding (NOT NULL)
+    and the app's recall stacks them all: a turn without one, or with a vector of another
+    model, would break it, and dreamd cannot make the app's vectors."""
+    with store.read() as conn:
+        app_embeds = any(r[1] == "embedding" and r[3]
+                         for r in conn.execute("PRAGMA table_info(exchanges)"))
+    if app_embeds:
+        raise StoreError(
+            f"{store.path}: exchanges.embedding is NOT NULL here (the chat app stores its "
+            "own embedding with every turn), so dreamd cannot add turns to it; import into "
+            "a new memory file, or let the chat app import the history so it embeds each turn")
 
 
 def _existing_turns(conn: sqlite3.Connection, session_id: str) -> set[tuple[str, str, str]]:

@@ -151,3 +151,26 @@ def test_malformed_benchmark_file_names_the_session(tmp_path: Path) -> None:
     result = invoke(tmp_path / "m.db", "locomo", str(src))
     assert result.exit_code == 2
     assert f"{src}: conv-demo session_2: unreadable date 'sometime in May'" in result.output
+
+
+def test_import_into_a_file_whose_app_embeds_every_turn_is_refused(tmp_path: Path) -> None:
+    """The prior-art layout (exchanges.embedding NOT NULL, stacked by the app's recall):
+    refused up front with why and what to do; the file is left as it was."""
+    from tests.test_store import PRIOR_ART_DDL
+
+    db = tmp_path / "m.db"
+    conn = sqlite3.connect(db)
+    conn.executescript(PRIOR_ART_DDL)
+    conn.close()
+    dreamd_ran = CliRunner().invoke(main, ["--db", str(db), "--force"],
+                                    env={"DREAMD_EMBED__BACKEND": "hashing"})
+    assert dreamd_ran.exit_code == 0, dreamd_ran.output
+    before = db.read_bytes()
+    result = invoke(db, "locomo", str(DATA / "locomo_sample.json"))
+    assert result.exit_code == 2, result.output
+    assert result.output.strip().splitlines()[-1] == (
+        f"Error: {db}: exchanges.embedding is NOT NULL here (the chat app stores its own "
+        "embedding with every turn), so dreamd cannot add turns to it; import into a new "
+        "memory file, or let the chat app import the history so it embeds each turn")
+    assert db.read_bytes() == before
+    assert rows(db, "SELECT COUNT(*) FROM exchanges") == [(0,)]
