@@ -266,3 +266,28 @@ def test_a_pass_records_how_long_it_held_the_write_lock(demo_store: Store) -> No
         raise RuntimeError("save failed")
     assert demo_store.lock_tally.longest >= 0.05
     assert demo_store.lock_tally.writes == lock["writes"] + 1 + 2  # finish_run, then ours
+
+
+def test_every_stored_tier_is_bounded_whatever_the_input(db: Path) -> None:
+    """A 1 MB turn (one endless sentence, then one endless word) cannot make a 1 MB
+    gist, era, profile or narrative."""
+    from dreamd.backends.llm_output import MAX_CHARS
+
+    conn = make_chat_file(db)
+    huge = "I keep talking about my garden and " * 30_000 + "x" * 100_000
+    add_turns(conn, "big", [huge, "Tell me more.", huge + " and again.", "Sure."])
+    conn.close()
+    store = open_store(config_for(db), get_logger())
+    result = pass_(store, RecordingCompleter(store))
+    assert result.outcome == "ok", result.jobs
+    sizes = {table: store.conn.execute(f"SELECT MAX(LENGTH(content)) FROM {table}").fetchone()[0]
+             for table in ("summaries", "profile", "eras", "narrative")}
+    state = store.conn.execute("SELECT MAX(LENGTH(data)) FROM self_state").fetchone()[0]
+    store.close()
+    assert all(sizes.values()), sizes
+    # an era is its month's one-line header ("2026-03: 1 conversations.") and the digest
+    assert sizes["summaries"] <= MAX_CHARS["summarize"]
+    assert sizes["eras"] <= MAX_CHARS["era"] + 40
+    assert sizes["profile"] <= MAX_CHARS["profile"]
+    assert sizes["narrative"] <= MAX_CHARS["narrative"]
+    assert state <= 20_000

@@ -78,7 +78,7 @@ def keywords(texts: list[str], n: int) -> list[str]:
     counts: Counter[str] = Counter()
     for text in texts:
         words = {w.lower().strip("'-") for w in _WORD.findall(text)}
-        counts.update(w for w in words if w not in CHATTER and len(w) > 3)
+        counts.update(w for w in words if w not in CHATTER and 3 < len(w) <= 30)
     return [w for w, c in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0])) if c > 1][:n]
 
 

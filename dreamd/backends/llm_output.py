@@ -35,9 +35,18 @@ def clean(text: str | None, task: str) -> str:
     text = text.strip()
     if not text:
         raise OutputInvalid(f"empty {task} output")
+    return bounded(text, task)
+
+
+def bounded(text: str, task: str) -> str:
+    """`text` within its tier's bound, cut at the last line or sentence end that keeps at
+    least half of it (else at a word), whatever produced it. Reflections are JSON and
+    are bounded field by field when validated instead."""
     limit = MAX_CHARS.get(task, 4000)
-    if len(text) > limit:
-        cut = text[:limit]
-        end = max(cut.rfind("\n"), cut.rfind(". "))
-        text = cut[: end + 1] if end > limit // 2 else cut
-    return text.strip()
+    if task == "reflect" or len(text) <= limit:
+        return text
+    cut = text[:limit]
+    end = max(cut.rfind("\n"), cut.rfind(". "))
+    if end <= limit // 2:
+        end = cut.rfind(" ")
+    return (cut[: end + 1] if end > limit // 2 else cut).strip()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import sqlite3
 import threading
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from dreamd.backends.llm_output import estimate_tokens
+from dreamd.backends.llm_output import bounded, estimate_tokens
 from dreamd.backends.protocols import Completer, Embedder
 from dreamd.config import Config
 from dreamd.errors import PASS_STOPPING, BudgetExhausted, InputRejected
@@ -206,7 +207,8 @@ class JobContext:
         with self.tokens.lock:
             self.tokens.used_in += completion.tokens_in
             self.tokens.used_out += completion.tokens_out
-        return completion
+        # Every backend's answer is bounded here, before any job sees it.
+        return dataclasses.replace(completion, text=bounded(completion.text, prompt.task))
 
 
 def input_hash(prompt: Prompt) -> str:

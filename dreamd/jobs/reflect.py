@@ -25,7 +25,8 @@ SCHEMA: dict[str, tuple[type | tuple[type, ...], Any]] = {
     "energy": ((int, float), lambda v: 0.0 <= v <= 1.0),
     "self_narrative": (str, lambda v: 0 < len(v.strip()) <= 2000),
     "reflection": (str, lambda v: 0 < len(v.strip()) <= 1000),
-    "topics": (list, lambda v: len(v) <= 20 and all(isinstance(t, str) for t in v)),
+    "topics": (list, lambda v: len(v) <= 20 and all(isinstance(t, str) and len(t) <= 80
+                                                     for t in v)),
 }
 
 
