@@ -8,10 +8,12 @@
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -37,8 +39,25 @@ from dreamd.store.connect import Store, connect, connect_readonly
 from dreamd.store.migrations import migrate, require_current
 
 
+T = TypeVar("T")
+
+
+def serialized(method: Callable[..., T]) -> Callable[..., T]:
+    """One call at a time on the instance's one connection: a Memory may be shared by a
+    threaded chat server's threads (SQLite transactions on one connection cannot nest)."""
+
+    @functools.wraps(method)
+    def call(self: Memory, *args: Any, **kwargs: Any) -> T:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return call
+
+
 class Memory:
-    """One memory file, opened with dreamd's connection contract, for one process."""
+    """One memory file, opened with dreamd's connection contract. Safe to share between
+    threads: calls take turns on its one connection (one Memory per thread reads in
+    parallel, as WAL allows)."""
 
     def __init__(self, path: str | Path, *, config: Config | None = None,
                  embedder: Embedder | None = None, create: bool = True,
@@ -46,6 +65,7 @@ class Memory:
         """`read_only` opens the file without migrating or writing anything (recall,
         context and export work; remember and forget do not)."""
         self.config = config or Config(db=str(path))
+        self._lock = threading.RLock()
         if read_only:
             self.store: Store = connect_readonly(path, self.config.store.busy_timeout_ms)
             try:
@@ -72,9 +92,11 @@ class Memory:
             self._index = VectorIndex(self.store, self.embedder.model)
         return self._index
 
+    @serialized
     def close(self) -> None:
         self.store.close()
 
+    @serialized
     def forget(self, user: str, *, session: str | None = None, before: str | None = None,
                dry_run: bool = False, vacuum: bool = False) -> ForgetReport:
         """Erase a user's turns (all, one session, or those made before `before`, a date
@@ -86,10 +108,12 @@ class Memory:
             self._index, self._gists = None, {}
         return report
 
+    @serialized
     def export(self, user: str) -> dict[str, Any]:
         """Everything stored about `user` as one JSON-ready document (dreamd.export)."""
         return export_user(self.store, user, self.config.agent.id)
 
+    @serialized
     def remember(self, session_id: str, role: str, content: str, *,
                  created_at: datetime | None = None, embed: bool = False) -> int:
         """Add one turn; the daemon embeds it later, or now with `embed=True`."""
@@ -107,6 +131,7 @@ class Memory:
                              (self.embedder.model, exchange_id, vector))
         return exchange_id
 
+    @serialized
     def recall(self, query: str, *, k: int = 10, session: str | None = None,
                users: list[str] | None = None, words_too: bool = True) -> list[Hit]:
         """The k turns most relevant to `query` among one user's sessions.
@@ -130,6 +155,7 @@ class Memory:
         ranked = sorted(fused, key=lambda i: -fused[i])
         return self._hits(ranked, fused, k)
 
+    @serialized
     def context(self, session: str, *, query: str | None = None, budget: int = 1000,
                 recent: int = 20) -> Context:
         """The tiered context block for `session`, within `budget` tokens: the memory of

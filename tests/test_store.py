@@ -11,7 +11,7 @@ import pytest
 from dreamd.app import open_store
 from dreamd.errors import StoreError
 from dreamd.log import get_logger
-from dreamd.store.connect import connect, has_wal_reset_bug
+from dreamd.store.connect import Store, connect, has_wal_reset_bug
 from dreamd.store.migrations import MIGRATIONS, migrate
 from tests.helpers import config_for
 
@@ -233,3 +233,46 @@ def test_era_references_left_by_the_first_migration_5_are_re_keyed_by_6(db: Path
     assert sorted(store.conn.execute("SELECT item, attempts FROM dreamd_failures")) == [
         ("default|2026-08", 1), ("default|2026-09", 4)]  # the newer record of 09 kept
     store.close()
+
+
+def test_the_real_error_survives_when_sqlite_already_rolled_back(opened: Store) -> None:
+    with pytest.raises(ValueError, match="the real error"), opened.write() as conn:
+        conn.execute("ROLLBACK")  # as SQLite does itself on a full disk or an interrupt
+        raise ValueError("the real error")
+    assert not opened.in_transaction
+    with opened.write() as conn:  # and the connection is fine afterwards
+        conn.execute("SELECT 1")
+
+
+def test_one_memory_shared_by_a_threaded_chat_server(db: Path) -> None:
+    """As the README's example does: one module-level Memory, four request threads, each
+    remembering, recalling and building context 300 times — no error, no lost turn."""
+    import threading
+
+    from dreamd.backends.hashing import HashingEmbedder
+    from dreamd.memory import Memory
+
+    memory = Memory(db, config=config_for(db), embedder=HashingEmbedder())
+    errors: list[BaseException] = []
+
+    def serve(worker: int) -> None:
+        try:
+            for i in range(300):
+                if i % 3 == 0:
+                    memory.remember(f"s{worker}", "user", f"turn {i} about my dog Biscuit")
+                elif i % 3 == 1:
+                    memory.recall("dog", k=3)
+                else:
+                    memory.context(f"s{worker}", query="dog", budget=200)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=serve, args=(w,)) for w in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    turns = memory.store.conn.execute("SELECT COUNT(*) FROM exchanges").fetchone()[0]
+    memory.close()
+    assert errors == []
+    assert turns == 4 * 100

@@ -92,7 +92,10 @@ class Store:
         try:
             yield self.conn
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            # SQLite may have rolled back already (a full disk, an interrupt): then a
+            # ROLLBACK would fail with "no transaction is active" and hide the real error.
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
             self.lock_tally.add(time.perf_counter() - locked)
             raise
         self.conn.execute("COMMIT")
@@ -109,7 +112,8 @@ class Store:
         try:
             yield self.conn
         finally:
-            self.conn.execute("COMMIT")
+            if self.conn.in_transaction:
+                self.conn.execute("COMMIT")
 
     def checkpoint_passive(self) -> None:
         """Copy what it can of the WAL into the database without waiting for anyone:
