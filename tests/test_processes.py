@@ -76,8 +76,14 @@ def test_live_writer_during_a_force_pass(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_kill_9_at_random_moments_then_one_clean_pass(tmp_path: Path) -> None:
+    """kill -9 at random moments while a chat app writes 60 turns a second throughout:
+    nothing lost, duplicated or torn."""
     db = tmp_path / "memory.db"
     big_file(db, 300, 40)
+    stop, report = tmp_path / "stop", tmp_path / "writer.json"
+    writer = subprocess.Popen(
+        [sys.executable, "-m", "bench.chat_writer", str(db), "60", str(stop), str(report)],
+        cwd=ROOT, env=dreamd_env())
     rng = random.Random(20261122)
     kills = 0
     for round_ in range(60):
@@ -97,7 +103,11 @@ def test_kill_9_at_random_moments_then_one_clean_pass(tmp_path: Path) -> None:
             proc.send_signal(signal.SIGKILL)
             kills += 1
         proc.wait(timeout=30)
+    stop.touch()
+    writer.wait(timeout=30)
+    written = json.loads(report.read_text())
     assert kills >= 20
+    assert len(written["ids"]) > 600 and written["errors"] == []
     final = subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), "--force"],
                            cwd=ROOT, env=dreamd_env(), capture_output=True, text=True, timeout=600)
     assert final.returncode == 0, final.stderr[-2000:]
@@ -109,6 +119,8 @@ def test_kill_9_at_random_moments_then_one_clean_pass(tmp_path: Path) -> None:
     tally = dict(conn.execute("SELECT session_id, turns FROM dreamd_sessions"))
     counts = dict(conn.execute("SELECT session_id, COUNT(*) FROM exchanges GROUP BY session_id"))
     assert tally == counts  # no turn folded in twice or lost
+    live = {r[0] for r in conn.execute("SELECT id FROM exchanges WHERE session_id LIKE 'live-%'")}
+    assert live == set(written["ids"])  # every turn the app wrote is there, once
     vectors = conn.execute("SELECT COUNT(*), COUNT(DISTINCT exchange_id) FROM "
                            "dreamd_exchange_vectors").fetchone()
     assert vectors[0] == vectors[1] == conn.execute("SELECT COUNT(*) FROM exchanges").fetchone()[0]
