@@ -157,6 +157,21 @@ def main(ctx: click.Context, db: str | None, config_path: str | None, force: boo
     ctx.exit(dream(ctx.obj, config, force=force, loop=loop))
 
 
+def _remember_option(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(dict)[param.name or ""] = value
+
+
+def file_options(command: Any) -> Any:
+    """--db and --config after the subcommand too (`dreamd status --db F`)."""
+    command = click.option("--config", "config", metavar="PATH", expose_value=False,
+                           callback=_remember_option, is_eager=True,
+                           help="A TOML config file (as before the subcommand).")(command)
+    return click.option("--db", "db", metavar="PATH", expose_value=False,
+                        callback=_remember_option, is_eager=True,
+                        help="The memory file (as before the subcommand).")(command)
+
+
 def read_existing(obj: dict[str, Any], build: Any, read_only: bool = True) -> Any:
     """Open an existing memory file (never creating one; read-only unless asked), call
     build(store, config)."""
@@ -178,6 +193,7 @@ def read_existing(obj: dict[str, Any], build: Any, read_only: bool = True) -> An
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--runs", default=5, show_default=True, type=click.IntRange(1, 1000),
               help="How many recent passes to show.")
+@file_options
 @click.pass_obj
 def status(obj: dict[str, Any], as_json: bool, runs: int) -> None:
     """Backlog, drives, the last passes and why each job did or did not run.
@@ -202,6 +218,7 @@ def status(obj: dict[str, Any], as_json: bool, runs: int) -> None:
 @click.option("--gists", default=5, show_default=True, type=click.IntRange(0, 100000),
               help="How many of the latest gists to print.")
 @click.option("--user", help="Whose memory (default: user.id from the config).")
+@file_options
 @click.pass_obj
 def show(obj: dict[str, Any], as_json: bool, gists: int, user: str | None) -> None:
     """Print the memory dreamd produced: gists, profile, eras, narrative, self-state.
@@ -234,6 +251,7 @@ def open_memory(obj: dict[str, Any]) -> Any:
 @click.option("--user", "users", multiple=True,
               help="Whose turns (repeatable; default: user.id from the config).")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@file_options
 @click.pass_obj
 def recall(obj: dict[str, Any], query: str, k: int, session: str | None,
            users: tuple[str, ...], as_json: bool) -> None:
@@ -263,6 +281,7 @@ def recall(obj: dict[str, Any], query: str, k: int, session: str | None,
 @click.option("--budget", default=1000, show_default=True, type=click.IntRange(0, 1_000_000),
               help="Tokens the block may use.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@file_options
 @click.pass_obj
 def context(obj: dict[str, Any], session: str, query: str | None, budget: int,
             as_json: bool) -> None:
@@ -290,6 +309,7 @@ def context(obj: dict[str, Any], session: str, query: str | None, budget: int,
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--user", default=None, help="Whose history this is (default: user.id from "
               "the config); new sessions are filed under this user.")
+@file_options
 @click.pass_obj
 def import_(obj: dict[str, Any], fmt: str, path: Path, user: str | None) -> None:
     """Add history from a file to the memory file, with its real dates.
@@ -327,7 +347,9 @@ def import_(obj: dict[str, Any], fmt: str, path: Path, user: str | None) -> None
 
 
 @main.command()
-@click.option("--replace", is_flag=True, help="Overwrite an existing demo file.")
+@click.option("--replace", is_flag=True, help="Overwrite a demo file made earlier (only a "
+              "file the demo made itself, never another memory file).")
+@file_options
 @click.pass_obj
 def demo(obj: dict[str, Any], replace: bool) -> None:
     """Write the shipped sample conversations into a new memory file, as a chat app would.
@@ -340,7 +362,7 @@ def demo(obj: dict[str, Any], replace: bool) -> None:
 
     config = load_config(obj)
     path = Path(config.db_path)
-    count = build_demo(path, replace=replace)
+    count = build_demo(path, replace=replace, default=config.db == cfg.DEFAULT_DB)
     click.echo(f"wrote {count} turns of sample conversations to {path}")
 
 
@@ -351,6 +373,7 @@ def demo(obj: dict[str, Any], replace: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="Show what would go; change nothing.")
 @click.option("--vacuum", is_flag=True, help="Also rewrite the whole file (VACUUM) afterwards.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@file_options
 @click.pass_obj
 def forget(obj: dict[str, Any], user: str, session: str | None, before: str | None,
            dry_run: bool, vacuum: bool, as_json: bool) -> None:
@@ -389,6 +412,7 @@ def forget(obj: dict[str, Any], user: str, session: str | None, before: str | No
 @click.option("--user", required=True, help="Whose memory to export.")
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="Write to this file (default: stdout).")
+@file_options
 @click.pass_obj
 def export(obj: dict[str, Any], user: str, output: Path | None) -> None:
     """Everything stored about a user as one JSON document: turns, gists, profile, eras,

@@ -74,17 +74,54 @@ def write_sessions(conn: sqlite3.Connection, sessions: list[SampleSession]) -> i
     return count
 
 
-def build_demo(path: Path, replace: bool = False) -> int:
-    if path.exists() and not replace:
-        raise DreamdError(f"{path} exists; pass --replace to overwrite it")
-    if not path.parent.is_dir():
-        path.parent.mkdir(parents=True)
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{path}{suffix}").unlink(missing_ok=True)
-    conn = sqlite3.connect(path, isolation_level=None)
+DEMO_MARK = "dreamd_demo"  # a table only `dreamd demo` creates: the file is the demo's
+
+
+def made_by_demo(path: Path) -> bool:
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.executescript(CORE_TABLES)
-        return write_sessions(conn, sample_sessions())
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return False
+    try:
+        return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                            (DEMO_MARK,)).fetchone() is not None
+    except sqlite3.Error:
+        return False
     finally:
         conn.close()
+
+
+def build_demo(path: Path, replace: bool = False, default: bool = False) -> int:
+    """Write the sample conversations into a new file at `path`. An existing file is
+    replaced only with `replace`, only if the demo made it (its mark is in it), and only
+    while no dreamd works on it; the default memory location is never used."""
+    from dreamd.lock import InstanceLock
+
+    if default:
+        raise DreamdError("the demo needs its own file: give --db PATH (it never writes to "
+                          "the default memory file)")
+    if path.exists():
+        if not replace:
+            raise DreamdError(f"{path} exists; pass --replace to overwrite it")
+        if not made_by_demo(path):
+            raise DreamdError(f"{path} was not made by `dreamd demo`; the demo replaces only "
+                              "files it made itself")
+    if not path.parent.is_dir():
+        path.parent.mkdir(parents=True)
+    lock = InstanceLock(path)
+    if path.exists():
+        lock.acquire()  # refused while a dreamd works on the file
+    try:
+        for suffix in ("", "-wal", "-shm"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(CORE_TABLES)
+            conn.execute(f"CREATE TABLE {DEMO_MARK} (made_at TEXT NOT NULL)")
+            conn.execute(f"INSERT INTO {DEMO_MARK} VALUES (datetime('now'))")
+            return write_sessions(conn, sample_sessions())
+        finally:
+            conn.close()
+    finally:
+        lock.release()

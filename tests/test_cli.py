@@ -173,3 +173,34 @@ def test_recall_and_context_commands(tmp_path: Path) -> None:
     assert data["tokens"] <= 300 and "## This conversation" in data["text"]
     missing = invoke("--db", str(tmp_path / "none.db"), "recall", "x")
     assert missing.exit_code == 2 and "does not exist" in missing.output
+
+
+def test_the_demo_never_destroys_a_real_memory_file(tmp_path: Path) -> None:
+    """--replace only replaces a file the demo made, never the default path, never a file
+    a dreamd is working on."""
+    real = tmp_path / "memory.db"
+    conn = make_chat_file(real)
+    add_turns(conn, "s", chat_texts(0, 4))
+    conn.close()
+    before = real.read_bytes()
+    refused = invoke("--db", str(real), "demo", "--replace")
+    assert refused.exit_code == 2
+    assert "was not made by `dreamd demo`" in refused.output
+    assert real.read_bytes() == before
+    no_db = CliRunner().invoke(main, ["demo", "--replace"], env={"HOME": str(tmp_path)})
+    assert no_db.exit_code == 2 and "give --db PATH" in no_db.output
+    assert not (tmp_path / ".local").exists()
+
+    demo = tmp_path / "demo.db"
+    assert invoke("--db", str(demo), "demo").exit_code == 0
+    assert invoke("--db", str(demo), "demo", "--replace").exit_code == 0  # its own file
+    from dreamd.lock import InstanceLock
+
+    held = InstanceLock(demo)
+    held.acquire()  # as a daemon working on the demo file would
+    try:
+        busy = invoke("--db", str(demo), "demo", "--replace")
+    finally:
+        held.release()
+    assert busy.exit_code == 3, busy.output
+    assert demo.exists()
