@@ -20,6 +20,7 @@ import numpy as np
 from dreamd.backends.factory import make_embedder
 from dreamd.backends.protocols import Embedder
 from dreamd.config import Config
+from dreamd.config import load as load_config
 from dreamd.context import Context
 from dreamd.context import build as build_context
 from dreamd.export import export_user
@@ -64,7 +65,9 @@ class Memory:
                  read_only: bool = False) -> None:
         """`read_only` opens the file without migrating or writing anything (recall,
         context and export work; remember and forget do not)."""
-        self.config = config or Config(db=str(path))
+        # Without a config, the same one the daemon and the CLI read: $DREAMD_CONFIG,
+        # then DREAMD_* variables; `path` names the file.
+        self.config = config or load_config(None, db=str(path))
         self._lock = threading.RLock()
         if read_only:
             self.store: Store = connect_readonly(path, self.config.store.busy_timeout_ms)
