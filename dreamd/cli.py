@@ -94,18 +94,19 @@ class Progress:
             self.stream.flush()
 
 
-def dream(obj: dict[str, Any], config: cfg.Config, *, force: bool, loop: float | None) -> int:
+def dream(obj: dict[str, Any], config: cfg.Config, *, force: bool, loop: float | None,
+          create: bool) -> int:
     from dreamd.daemon import Daemon, run_force
 
     log = logging_.get_logger()
     if force:
         progress = Progress(sys.stderr)
         try:
-            return run_force(config, log, progress)
+            return run_force(config, log, progress, create=create)
         finally:
             progress.clear()
     daemon = Daemon(config, log, config_path=obj.get("config"), db_flag=obj.get("db"),
-                    fixed_interval=loop)
+                    fixed_interval=loop, create=create)
     return daemon.run()
 
 
@@ -119,10 +120,13 @@ def dream(obj: dict[str, Any], config: cfg.Config, *, force: bool, loop: float |
               callback=lambda ctx, param, value: finite(value, "--loop"),
               help="A pass every SECONDS until SIGINT/SIGTERM (instead of the adaptive "
               "schedule).")
+@click.option("--create", is_flag=True, help="Start a new memory file if there is none at "
+              "the path (otherwise a missing file is an error: a typo must not dream on an "
+              "empty file).")
 @click.version_option(package_name="dreamd")
 @click.pass_context
 def main(ctx: click.Context, db: str | None, config_path: str | None, force: bool,
-         loop: float | None) -> None:
+         loop: float | None, create: bool) -> None:
     """Consolidate a chat app's memory file: gists, profile, eras, narrative, self-state.
 
     Without --force or --loop, dreamd runs as a daemon: a pass at start, then passes on an
@@ -146,15 +150,16 @@ def main(ctx: click.Context, db: str | None, config_path: str | None, force: boo
     ctx.ensure_object(dict)
     ctx.obj.update({"db": db, "config": config_path})
     if ctx.invoked_subcommand is not None:
-        if force or loop is not None:
-            raise fail("--force and --loop run passes; they do not go with a subcommand")
+        if force or loop is not None or create:
+            raise fail("--force, --loop and --create run passes; they do not go with a "
+                       "subcommand")
         return
     if force and loop is not None:
         raise fail("choose one of --force and --loop")
     config = load_config(ctx.obj)
     # Pass logs go to stdout (journald under systemd); status output keeps stdout clean.
     logging_.configure(config.log.level, config.log.format, stream=sys.stdout)
-    ctx.exit(dream(ctx.obj, config, force=force, loop=loop))
+    ctx.exit(dream(ctx.obj, config, force=force, loop=loop, create=create))
 
 
 def _remember_option(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -262,8 +267,13 @@ def recall(obj: dict[str, Any], query: str, k: int, session: str | None,
     Example:
       dreamd --db ~/chat/memory.db recall "what is my dog called?" -k 5
     """
+    from dreamd.users import require_user
+
     memory = open_memory(obj)
     try:
+        with memory.store.read() as conn:
+            for name in users or (memory.config.user.id,):
+                require_user(conn, name)
         hits = memory.recall(query, k=k, session=session, users=list(users) or None)
     finally:
         memory.close()
@@ -301,6 +311,57 @@ def context(obj: dict[str, Any], session: str, query: str | None, budget: int,
                                "sections": dict(block.sections)}, indent=2))
     else:
         click.echo(block.text)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@file_options
+@click.pass_obj
+def users(obj: dict[str, Any], as_json: bool) -> None:
+    """The users this memory file holds: sessions, turns, and turns not yet in a gist.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db users
+    """
+    from dreamd import users as users_
+
+    data = read_existing(obj, lambda store, config: users_.users(store))
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    for user, t in data["users"].items():
+        click.echo(f"{user}: {t['sessions']} sessions, {t['turns']} turns, "
+                   f"{t['backlog']} not yet in a gist")
+    if not data["users"]:
+        click.echo("no users yet")
+    if data["uncounted_turns"]:
+        click.echo(f"(and {data['uncounted_turns']} newer turns the next pass will count)")
+
+
+@main.command()
+@click.option("--user", help="Only this user's sessions.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@file_options
+@click.pass_obj
+def sessions(obj: dict[str, Any], user: str | None, as_json: bool) -> None:
+    """The sessions this memory file holds, newest first per user, with their backlog.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db sessions --user alice
+    """
+    from dreamd import users as users_
+
+    data = read_existing(obj, lambda store, config: users_.sessions(store, user))
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    for row in data["sessions"]:
+        click.echo(f"{row['session_id']}  {row['user_id']}  {row['turns']} turns, "
+                   f"{row['unsummarized']} not yet in a gist, last {row['last_at'] or '-'}")
+    if data["uncounted_turns"]:
+        click.echo(f"(and {data['uncounted_turns']} newer turns the next pass will count)")
 
 
 @main.command(name="import")

@@ -22,7 +22,7 @@ from dreamd import config as cfg
 from dreamd.app import check_sqlite, ensure_directory, open_store
 from dreamd.backends.factory import make_backends
 from dreamd.cycle import PassResult, run_pass
-from dreamd.errors import EXIT_JOB_FAILED, EXIT_OK, DreamdError
+from dreamd.errors import EXIT_JOB_FAILED, EXIT_OK, DreamdError, StoreError
 from dreamd.lock import InstanceLock
 from dreamd.notify import Notifier
 from dreamd.schedule import in_quiet_hours, next_delay
@@ -136,8 +136,10 @@ def status_line(result: PassResult | None) -> str:
 class Runner:
     """The open memory file, its lock and backends, and the flags: shared by both modes."""
 
-    def __init__(self, config: cfg.Config, log: Any, notifier: Notifier) -> None:
+    def __init__(self, config: cfg.Config, log: Any, notifier: Notifier,
+                 create: bool = False) -> None:
         self.config = config
+        self.create = create
         self.log = log
         self.notifier = notifier
         self.flags = Flags(config.pass_.stop_grace_seconds, self.grace_over)
@@ -149,6 +151,10 @@ class Runner:
     def start(self) -> None:
         self.flags.install()
         # The lock comes first: a second dreamd must not even migrate a file in use.
+        path = self.config.db_path
+        if not self.create and not path.exists():
+            raise StoreError(f"{path} does not exist: point --db at the chat app's memory "
+                             "file, or pass --create to start a new one")
         ensure_directory(self.config)
         self.lock.acquire(create=True)
         try:
@@ -205,8 +211,8 @@ class Runner:
         return result
 
 
-def run_force(config: cfg.Config, log: Any, progress: Any = None) -> int:
-    runner = Runner(config, log, Notifier())
+def run_force(config: cfg.Config, log: Any, progress: Any = None, create: bool = False) -> int:
+    runner = Runner(config, log, Notifier(), create)
     runner.start()
     try:
         result = runner.one_pass("force", True, progress)
@@ -226,9 +232,9 @@ class Daemon:
 
     def __init__(self, config: cfg.Config, log: Any, *, config_path: str | None,
                  db_flag: str | None, fixed_interval: float | None,
-                 notifier: Notifier | None = None) -> None:
+                 notifier: Notifier | None = None, create: bool = False) -> None:
         self.config_path, self.db_flag, self.fixed = config_path, db_flag, fixed_interval
-        self.runner = Runner(self.effective(config), log, notifier or Notifier())
+        self.runner = Runner(self.effective(config), log, notifier or Notifier(), create)
         self.log = log
         self._quiet_logged = False
 

@@ -33,6 +33,10 @@ class StoreBusy(StoreError):
     exit_code = EXIT_BUSY
 
 
+class UnknownUser(DreamdError):
+    """A user or session the memory file does not hold (a typo, most often)."""
+
+
 class AlreadyRunning(DreamdError):
     """Another dreamd holds the memory file's lock."""
 

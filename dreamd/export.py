@@ -17,6 +17,7 @@ from dreamd import __version__
 from dreamd.ids import era_key, narrative_id, profile_id, self_state_id
 from dreamd.store import queries as q
 from dreamd.store.connect import Store
+from dreamd.users import require_user
 
 FORMAT = "dreamd-export/1"
 
@@ -106,6 +107,7 @@ def _tier(conn: sqlite3.Connection, table: str, where: str, args: tuple[Any, ...
 def export_user(store: Store, user: str, agent_id: str) -> dict[str, Any]:
     """The whole document for `user`, read in one consistent snapshot."""
     with store.read() as conn:
+        require_user(conn, user)
         sessions = sorted(q.sessions_of(conn, [user]))
         profile = _tier(conn, "profile", "id = ?", (profile_id(user),), "content, updated_at")
         if profile is not None:

@@ -40,6 +40,7 @@ from dreamd.errors import ConfigError
 from dreamd.sensing import sync_tally
 from dreamd.store import queries as q
 from dreamd.store.connect import Store
+from dreamd.users import require_user
 
 STEP = 500  # turns looked at per deleting transaction: ~35-55 us a turn of write lock
 MERGE_PAGES = 50  # full-text index pages merged per transaction: under ~10 ms
@@ -197,6 +198,9 @@ def forget(store: Store, scope: Scope, agent_id: str, *, dry_run: bool = False,
            vacuum: bool = False, step: int = STEP) -> Report:
     """Erase `scope` (see the module's docstring for the sequence). A dry run reads only."""
     whole_user = scope.session is None and scope.before is None
+    if not vacuum:  # a vacuum after an earlier forget may name a user no longer here
+        with store.read() as conn:
+            require_user(conn, scope.user, scope.session)
     while True:
         report = Report(scope, dry_run)
         if not dry_run:

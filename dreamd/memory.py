@@ -39,7 +39,6 @@ from dreamd.store import queries as q
 from dreamd.store.connect import Store, connect, connect_readonly
 from dreamd.store.migrations import migrate, require_current
 
-
 T = TypeVar("T")
 
 

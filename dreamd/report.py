@@ -12,6 +12,7 @@ from dreamd.models import Drives
 from dreamd.sensing import read_backlog
 from dreamd.store import queries as q
 from dreamd.store.connect import Store
+from dreamd.users import require_user
 
 
 def status(store: Store, config: Config, embed_model: str, now: datetime,
@@ -51,8 +52,10 @@ def llm_state(run: dict[str, Any] | None) -> str:
 def memory(store: Store, config: Config, gists: int = 5, user: str | None = None
            ) -> dict[str, Any]:
     """The derived memory for one user (default: the configured one) and the agent."""
-    user = user or config.user.id
+    named, user = user is not None, user or config.user.id
     with store.read() as conn:
+        if named:
+            require_user(conn, user)
         all_gists = q.gists_for_user(conn, user)
         profile = q.profile_row(conn, profile_id(user))
         eras = q.eras_for_user(conn, user)

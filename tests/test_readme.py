@@ -28,8 +28,10 @@ def test_the_chat_app_example_runs_and_reads_the_daemons_config(tmp_path: Path) 
     conn = sqlite3.connect(db)  # a second user of a multi-user app, as the example has
     conn.execute("INSERT INTO sessions (id, name, created_at, user_id) "
                  "VALUES ('a-1', 'alice', '2024-06-01T10:00:00+00:00', 'alice')")
-    conn.execute("INSERT INTO exchanges (session_id, role, content, created_at) "
-                 "VALUES ('a-1', 'user', 'My cat is called Miso', '2024-06-01T10:00:00+00:00')")
+    conn.executemany("INSERT INTO exchanges (session_id, role, content, created_at) "
+                     "VALUES ('a-1', 'user', ?, ?)",
+                     [("My cat is called Miso", "2024-06-01T10:00:00+00:00"),
+                      ("Miso is ten now", "2025-03-01T10:00:00+00:00")])
     conn.commit()
     conn.close()
     code = readme_block("## Using it from a chat app").replace("/var/lib/chat/memory.db",

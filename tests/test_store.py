@@ -173,6 +173,7 @@ def test_write_is_begin_immediate(opened) -> None:  # type: ignore[no-untyped-de
 
 
 def test_sqlite_version_is_logged_and_the_bug_warned_once(db: Path) -> None:
+    """Once per daemon start (check_sqlite), never on opening a file for a command."""
     from structlog.testing import capture_logs
 
     import dreamd.app
@@ -183,7 +184,10 @@ def test_sqlite_version_is_logged_and_the_bug_warned_once(db: Path) -> None:
     dreamd.app._warned = False
     with capture_logs() as logs:
         open_store(config_for(db), get_logger()).close()
-        open_store(config_for(db), get_logger()).close()
+    assert logs == []
+    with capture_logs() as logs:
+        dreamd.app.check_sqlite(get_logger())
+        dreamd.app.check_sqlite(get_logger())
     events = [e["event"] for e in logs]
     assert events.count("sqlite_library") == 1
     assert events.count("sqlite_wal_reset_bug") == int(has_wal_reset_bug(sqlite_version()))

@@ -212,6 +212,36 @@ def count_sessions(conn: sqlite3.Connection, user_id: str | None = None) -> int:
     )
 
 
+def known_users(conn: sqlite3.Connection) -> list[str]:
+    """Users the file knows: named by the app's sessions rows or filed by the tally."""
+    rows = conn.execute("SELECT user_id FROM sessions WHERE user_id IS NOT NULL UNION "
+                        "SELECT user_id FROM dreamd_sessions ORDER BY 1").fetchall()
+    return [str(r[0]) for r in rows]
+
+
+@dataclass(frozen=True)
+class SessionCount:
+    session_id: str
+    user_id: str
+    turns: int
+    unsummarized: int
+    last_at: str | None
+
+
+def session_counts(conn: sqlite3.Connection, user_id: str | None = None
+                   ) -> list[SessionCount]:
+    """Each session with its turns and backlog as of the last pass's tally (sessions the
+    app created that have no turns yet show 0)."""
+    rows = conn.execute(
+        "SELECT session_id, user_id, turns, turns - summarized_turns, last_at "
+        "FROM dreamd_sessions WHERE ?1 IS NULL OR user_id = ?1 UNION ALL "
+        "SELECT id, COALESCE(user_id, ?2), 0, 0, NULL FROM sessions s "
+        "WHERE (?1 IS NULL OR COALESCE(user_id, ?2) = ?1) AND NOT EXISTS "
+        "(SELECT 1 FROM dreamd_sessions t WHERE t.session_id = s.id) "
+        "ORDER BY 2, 5 DESC", (user_id, DEFAULT_USER)).fetchall()
+    return [SessionCount(*r) for r in rows]
+
+
 def session_owner(conn: sqlite3.Connection, session_id: str) -> str:
     """Whose session this is: its sessions row, else the tally, else the default user."""
     row = conn.execute(

@@ -1,0 +1,93 @@
+"""A newcomer's typos are caught: unknown users, a mistyped path, what a file holds."""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from dreamd.cli import main
+from tests.helpers import add_turns, chat_texts, make_chat_file
+from tests.test_processes import dreamd_env
+
+
+def run(db: Path, *args: str):  # type: ignore[no-untyped-def]
+    return CliRunner().invoke(main, ["--db", str(db), *args], env=dreamd_env())
+
+
+def two_users(db: Path) -> None:
+    conn = make_chat_file(db)
+    conn.execute("INSERT INTO sessions (id, name, created_at) VALUES "
+                 "('b1', 'bob', '2026-03-01'), ('c1', 'cleo', '2026-03-01')")
+    conn.close()
+    assert run(db, "--force").exit_code == 0  # migrates: sessions gain user_id
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("UPDATE sessions SET user_id = name")
+    add_turns(conn, "b1", chat_texts(0, 6))
+    add_turns(conn, "c1", chat_texts(1, 4))
+    conn.close()
+    assert run(db, "--force").exit_code == 0
+
+
+def digest(db: Path) -> str:
+    return hashlib.sha256(db.read_bytes()).hexdigest()
+
+
+def test_privacy_requests_for_unknown_users_are_refused(tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    two_users(db)
+    before = digest(db)
+    for args in (["forget", "--user", "Bob"], ["forget", "--user", "Bob", "--dry-run"],
+                 ["export", "--user", "nobody"], ["show", "--user", "Bob"],
+                 ["recall", "dog", "--user", "Bob"]):
+        result = run(db, *args)
+        assert result.exit_code == 2, (args, result.output)
+        assert result.output.strip().splitlines() == [
+            f"Error: no user {args[args.index('--user') + 1]!r} in this memory file; known "
+            "users: bob, cleo (dreamd users lists them)"], result.output
+    wrong_session = run(db, "forget", "--user", "bob", "--session", "c1")
+    assert wrong_session.exit_code == 2
+    assert "user 'bob' has no session 'c1'" in wrong_session.output
+    assert digest(db) == before
+
+
+def test_recall_without_user_in_a_multi_user_file_says_whom_to_ask_for(tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    two_users(db)
+    result = run(db, "recall", "guitar")
+    assert result.exit_code == 2
+    assert "no user 'default' in this memory file; known users: bob, cleo" in result.output
+    assert run(db, "recall", "guitar", "--user", "cleo").exit_code == 0
+
+
+def test_users_and_sessions_list_what_the_file_holds(tmp_path: Path) -> None:
+    db = tmp_path / "memory.db"
+    two_users(db)
+    conn = sqlite3.connect(db, isolation_level=None)
+    add_turns(conn, "b1", chat_texts(0, 3))  # not counted by a pass yet
+    conn.close()
+    users = run(db, "users")
+    assert users.exit_code == 0, users.output
+    assert users.output.splitlines() == [
+        "bob: 1 sessions, 6 turns, 0 not yet in a gist",
+        "cleo: 1 sessions, 4 turns, 0 not yet in a gist",
+        "(and 3 newer turns the next pass will count)"]
+    sessions = run(db, "sessions", "--user", "cleo")
+    assert sessions.exit_code == 0, sessions.output
+    assert sessions.output.splitlines()[0].startswith("c1  cleo  4 turns, 0 not yet in a gist")
+    assert run(db, "sessions", "--user", "nobody").exit_code == 2
+
+
+def test_a_mistyped_path_is_not_dreamed_on_without_create(tmp_path: Path) -> None:
+    typo = tmp_path / "memroy.db"
+    for args in (["--force"], ["--loop", "1"]):
+        result = run(typo, *args)
+        assert result.exit_code == 2, result.output
+        assert result.output.strip().splitlines() == [
+            f"Error: {typo} does not exist: point --db at the chat app's memory file, or "
+            "pass --create to start a new one"]
+        assert not typo.exists()
+    assert run(typo, "--force", "--create").exit_code == 0
+    assert typo.exists()
