@@ -139,6 +139,7 @@ class PassConfig:
 class ScheduleConfig:
     min_interval_seconds: float = field(default=60.0, metadata=_check("float", min=0.05))
     max_interval_seconds: float = field(default=1800.0, metadata=_check("float", min=0.05))
+    wake_on_turns_seconds: float = field(default=10.0, metadata=_check("float", min=0))
     quiet_hours: str = field(default="", metadata=_check("quiet_hours"))
     deep_pass_cron: str = field(default="", metadata=_check("cron"))
 

@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -27,7 +28,7 @@ from dreamd.lock import InstanceLock
 from dreamd.notify import Notifier
 from dreamd.schedule import in_quiet_hours, next_delay
 from dreamd.store import queries as q
-from dreamd.store.connect import connect
+from dreamd.store.connect import connect, connect_readonly
 
 
 class Flags:
@@ -237,6 +238,7 @@ class Daemon:
         self.runner = Runner(self.effective(config), log, notifier or Notifier(), create)
         self.log = log
         self._quiet_logged = False
+        self.last_end = datetime.now().astimezone()
 
     def effective(self, config: cfg.Config) -> cfg.Config:
         """--loop SECONDS fixes the delay between passes."""
@@ -274,6 +276,7 @@ class Daemon:
                 if self.runner.flags.reload.is_set():
                     self.runner.flags.reload.clear()
                     self.reload()
+                self.watch_turns()
             notifier.stopping()
             self.log.info("stopping", reason="signal")
             self.scheduler.shutdown(wait=True)  # the running pass stops between items
@@ -285,6 +288,35 @@ class Daemon:
         if lingering_threads():
             exit_now(EXIT_OK)  # abandoned calls: their threads are not waited for
         return EXIT_OK
+
+    def watch_turns(self) -> None:
+        """New turns since the last pass sensed its backlog bring the next pass forward
+        to `wake_on_turns_seconds` after the last one ended. One indexed read on a
+        read-only connection of the main thread's own (~0.1 ms a look)."""
+        wait = self.config.schedule.wake_on_turns_seconds
+        last = self.runner.last
+        if self.fixed is not None or not wait or last is None or self.runner.health.running:
+            return
+        try:
+            # A connection of its own for each look: one kept open across looks was seen
+            # to keep a stale view of the WAL once another process's connection closed.
+            watcher = connect_readonly(self.config.db_path, 1000)
+            try:
+                with watcher.read() as conn:
+                    newest = q.max_exchange_id(conn)
+            finally:
+                watcher.close()
+        except (DreamdError, sqlite3.Error):
+            return  # the schedule still runs; the next look may work
+        if newest <= last.stats_before.max_exchange_id:
+            return
+        wake = self.last_end + timedelta(seconds=wait)
+        job = self.scheduler.get_job("pass")
+        if job is not None and job.next_run_time is not None and job.next_run_time > wake:
+            now = datetime.now(self.scheduler.timezone)
+            self.scheduler.modify_job("pass", next_run_time=max(wake, now))
+            self.log.info("new_turns", turns=newest - last.stats_before.max_exchange_id,
+                          next_pass_in=round(max(0.0, (wake - now).total_seconds()), 1))
 
     def schedule_jobs(self, first_run: bool = False) -> None:
         s = self.config.schedule
@@ -331,8 +363,8 @@ class Daemon:
         if self.runner.flags.stop.is_set():
             return
         delay = next_delay(stability, self.config.schedule)
-        wake = datetime.now(self.scheduler.timezone) + timedelta(seconds=delay)
-        self.scheduler.modify_job("pass", next_run_time=wake)
+        self.last_end = datetime.now(self.scheduler.timezone)
+        self.scheduler.modify_job("pass", next_run_time=self.last_end + timedelta(seconds=delay))
 
     def reload(self) -> None:
         try:

@@ -299,3 +299,31 @@ def test_many_passes_with_a_live_writer_keep_wal_and_memory_bounded(tmp_path: Pa
     print(f"soak: {passes} passes, WAL max {max(wal_sizes) / 1024:.0f} KiB, "
           f"RSS {warm / 1024:.1f} -> {final / 1024:.1f} MiB, writer p99 "
           f"{sorted(data['latencies'])[int(len(data['latencies']) * 0.99)] * 1000:.1f} ms")
+
+
+def test_new_turns_wake_the_daemon_within_seconds(tmp_path: Path) -> None:
+    """Caught up, the schedule would sleep 30 minutes; 30 new turns bring a pass within
+    seconds (wake_on_turns_seconds after the last one), and only once for them."""
+    db = tmp_path / "memory.db"
+    big_file(db, 3, 4)
+    proc = start(db, env=dreamd_env(DREAMD_SCHEDULE__WAKE_ON_TURNS_SECONDS="1"))
+    try:
+        assert wait_for(lambda: query(db, "SELECT COUNT(*) FROM dreamd_runs "
+                                          "WHERE ended_at IS NOT NULL", 0) == 1, 30)
+        time.sleep(2)
+        assert query(db, "SELECT COUNT(*) FROM dreamd_runs") == 1  # nothing new: asleep
+        conn = sqlite3.connect(db, isolation_level=None, timeout=10)
+        from tests.helpers import add_turns, chat_texts
+
+        add_turns(conn, "later", chat_texts(5, 30))
+        conn.close()
+        noticed = time.monotonic()
+        assert wait_for(lambda: query(db, "SELECT COUNT(*) FROM dreamd_runs "
+                                          "WHERE ended_at IS NOT NULL", 0) == 2, 30)
+        assert time.monotonic() - noticed < 15
+        time.sleep(3)
+        assert query(db, "SELECT COUNT(*) FROM dreamd_runs") == 2  # once for those turns
+        assert query(db, "SELECT COUNT(*) FROM dreamd_exchange_vectors") == 42
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)

@@ -280,3 +280,29 @@ def test_one_memory_shared_by_a_threaded_chat_server(db: Path) -> None:
     memory.close()
     assert errors == []
     assert turns == 4 * 100
+
+
+def test_opening_a_memory_keeps_the_processs_other_connections_locks(db: Path) -> None:
+    """A chat app with its own connection opens a Memory on the same file; then another
+    process's connection closes. The app's connection must still count as open, or that
+    close checkpoints and deletes the WAL under it (closing any descriptor of a file
+    drops all of a process's fcntl() locks on it)."""
+    import subprocess
+    import sys
+
+    from dreamd.backends.hashing import HashingEmbedder
+    from dreamd.memory import Memory
+
+    Memory(db, config=config_for(db), embedder=HashingEmbedder()).close()  # a dreamd file
+    app = sqlite3.connect(db, isolation_level=None)
+    app.execute("INSERT INTO exchanges (session_id, role, content, created_at) "
+                "VALUES ('s', 'user', 'hello', '2026-01-01T00:00:00+00:00')")
+    wal = Path(f"{db}-wal")
+    inode = wal.stat().st_ino
+    Memory(db, config=config_for(db), embedder=HashingEmbedder(), read_only=True).close()
+    Memory(db, config=config_for(db), embedder=HashingEmbedder()).close()
+    subprocess.run([sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]);"
+                    " c.execute('SELECT COUNT(*) FROM exchanges').fetchone(); c.close()",
+                    str(db)], check=True)
+    assert wal.exists() and wal.stat().st_ino == inode
+    app.close()

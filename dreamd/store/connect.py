@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from dreamd.errors import StoreError
+from dreamd.errors import StoreBusy, StoreError
 
 # The WAL-reset bug (sqlite.org/wal.html#walresetbug) can corrupt a WAL database when
 # two connections write and checkpoint at the same moment — exactly dreamd's setting.
@@ -142,16 +142,26 @@ class Store:
 
 
 def _check_sqlite_file(path: Path) -> None:
-    """Refuse a file that exists but is not an SQLite database, before sqlite3 touches it."""
-    try:
-        with path.open("rb") as fh:
-            header = fh.read(16)
-    except IsADirectoryError:
-        raise StoreError(f"{path} is a directory, not an SQLite database file") from None
-    except PermissionError:
-        raise StoreError(f"{path} cannot be read: permission denied") from None
-    if header and header != b"SQLite format 3\x00":
-        raise StoreError(f"{path} is not an SQLite database file")
+    """Refuse a directory or an unreadable file before sqlite3 touches it.
+
+    The file itself is never opened here: closing any descriptor of a file drops every
+    fcntl() lock this process holds on it, SQLite's included — a chat app that opens a
+    Memory beside its own connection would lose its locks, and the next connection to
+    close elsewhere would checkpoint and delete the WAL under it. Whether the file is an
+    SQLite database is SQLite's to say (`not_sqlite`)."""
+    if path.is_dir():
+        raise StoreError(f"{path} is a directory, not an SQLite database file")
+    if not os.access(path, os.R_OK):
+        raise StoreError(f"{path} cannot be read: permission denied")
+
+
+def _opening_error(path: Path, exc: sqlite3.DatabaseError) -> StoreError:
+    if "file is not a database" in str(exc):
+        return StoreError(f"{path} is not an SQLite database file")
+    if "locked" in str(exc) or "busy" in str(exc):
+        return StoreBusy(f"the memory file stayed locked by another process past the busy "
+                         f"timeout ({exc}); try again")
+    return StoreError(f"{path} cannot be opened as an SQLite database: {exc}")
 
 
 def connect_readonly(path: str | Path, busy_timeout_ms: int = 5000) -> Store:
@@ -167,8 +177,9 @@ def connect_readonly(path: str | Path, busy_timeout_ms: int = 5000) -> Store:
         conn = sqlite3.connect(uri, uri=True, isolation_level=None,
                                timeout=busy_timeout_ms / 1000, check_same_thread=False)
         conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        conn.execute("PRAGMA schema_version").fetchone()  # reads the header: is it SQLite?
     except sqlite3.DatabaseError as exc:
-        raise StoreError(f"{path} cannot be opened as an SQLite database: {exc}") from None
+        raise _opening_error(path, exc) from None
     return Store(conn, path, read_only=True)
 
 
@@ -207,7 +218,7 @@ def connect(path: str | Path, busy_timeout_ms: int = 5000, create: bool = False)
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=OFF")
     except sqlite3.DatabaseError as exc:
-        raise StoreError(f"{path} cannot be opened as an SQLite database: {exc}") from None
+        raise _opening_error(path, exc) from None
     if str(mode).lower() != "wal":
         conn.close()
         raise StoreError(f"{path} could not be put in WAL mode (journal_mode is {mode!r})")
