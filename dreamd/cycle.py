@@ -124,7 +124,7 @@ def run_pass(
         ctx.horizon = stats_before.max_exchange_id
         drives_before = drv.levels(stats_before, config, now)
         results = run_rounds(ctx, previous, log)
-        stats_after = read_backlog(store, config, clock(), embedder.model)
+        stats_after = read_backlog(store, config, clock(), embedder.model, ctx.horizon)
         drives_after = drv.levels(stats_after, config, clock())
         save_drives(store, config.agent.id, drives_after, clock().isoformat())
     except BaseException as exc:
@@ -204,7 +204,7 @@ def run_job(ctx: JobContext, job: str, previous: Drives, log: Any, share: float 
                          "the next pass starts afresh")
     if ctx.halted is not None and job != "embed":
         return JobResult(job, False, f"not run: LLM work stopped for this pass ({ctx.halted})")
-    stats = read_backlog(ctx.store, ctx.config, ctx.now(), ctx.embedder.model)
+    stats = read_backlog(ctx.store, ctx.config, ctx.now(), ctx.embedder.model, ctx.horizon)
     decision = drv.decide_job(job, stats, previous, ctx.config, ctx.now(), force=ctx.force)
     if not decision.due:
         return JobResult(job, False, decision.reason)

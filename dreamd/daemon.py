@@ -364,7 +364,11 @@ class Daemon:
             return
         delay = next_delay(stability, self.config.schedule)
         self.last_end = datetime.now(self.scheduler.timezone)
-        self.scheduler.modify_job("pass", next_run_time=self.last_end + timedelta(seconds=delay))
+        wake = self.last_end + timedelta(seconds=delay)
+        self.scheduler.modify_job("pass", next_run_time=wake)
+        # For `dreamd status`; never worth a failure.
+        with contextlib.suppress(Exception), self.runner.store.write() as conn:
+            q.set_state(conn, "next_pass_at", wake.astimezone(UTC).isoformat())
 
     def reload(self) -> None:
         try:

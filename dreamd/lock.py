@@ -22,7 +22,19 @@ from dreamd.errors import AlreadyRunning, StoreError
 
 def holder_pid(fd: int) -> int | None:
     """The pid holding an flock on the file behind `fd`, from /proc/locks (Linux)."""
-    st = os.fstat(fd)
+    return _flock_holder(os.fstat(fd))
+
+
+def holder_of(path: Path) -> int | None:
+    """The pid of the dreamd holding `path`, if any — without opening the file (a
+    process that opens and closes it would drop its own SQLite locks on it)."""
+    try:
+        return _flock_holder(path.stat())
+    except OSError:
+        return None
+
+
+def _flock_holder(st: os.stat_result) -> int | None:
     identity = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
     try:
         with open("/proc/locks", encoding="ascii", errors="replace") as fh:

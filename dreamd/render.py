@@ -13,9 +13,19 @@ def _drives(drives: dict[str, float] | None) -> str:
 
 def render_status(data: dict[str, Any]) -> str:
     b = data["backlog"]
+    daemon = data.get("daemon") or {}
+    if daemon.get("pid"):
+        running = f"pid {daemon['pid']} holds this file"
+        if daemon.get("next_pass_at"):
+            running += f"; next pass due {daemon['next_pass_at']} (sooner on new turns)"
+    else:
+        running = "no dreamd is running on this file"
     out = [
         f"memory file  {data['db']}",
-        f"drives       {_drives(data['drives'])}",
+        f"daemon       {running}",
+        f"backends     completer {data['backends']['completer']}; "
+        f"embedder {data['backends']['embedder']}",
+        f"drives now   {_drives(data['drives'])}",
         f"llm          {data['llm']}",
         "backlog      "
         f"{b['sessions']} sessions, {b['dirty']} with unsummarized turns "
@@ -73,12 +83,16 @@ def render_status(data: dict[str, Any]) -> str:
 def render_memory(data: dict[str, Any]) -> str:
     out = [f"== gists ({data['gists']['count']} sessions; latest shown)"]
     for g in data["gists"]["latest"]:
-        out.append(f"-- {g['session']} ({g['month']})")
+        out.append(f"-- {g['session']} ({g['month']}) [{g.get('made_by') or '-'}]")
         out.append(g["content"])
     out.append(f"\n== profile [{data.get('profile_source') or '-'}]")
     out.append(data["profile"] or "(none yet)")
     out.append("\n== eras")
-    out.extend(e["content"] for e in data["eras"]) if data["eras"] else out.append("(none yet)")
+    for era in data["eras"]:
+        out.append(f"-- {era['month']} [{era.get('made_by') or '-'}]")
+        out.append(era["content"])
+    if not data["eras"]:
+        out.append("(none yet)")
     out.append(f"\n== narrative [{data.get('narrative_source') or '-'}]")
     out.append(data["narrative"] or "(none yet)")
     out.append("\n== self-state")

@@ -5,10 +5,11 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from dreamd import drives as drv
 from dreamd.config import Config
 from dreamd.forget import open_journal
 from dreamd.ids import narrative_id, profile_id, self_state_id
-from dreamd.models import Drives
+from dreamd.lock import holder_of
 from dreamd.sensing import read_backlog
 from dreamd.store import queries as q
 from dreamd.store.connect import Store
@@ -20,21 +21,35 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
     """Backlog, drives, the last passes with each job's reason, failures and quarantine."""
     backlog = read_backlog(store, config, now, embed_model)
     with store.read() as conn:
-        state = q.self_state(conn, config.agent.id)
         unfolded = q.max_exchange_id(conn) - q.tally_watermark(conn)
         recent = q.recent_runs(conn, runs)
         fails = q.failures(conn)
         forget = open_journal(conn)
+        next_pass = q.get_state(conn, "next_pass_at")
+    holder = holder_of(store.path)
     return {
         "db": str(store.path),
-        "llm": llm_state(recent[0] if recent else None),
+        "daemon": {"pid": holder, "next_pass_at": next_pass if holder else None},
+        "backends": backends(config, embed_model),
+        "llm": llm_state(recent[0] if recent else None) if config.completer.backend == "openai"
+        else "none: the extractive backend works offline",
         "backlog": {**backlog.as_dict(), "turns_since_last_pass": unfolded},
-        "drives": Drives.from_dict(state[0].get("drives") if state else None).as_dict(),
+        # What the next pass would start from: computed from this backlog, not stored.
+        "drives": drv.levels(backlog, config, now).as_dict(),
         "runs": recent,
         "failures": [f.__dict__ for f in fails if not f.quarantined],
         "quarantined": [f.__dict__ for f in fails if f.quarantined],
         "forget": forget,
     }
+
+
+def backends(config: Config, embed_model: str) -> dict[str, str]:
+    """Which backends a pass would use, in words (never a key)."""
+    c = config.completer
+    completer = ("extractive (offline, no LLM)" if c.backend == "extractive"
+                 else f"openai-compatible: {c.model} at {c.base_url}")
+    where = "offline" if config.embed.backend != "openai" else "remote"
+    return {"completer": completer, "embedder": f"{embed_model} ({where})"}
 
 
 def llm_state(run: dict[str, Any] | None) -> str:
@@ -66,15 +81,18 @@ def memory(store: Store, config: Config, gists: int = 5, user: str | None = None
             "SELECT 'narrative', dreamd_source FROM narrative WHERE id = ?",
             (profile_id(user), narrative_id(user)),
         ).fetchall())
+        made_by = q.tier_sources(conn, user)
     latest = sorted(all_gists, key=lambda g: g.last_exchange_id)[-gists:]
     return {
         "user": user,
         "gists": {"count": len(all_gists),
-                  "latest": [{"session": g.session_id, "month": g.month, "content": g.content}
+                  "latest": [{"session": g.session_id, "month": g.month, "content": g.content,
+                              "made_by": made_by.get(("gist", g.session_id))}
                              for g in latest]},
         "profile": profile.content if profile else None,
         "profile_source": sources.get("profile"),
-        "eras": [{"month": m, "content": c} for m, c, _ in eras],
+        "eras": [{"month": m, "content": c, "made_by": made_by.get(("era", m))}
+                 for m, c, _ in eras],
         "narrative": narrative.content if narrative else None,
         "narrative_source": sources.get("narrative"),
         "self_state": state[0] if state else None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from dreamd.config import Config
 from dreamd.models import BacklogStats
@@ -56,16 +57,58 @@ def sync_owners(store: Store, agent_id: str, chunk: int = 500) -> int:
     return moved
 
 
-def read_backlog(store: Store, config: Config, now: datetime, embed_model: str) -> BacklogStats:
+def with_unfolded(totals: q.DirtyTotals, tally: dict[str, q.TallyRow],
+                  groups: list[tuple[Any, ...]], ripe_after: int, idle_before: str
+                  ) -> tuple[q.DirtyTotals, int]:
+    """The tally's totals as they will be once `groups` (turns it has not counted yet)
+    are folded in, and how many of those sessions are new to it. Pure."""
+    dirty, unsummarized, ripe, idle_ripe, idle_turns = (
+        totals.dirty, totals.unsummarized, totals.ripe, totals.idle_ripe, totals.idle_ripe_turns)
+    new_sessions = 0
+
+    def share(turns: int, done: int, done_id: int, last_at: str) -> tuple[int, ...]:
+        waiting = turns - done
+        is_ripe = done_id == 0 or waiting >= ripe_after
+        idle = is_ripe and last_at <= idle_before
+        return 1, waiting, int(is_ripe), int(idle), waiting if idle else 0
+
+    for session_id, _user, turns, _first, _last, _first_at, last_at in groups:
+        row = tally.get(session_id)
+        before: tuple[int, ...] = (0, 0, 0, 0, 0)
+        if row is None:
+            new_sessions += 1
+            row = q.TallyRow(0, 0, 0, "")
+        elif row.turns > row.summarized_turns:  # counted as dirty already
+            before = share(row.turns, row.summarized_turns, row.summarized_id, row.last_at)
+        after = share(row.turns + turns, row.summarized_turns, row.summarized_id,
+                      max(row.last_at, q.iso_utc(last_at)))
+        dirty, unsummarized, ripe, idle_ripe, idle_turns = (
+            a + n - b for a, n, b in zip((dirty, unsummarized, ripe, idle_ripe, idle_turns),
+                                         after, before, strict=True))
+    return q.DirtyTotals(dirty, unsummarized, ripe, idle_ripe, idle_turns), new_sessions
+
+
+def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
+                 upto: int | None = None) -> BacklogStats:
     """One consistent snapshot (a single read transaction) of every user's backlog.
 
-    Session counts come from the tally's partial index; the tiers are checked per user
-    with a gist (a few index seeks each).
+    Session counts come from the tally's partial index, plus the turns (up to `upto`)
+    no pass has counted yet, so a read-only look between passes tells the truth; the
+    tiers are checked per user with a gist (a few index seeks each).
     """
     cutoff = now - timedelta(minutes=config.summarize.idle_minutes)
+    idle_before = cutoff.astimezone(UTC).isoformat()
     with store.read() as conn:
-        dirty = q.dirty_totals(conn, config.summarize.after, cutoff.astimezone(UTC).isoformat())
+        dirty = q.dirty_totals(conn, config.summarize.after, idle_before)
         max_id = q.max_exchange_id(conn)
+        counted = q.tally_watermark(conn)
+        new_sessions = 0
+        limit = max_id if upto is None else min(max_id, upto)
+        if limit > counted:
+            groups = q.new_exchange_groups(conn, counted, limit)
+            tally = q.tally_rows(conn, [g[0] for g in groups])
+            dirty, new_sessions = with_unfolded(dirty, tally, groups, config.summarize.after,
+                                                idle_before)
         newer_than_profile = stale = narratives = 0
         for user in q.users_with_gists(conn):
             newer_than_profile += q.gists_past_profile(conn, user)
@@ -73,7 +116,7 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str) 
             narratives += q.narrative_stale(conn, user)
         marks = q.reflection_marks(conn, config.agent.id)
         return BacklogStats(
-            sessions=q.count_sessions(conn),
+            sessions=q.count_sessions(conn) + new_sessions,
             dirty=dirty.dirty,
             ripe=dirty.ripe,
             idle_ripe=dirty.idle_ripe,

@@ -91,3 +91,53 @@ def test_a_mistyped_path_is_not_dreamed_on_without_create(tmp_path: Path) -> Non
         assert not typo.exists()
     assert run(typo, "--force", "--create").exit_code == 0
     assert typo.exists()
+
+
+def test_status_tells_the_truth_between_passes(tmp_path: Path) -> None:
+    """40 turns arrive after a pass: status (read-only) counts them, shows the drives the
+    next pass would start from, the backends, and whether a daemon holds the file."""
+    import json
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.test_processes import ROOT
+
+    db = tmp_path / "memory.db"
+    conn = make_chat_file(db)
+    add_turns(conn, "old", chat_texts(0, 6))
+    conn.close()
+    assert run(db, "--force").exit_code == 0
+    conn = sqlite3.connect(db, isolation_level=None)
+    add_turns(conn, "new", chat_texts(1, 40))
+    conn.close()
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    result = run(db, "status", "--json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+    assert data["backlog"]["sessions"] == 2 and data["backlog"]["dirty"] == 1
+    assert data["backlog"]["unsummarized_turns"] == 40
+    assert data["backlog"]["unembedded_turns"] == 40
+    assert data["drives"]["stability"] < 0.9 and data["drives"]["continuity"] > 0.3
+    assert data["backends"]["completer"] == "extractive (offline, no LLM)"
+    assert data["llm"].startswith("none")
+    assert data["daemon"]["pid"] is None
+    text = run(db, "status").output
+    assert "no dreamd is running on this file" in text and "40 turns unembedded" in text
+
+    daemon = subprocess.Popen([sys.executable, "-m", "dreamd", "--db", str(db)], cwd=ROOT,
+                              env=dreamd_env(), stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            held = json.loads(run(db, "status", "--json").output)["daemon"]
+            if held["pid"] and held["next_pass_at"]:
+                break
+            time.sleep(0.2)
+        assert held["pid"] == daemon.pid and held["next_pass_at"], held
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(30)

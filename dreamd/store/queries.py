@@ -134,6 +134,27 @@ def apply_tally(
     set_state(conn, "tally_id", str(upto_id))
 
 
+@dataclass(frozen=True)
+class TallyRow:
+    turns: int
+    summarized_turns: int
+    summarized_id: int
+    last_at: str
+
+
+def tally_rows(conn: sqlite3.Connection, session_ids: list[str], chunk: int = 500
+               ) -> dict[str, TallyRow]:
+    """The tally of these sessions (those it has), by primary key."""
+    out: dict[str, TallyRow] = {}
+    for start in range(0, len(session_ids), chunk):
+        part = session_ids[start : start + chunk]
+        rows = conn.execute(
+            "SELECT session_id, turns, summarized_turns, summarized_id, last_at FROM "
+            f"dreamd_sessions WHERE session_id IN ({','.join('?' * len(part))})", part)
+        out.update({r[0]: TallyRow(*r[1:]) for r in rows})
+    return out
+
+
 def max_exchange_id(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM exchanges").fetchone()[0])
 
@@ -596,6 +617,16 @@ def save_profile(
          json.dumps(inputs, sort_keys=True)),
     )
     return True
+
+
+def tier_sources(conn: sqlite3.Connection, user_id: str) -> dict[tuple[str, str], str]:
+    """Which backend made each of a user's gists and eras: ("gist", session) and
+    ("era", month) -> e.g. "extractive:…" or "llm:gpt-4o-mini"."""
+    rows = conn.execute(
+        "SELECT 'gist', session_id, dreamd_source FROM summaries WHERE user_id = ?1 "
+        "AND dreamd_source IS NOT NULL UNION ALL SELECT 'era', month, dreamd_source FROM "
+        "eras WHERE user_id = ?1 AND dreamd_source IS NOT NULL", (user_id,)).fetchall()
+    return {(kind, key): source for kind, key, source in rows}
 
 
 def eras_for_user(conn: sqlite3.Connection, user_id: str) -> list[tuple[str, str, int]]:
