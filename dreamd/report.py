@@ -53,14 +53,14 @@ def backends(config: Config, embed_model: str) -> dict[str, str]:
 
 
 def llm_state(run: dict[str, Any] | None) -> str:
-    """How LLM work went in the last pass: ok, degraded, stopped (configuration) or budget."""
-    notes = " ".join((run or {}).get("notes") or [])
-    if "BreakerOpen" in notes:
-        return "degraded: circuit breaker open, backend failing (see the pass notes)"
-    if "BackendMisconfigured" in notes:
-        return "stopped: configuration error (see the pass notes)"
-    if "BudgetExhausted" in notes:
-        return "paused: token budget reached"
+    """How LLM work went in the last pass: ok, degraded, stopped (configuration) or
+    paused (budget), with the cause in the server's or the network's words."""
+    notes = (run or {}).get("notes") or []
+    for marker, state in (("BreakerOpen", "degraded"), ("BackendMisconfigured", "stopped"),
+                          ("BudgetExhausted", "paused")):
+        for note in notes:
+            if marker in note:
+                return f"{state}: {note.split(f'{marker}: ', 1)[-1]}"
     return "ok"
 
 

@@ -398,3 +398,30 @@ def test_embeddings_over_the_api_are_stored_under_their_own_model(
     assert rows == [("openai:test-embed", 12, 16 * 4, 16 * 4)]
     assert any(r["path"].endswith("/embeddings") for r in server.requests)
     store.close()
+
+
+def test_a_server_that_is_down_is_named_with_its_cause(db: Path) -> None:
+    """Connection refused: the log event, the run record and status say so, with the URL,
+    never the key."""
+    from structlog.testing import capture_logs
+
+    from dreamd.report import status
+
+    down = FakeOpenAI()
+    down.server.server_close()  # never started; its port now refuses connections
+    chat_file(db)
+    config = llm_config(db, down)
+    config = dataclasses.replace(config, completer=dataclasses.replace(
+        config.completer, breaker_failures=2, retries=1))
+    store = open_store(config, get_logger())
+    with capture_logs() as logs:
+        result = llm_pass(store, config, down, log=get_logger())
+    cause = f"cannot reach {down.base_url} (ConnectionRefusedError: [Errno 111] Connection refused)"
+    assert any(cause in note for note in result.notes), result.notes
+    halted = [e for e in logs if e["event"] == "llm_halted"]
+    assert halted and cause in halted[0]["detail"]
+    report = status(store, config, "hashing-256", datetime.now(UTC))
+    store.close()
+    assert report["llm"].startswith("degraded: circuit breaker open after 2 transient")
+    assert cause in report["llm"]
+    assert KEY not in json.dumps(report) and KEY not in json.dumps(logs, default=str)

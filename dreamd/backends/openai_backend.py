@@ -59,6 +59,7 @@ class Breaker:
         self.limit, self.cooldown, self.clock = limit, cooldown, clock
         self.failures = 0
         self.opened_at: float | None = None
+        self.first_cause = ""
         self._lock = threading.Lock()
 
     @property
@@ -71,17 +72,18 @@ class Breaker:
     def check(self) -> None:
         if self.state == "open":
             raise BreakerOpen(
-                f"circuit breaker open after {self.failures} transient failures in a row; "
-                f"no calls for {self.cooldown:g} s"
+                f"circuit breaker open after {self.failures} transient failures in a row "
+                f"(first: {self.first_cause}); no calls for {self.cooldown:g} s"
             )
 
     def success(self) -> None:
         with self._lock:
-            self.failures, self.opened_at = 0, None
+            self.failures, self.opened_at, self.first_cause = 0, None, ""
 
-    def failure(self) -> None:
+    def failure(self, cause: str = "") -> None:
         with self._lock:
             self.failures += 1
+            self.first_cause = self.first_cause or cause
             if self.failures >= self.limit:
                 self.opened_at = self.clock()
 
@@ -105,18 +107,42 @@ def retry_after(exc: BaseException) -> float | None:
         return max(0.0, parsed.timestamp() - time.time()) if parsed else None
 
 
-def classify(exc: BaseException) -> BackendError:
-    """Map an SDK error to one of dreamd's three classes (never quoting the API key)."""
+def reason(exc: BaseException, where: str, secret: str | None = None) -> str:
+    """What went wrong, in the server's or the network's own words, never quoting the key:
+    "connection refused at http://…", "503 from http://…: model is loading"."""
     status = getattr(exc, "status_code", None)
-    detail = f"{type(exc).__name__}" + (f" {status}" if status else "")
+    if status is not None:
+        body = getattr(exc, "body", None)
+        message = body.get("message") if isinstance(body, dict) else None
+        if isinstance(body, dict) and isinstance(body.get("error"), dict):
+            message = body["error"].get("message")
+        said = str(message or getattr(exc, "message", "") or "").strip()
+        text = f"{status} from {where}" + (f": {said}" if said else "")
+    else:
+        root: BaseException = exc
+        while root.__cause__ is not None or root.__context__ is not None:
+            root = root.__cause__ or root.__context__  # type: ignore[assignment]
+        detail = str(root) or type(root).__name__
+        kind = "no answer in time" if isinstance(exc, openai.APITimeoutError) else "cannot reach"
+        text = f"{kind} {where} ({type(root).__name__}: {detail})"
+    if secret:
+        text = text.replace(secret, "[key]")
+    return " ".join(text.split())[:300]
+
+
+def classify(exc: BaseException, where: str = "the server", secret: str | None = None
+             ) -> BackendError:
+    """Map an SDK error to one of dreamd's three classes, with its cause in words."""
+    status = getattr(exc, "status_code", None)
+    why = reason(exc, where, secret)
     if status in (400, 413, 422):
-        return InputRejected(f"the server rejected the input ({detail})")
+        return InputRejected(f"the server rejected the input ({why})")
     if status in (401, 403, 404):
-        reason = {401: "authentication failed: check the API key",
-                  403: "permission denied for this key or model",
-                  404: "not found: check base_url and the model name"}[status]
-        return BackendMisconfigured(f"{reason} ({detail})")
-    return BackendUnavailable(f"transient failure ({detail})")
+        hint = {401: "authentication failed: check the API key",
+                403: "permission denied for this key or model",
+                404: "not found: check base_url and the model name"}[status]
+        return BackendMisconfigured(f"{hint} ({why})")
+    return BackendUnavailable(f"transient failure ({why})")
 
 
 class _Caller:
@@ -125,8 +151,10 @@ class _Caller:
 
     def __init__(self, config: CompleterConfig, breaker: Breaker,
                  sleep: Callable[[float], None] | None = None,
-                 stop: threading.Event | None = None) -> None:
+                 stop: threading.Event | None = None, where: str = "the server",
+                 secret: str | None = None) -> None:
         self.config, self.breaker = config, breaker
+        self.where, self.secret = where, secret
         self.stop = stop or threading.Event()
         self.sleep = sleep or self.stop.wait
 
@@ -148,10 +176,10 @@ class _Caller:
                     quiet.resume()  # an error can skip the response hook
             except (openai.APIStatusError, openai.APIConnectionError, openai.APITimeoutError,
                     openai.APIResponseValidationError, ValueError) as exc:
-                error = classify(exc)
+                error = classify(exc, self.where, self.secret)
                 if not isinstance(error, BackendUnavailable):
                     raise error from None
-                self.breaker.failure()
+                self.breaker.failure(str(error))
                 wait = retry_after(exc)
                 if wait is not None and wait > c.retry_after_cap_seconds:
                     raise BackendUnavailable(
@@ -206,7 +234,8 @@ class OpenAICompleter:
         self.config = config
         self.model = config.model
         self.breaker = Breaker(config.breaker_failures, config.breaker_cooldown_seconds)
-        self._caller = _Caller(config, self.breaker, sleep, stop)
+        self._caller = _Caller(config, self.breaker, sleep, stop, where=config.base_url,
+                               secret=api_key(config, environ))
         self._client = client(config.base_url, config, environ)
 
     def model_for(self, task: str) -> str:
@@ -246,8 +275,10 @@ class OpenAIEmbedder:
         self._name = config.embed.model
         c = config.completer
         self.breaker = Breaker(c.breaker_failures, c.breaker_cooldown_seconds)
-        self._caller = _Caller(c, self.breaker, stop=stop)
-        self._client = client(config.embed.base_url or c.base_url, c, environ)
+        base_url = config.embed.base_url or c.base_url
+        self._caller = _Caller(c, self.breaker, stop=stop, where=base_url,
+                               secret=api_key(c, environ))
+        self._client = client(base_url, c, environ)
         self._dim: int | None = None
         self.calls = 0
 
