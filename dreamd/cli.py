@@ -69,6 +69,10 @@ def finite(value: float | None, name: str) -> float | None:
     return value
 
 
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def load_config(obj: dict[str, Any]) -> cfg.Config:
     return cfg.load(obj.get("config"), db=obj.get("db"))
 
@@ -403,8 +407,11 @@ def import_(obj: dict[str, Any], fmt: str, path: Path, user: str | None) -> None
     finally:
         progress.clear()
         store.close()
-    click.echo(f"{path}: {result.sessions} sessions ({result.new_sessions} new), "
-               f"{result.turns_added} turns added, {result.turns_present} already present")
+    click.echo(f"{path}: {plural(result.sessions, 'session')} ({result.new_sessions} new), "
+               f"{plural(result.turns_added, 'turn')} added, {result.turns_present} already "
+               "present")
+    for why in result.left_out:
+        click.echo(f"left out {why}")
 
 
 @main.command()

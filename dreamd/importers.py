@@ -36,6 +36,8 @@ class ImportSession:
     session_id: str
     name: str | None
     turns: tuple[ImportTurn, ...]
+    # Why this session is left out of the import (it is reported, not written).
+    skip: str | None = None
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,8 @@ class ImportResult:
     new_sessions: int
     turns_added: int
     turns_present: int
+    # Sessions left out, each with why: "'Kyoto': …".
+    left_out: tuple[str, ...] = ()
 
 
 def _iso(moment: datetime) -> str:
@@ -105,12 +109,21 @@ def _dict(value: Any) -> dict[str, Any]:
 
 
 def _chatgpt_text(message: dict[str, Any]) -> str:
+    """The message's text; an image (or other attachment) part leaves a placeholder, so
+    "what do you think of this?" keeps its object."""
     content = _dict(message.get("content"))
     if content.get("content_type") not in ("text", "multimodal_text"):
         return ""
-    parts = content.get("parts")
-    parts = [p for p in parts if isinstance(p, str)] if isinstance(parts, list) else []
-    return "\n".join(parts).strip()
+    raw = content.get("parts")
+    parts: list[Any] = raw if isinstance(raw, list) else []
+    texts = []
+    for part in parts:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, dict):
+            kind = str(part.get("content_type") or "")
+            texts.append("[image]" if "image" in kind else f"[{kind or 'attachment'}]")
+    return "\n".join(t for t in texts if t.strip()).strip()
 
 
 def _chatgpt_time(stamp: Any, place: str) -> str:
@@ -153,7 +166,7 @@ def parse_chatgpt(data: Any, where: str) -> list[ImportSession]:
             chain.append(mapping[node])
             node = chain[-1].get("parent")
         fallback = conv.get("create_time") or conv.get("update_time")
-        turns = []
+        found: list[tuple[str, str, Any]] = []  # role, text, stamp or None
         for entry in reversed(chain):
             message = entry.get("message")
             if message is None:
@@ -163,19 +176,30 @@ def parse_chatgpt(data: Any, where: str) -> list[ImportSession]:
                                         f"{str(message)[:40]!r}")
             role = _dict(message.get("author")).get("role")
             hidden = _dict(message.get("metadata")).get("is_visually_hidden_from_conversation")
+            recipient = message.get("recipient", "all")
             text = _chatgpt_text(message)
             stamp = message.get("create_time") or fallback
             if stamp is not None:
                 fallback = stamp
-            if role not in ("user", "assistant") or hidden or not text:
+            # An assistant message to a tool (recipient "memory", "python", …) is a call
+            # the user never saw, not a turn of the conversation.
+            if role not in ("user", "assistant") or hidden or not text or recipient != "all":
                 continue
-            if stamp is None:
-                raise ImportFormatError(f"{place}: a message and its conversation have no time")
+            found.append((role, text, stamp))
+        cid = conv.get("id") or conv.get("conversation_id") or f"index-{index}"
+        name = title if isinstance(title, str) else None
+        stamps = [stamp for _, _, stamp in found if stamp is not None]
+        if found and not stamps:
+            sessions.append(ImportSession(f"chatgpt:{cid}", name, (),
+                                          skip="no message and no conversation time"))
+            continue
+        turns = []
+        for role, text, stamp in found:
+            # A first message without a time takes the first time after it.
+            stamp = stamp if stamp is not None else stamps[0]
             turns.append(ImportTurn(role, text, _chatgpt_time(stamp, place)))
         if turns:
-            cid = conv.get("id") or conv.get("conversation_id") or f"index-{index}"
-            title = conv.get("title") if isinstance(conv.get("title"), str) else None
-            sessions.append(ImportSession(f"chatgpt:{cid}", title, tuple(turns)))
+            sessions.append(ImportSession(f"chatgpt:{cid}", name, tuple(turns)))
     return sessions
 
 
@@ -306,9 +330,19 @@ def write_sessions(store: Store, sessions: list[ImportSession],
     sessions are filed under `user` (an existing session keeps its owner)."""
     refuse_app_embedded(store)
     added = present = new = 0
+    left_out = [f"{s.name or s.session_id!r}: {s.skip}" for s in sessions if s.skip]
     with store.write() as conn:
         for index, session in enumerate(sessions):
+            if session.skip:
+                continue
             existing = _existing_turns(conn, session.session_id)
+            if existing - {(t.role, t.content, t.created_at) for t in session.turns}:
+                # Imported before from another branch (the user edited a message since):
+                # adding this one would interleave two versions of the conversation.
+                left_out.append(f"{session.name or session.session_id!r}: changed since it "
+                                f"was imported; forget session {session.session_id} and "
+                                "import again to replace it")
+                continue
             new += int(not existing)
             first = session.turns[0].created_at if session.turns else _iso(datetime.now(UTC))
             conn.execute("INSERT OR IGNORE INTO sessions (id, name, created_at, user_id) "
@@ -322,7 +356,7 @@ def write_sessions(store: Store, sessions: list[ImportSession],
             if index % 200 == 0:
                 progress(index + 1, len(sessions))
     progress(len(sessions), len(sessions))
-    return ImportResult(len(sessions), new, added, present)
+    return ImportResult(len(sessions) - len(left_out), new, added, present, tuple(left_out))
 
 
 def refuse_app_embedded(store: Store) -> None:

@@ -174,3 +174,48 @@ def test_import_into_a_file_whose_app_embeds_every_turn_is_refused(tmp_path: Pat
         "memory file, or let the chat app import the history so it embeds each turn")
     assert db.read_bytes() == before
     assert rows(db, "SELECT COUNT(*) FROM exchanges") == [(0,)]
+
+
+def test_chatgpt_real_world_shapes(tmp_path: Path) -> None:
+    """An image keeps a placeholder; an assistant message to a tool is not a turn; a
+    conversation with no time at all is left out by title, not blocking the file."""
+    export = chatgpt_export()
+    mapping = export[0]["mapping"]
+    mapping["u2new"]["message"]["content"] = {  # type: ignore[index]
+        "content_type": "multimodal_text",
+        "parts": [{"content_type": "image_asset_pointer", "asset_pointer": "file-x"},
+                  "What do you think of this photo?"]}
+    mapping["a2new"]["message"]["recipient"] = "bio"  # type: ignore[index]
+    timeless = {"id": "conv-2", "title": "Undated", "current_node": "m", "mapping": {
+        "m": {"message": {"author": {"role": "user"}, "content": {
+            "content_type": "text", "parts": ["hello"]}}, "parent": None}}}
+    src = tmp_path / "conversations.json"
+    src.write_text(json.dumps([*export, timeless]))
+    db = tmp_path / "m.db"
+    result = invoke(db, "chatgpt", str(src))
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        f"{src}: 1 session (1 new), 3 turns added, 0 already present",
+        "left out 'Undated': no message and no conversation time"]
+    assert rows(db, "SELECT role, content FROM exchanges ORDER BY id") == [
+        ("user", "Plan a trip to Kyoto"), ("assistant", "Sure: temples first."),
+        ("user", "[image]\nWhat do you think of this photo?")]
+
+
+def test_chatgpt_reimport_after_the_branch_changed_does_not_mix_branches(
+        tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    first = tmp_path / "first.json"
+    first.write_text(json.dumps(chatgpt_export()))
+    assert invoke(db, "chatgpt", str(first)).exit_code == 0
+    edited = chatgpt_export()
+    edited[0]["current_node"] = "a2old"  # the user went back to the other branch
+    second = tmp_path / "second.json"
+    second.write_text(json.dumps(edited))
+    result = invoke(db, "chatgpt", str(second))
+    assert result.exit_code == 0, result.output
+    assert "left out 'Kyoto': changed since it was imported; forget session " \
+           "chatgpt:conv-1 and import again to replace it" in result.output
+    assert rows(db, "SELECT content FROM exchanges ORDER BY id") == [
+        ("Plan a trip to Kyoto",), ("Sure: temples first.",), ("For five days",),
+        ("Five-day plan...",)]
