@@ -84,18 +84,24 @@ class Progress:
         self.stream = stream
         self.enabled = stream.isatty()
         self.last = 0.0
+        self.shown = 0  # characters of the line on screen
 
     def __call__(self, job: str, done: int, total: int) -> None:
         if not self.enabled or time.monotonic() - self.last < 0.25:
             return
         self.last = time.monotonic()
-        self.stream.write(f"\r{job}: {done}/{total}   ")
+        line = f"\r{job}: {done}/{total}   "
+        self.stream.write(line)
         self.stream.flush()
+        self.shown = len(line)
 
     def clear(self) -> None:
-        if self.enabled and self.last:
-            self.stream.write("\r" + " " * 40 + "\r")
+        """Wipe the line (before a log line is printed, and at the end); the next update
+        draws it again."""
+        if self.enabled and self.shown:
+            self.stream.write("\r" + " " * self.shown + "\r")
             self.stream.flush()
+            self.shown = 0
 
 
 def dream(obj: dict[str, Any], config: cfg.Config, *, force: bool, loop: float | None,
@@ -103,12 +109,16 @@ def dream(obj: dict[str, Any], config: cfg.Config, *, force: bool, loop: float |
     from dreamd.daemon import Daemon, run_force
 
     log = logging_.get_logger()
-    if force:
+    if force and sys.stderr.isatty():
         progress = Progress(sys.stderr)
+        unregister = logging_.before_each_line(progress.clear)
         try:
             return run_force(config, log, progress, create=create)
         finally:
+            unregister()
             progress.clear()
+    if force:
+        return run_force(config, log, logging_.LoggedProgress(log), create=create)
     daemon = Daemon(config, log, config_path=obj.get("config"), db_flag=obj.get("db"),
                     fixed_interval=loop, create=create)
     return daemon.run()

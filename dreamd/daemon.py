@@ -25,6 +25,7 @@ from dreamd.backends.factory import make_backends
 from dreamd.cycle import PassResult, run_pass
 from dreamd.errors import EXIT_JOB_FAILED, EXIT_OK, DreamdError, StoreError
 from dreamd.lock import InstanceLock
+from dreamd.log import LoggedProgress
 from dreamd.notify import Notifier
 from dreamd.schedule import in_quiet_hours, next_delay
 from dreamd.store import queries as q
@@ -141,6 +142,7 @@ class Runner:
                  create: bool = False) -> None:
         self.config = config
         self.create = create
+        self.progress = LoggedProgress(log)  # long jobs log a line every 30 s
         self.log = log
         self.notifier = notifier
         self.flags = Flags(config.pass_.stop_grace_seconds, self.grace_over)
@@ -201,6 +203,7 @@ class Runner:
         self.health.running = True
         self.health.beat()
         try:
+            progress = progress or self.progress
             kwargs = {"progress": progress} if progress else {}
             result = run_pass(self.store, self.config, self.embedder, self.completer,
                               trigger=trigger, force=force, stop=self.should_stop, log=self.log,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import MutableMapping
+import time
+from collections.abc import Callable, MutableMapping
 from typing import Any
 
 import structlog
@@ -22,6 +23,42 @@ def drop_secrets(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMap
     return event
 
 
+# Called before each log line is rendered: a progress line on the terminal clears itself
+# so the log line is not printed over it.
+_before_line: list[Callable[[], None]] = []
+
+
+def before_each_line(hook: Callable[[], None]) -> Callable[[], None]:
+    """Register `hook`; returns the function that unregisters it."""
+    _before_line.append(hook)
+    return lambda: _before_line.remove(hook) if hook in _before_line else None
+
+
+def _run_hooks(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    for hook in list(_before_line):
+        hook()
+    return event
+
+
+class LoggedProgress:
+    """Progress of long jobs as log events at a steady pace (daemon, --loop, journald):
+    one `job_progress` line per job at most every `every` seconds."""
+
+    def __init__(self, log: Any, every: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.log, self.every, self.clock = log, every, clock
+        self.last: dict[str, float] = {}
+
+    def __call__(self, job: str, done: int, total: int) -> None:
+        now = self.clock()
+        if job not in self.last:
+            self.last[job] = now  # the clock starts with the job; short jobs stay quiet
+            return
+        if now - self.last[job] >= self.every:
+            self.last[job] = now
+            self.log.info("job_progress", job=job, done=done, total=total)
+
+
 def configure(level: str = "info", fmt: str = "auto", stream: Any = None) -> None:
     stream = stream or sys.stderr
     as_json = fmt == "json" or (fmt == "auto" and not stream.isatty())
@@ -35,6 +72,7 @@ def configure(level: str = "info", fmt: str = "auto", stream: Any = None) -> Non
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             drop_secrets,
+            _run_hooks,
             structlog.processors.format_exc_info,
             renderer,
         ],

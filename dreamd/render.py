@@ -26,6 +26,9 @@ def render_status(data: dict[str, Any]) -> str:
         f"backends     completer {data['backends']['completer']}; "
         f"embedder {data['backends']['embedder']}",
         f"drives now   {_drives(data['drives'])}",
+        f"sqlite       {data['sqlite']['version']}" + (
+            " — has the WAL-reset bug: run dreamd and the app on a fixed SQLite (README)"
+            if data["sqlite"]["wal_reset_bug"] else ""),
         f"llm          {data['llm']}",
         "backlog      "
         f"{b['sessions']} sessions, {b['dirty']} with unsummarized turns "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 from datetime import datetime
 from typing import Any
 
@@ -12,7 +13,7 @@ from dreamd.ids import narrative_id, profile_id, self_state_id
 from dreamd.lock import holder_of
 from dreamd.sensing import read_backlog
 from dreamd.store import queries as q
-from dreamd.store.connect import Store
+from dreamd.store.connect import Store, has_wal_reset_bug, sqlite_version
 from dreamd.users import require_user
 
 
@@ -29,6 +30,8 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
     holder = holder_of(store.path)
     return {
         "db": str(store.path),
+        "sqlite": {"version": sqlite3.sqlite_version,
+                   "wal_reset_bug": has_wal_reset_bug(sqlite_version())},
         "daemon": {"pid": holder, "next_pass_at": next_pass if holder else None},
         "backends": backends(config, embed_model),
         "llm": llm_state(recent[0] if recent else None) if config.completer.backend == "openai"

@@ -141,3 +141,50 @@ def test_status_tells_the_truth_between_passes(tmp_path: Path) -> None:
     finally:
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(30)
+
+
+def test_quiet_by_default_and_progress_at_a_steady_pace(tmp_path: Path) -> None:
+    """Read commands print no SQLite warning (status names the library instead); long
+    jobs in the daemon log progress at most every 30 s; on a terminal the progress line
+    is wiped before a log line is printed."""
+    import io
+
+    import structlog
+
+    from dreamd import log as logging_
+    from dreamd.cli import Progress
+
+    db = tmp_path / "memory.db"
+    two_users(db)
+    for args in (["status"], ["show", "--user", "bob"], ["recall", "x", "--user", "bob"]):
+        assert "sqlite_wal_reset_bug" not in run(db, *args).output
+    assert "sqlite       3." in run(db, "status").output
+
+    now = [0.0]
+    logging_.configure("info")  # the commands above left it at warning
+    with structlog.testing.capture_logs() as logs:
+        progress = logging_.LoggedProgress(logging_.get_logger(), clock=lambda: now[0])
+        for second in range(0, 95, 5):
+            now[0] = float(second)
+            progress("embed", second * 10, 1000)
+    assert [(e["event"], e["done"]) for e in logs] == [("job_progress", 300),
+                                                       ("job_progress", 600),
+                                                       ("job_progress", 900)]
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    screen = Terminal()
+    bar = Progress(screen)
+    unregister = logging_.before_each_line(bar.clear)
+    try:
+        logging_.configure("info", "json", stream=screen)
+        bar("summarize", 3, 10)
+        logging_.get_logger().info("job_finished", job="embed")
+    finally:
+        unregister()
+        logging_.configure("warning")
+    drawn, _, line = screen.getvalue().partition("\r" + " " * len("\rsummarize: 3/10   "))
+    assert drawn == "\rsummarize: 3/10   " and line.startswith('\r{"job": "embed"'), repr(
+        screen.getvalue())
