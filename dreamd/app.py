@@ -64,10 +64,12 @@ def open_store(config: Config, log: Any, create: bool = True) -> Store:
     return store
 
 
-def open_readonly(config: Config) -> Store:
+def open_readonly(config: Config, current: bool = True) -> Store:
     """Open the configured memory file for reading only: nothing is migrated or written,
-    and a file dreamd has not set up yet is named as such."""
+    and (with `current`) a file dreamd has not set up yet is named as such."""
     store = connect_readonly(config.db_path, config.store.busy_timeout_ms)
+    if not current:
+        return store
     try:
         require_current(store)
     except BaseException:

@@ -191,15 +191,17 @@ def file_options(command: Any) -> Any:
                         help="The memory file (as before the subcommand).")(command)
 
 
-def read_existing(obj: dict[str, Any], build: Any, read_only: bool = True) -> Any:
-    """Open an existing memory file (never creating one; read-only unless asked), call
-    build(store, config)."""
+def read_existing(obj: dict[str, Any], build: Any, read_only: bool = True,
+                  current: bool = True) -> Any:
+    """Open an existing memory file (never creating one; read-only unless asked, and
+    then, unless `current` is False, only one dreamd has set up), call build(store,
+    config)."""
     from dreamd.app import open_readonly, open_store
 
     config = load_config(obj)
     logging_.configure("warning", config.log.format)  # stderr: stdout is the report's
     if read_only:
-        store = open_readonly(config)
+        store = open_readonly(config, current)
     else:
         store = open_store(config, logging_.get_logger(), create=False)
     try:
@@ -225,10 +227,21 @@ def status(obj: dict[str, Any], as_json: bool, runs: int) -> None:
 
     from dreamd import report
     from dreamd.backends.factory import embedder_model_name
+    from dreamd.errors import NotMigrated
     from dreamd.render import render_status
 
-    data = read_existing(obj, lambda store, config: report.status(
-        store, config, embedder_model_name(config), datetime.now(UTC), runs))
+    try:
+        data = read_existing(obj, lambda store, config: report.status(
+            store, config, embedder_model_name(config), datetime.now(UTC), runs))
+    except NotMigrated:  # a file dreamd has not run on: what waits for it is still news
+        data = read_existing(obj, lambda store, config: report.before_first_pass(store),
+                             read_only=True, current=False)
+        click.echo(json.dumps(data, indent=2) if as_json else
+                   f"memory file  {data['db']}\n"
+                   f"dreamd has not run on this file yet: {plural(data['turns'], 'turn')} in "
+                   f"{plural(data['sessions'], 'session')} wait for its first pass (dreamd "
+                   f"--db {data['db']} --force)")
+        return
     click.echo(json.dumps(data, indent=2, default=str) if as_json else render_status(data))
 
 

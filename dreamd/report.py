@@ -46,6 +46,14 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
     }
 
 
+def before_first_pass(store: Store) -> dict[str, Any]:
+    """All `status` can say of a file dreamd has not set up: what waits for it."""
+    with store.read() as conn:
+        turns, sessions = q.raw_counts(conn)
+    return {"db": str(store.path), "dreamd_has_run": False, "turns": turns,
+            "sessions": sessions}
+
+
 def backends(config: Config, embed_model: str) -> dict[str, str]:
     """Which backends a pass would use, in words (never a key)."""
     c = config.completer

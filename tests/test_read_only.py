@@ -54,10 +54,20 @@ def test_a_file_dreamd_never_touched_stays_as_it_was(tmp_path: Path, args: list[
     before = digest(db)
     result = invoke(db, *args)
     assert digest(db) == before
-    assert result.exit_code == 2, result.output
-    assert result.output.strip().splitlines() == [
-        f"Error: dreamd has not run on {db} yet: nothing to read until its first pass "
-        f"(dreamd --db {db} --force)"]
+    if args == ["status"]:  # status says what waits for the first pass
+        assert result.exit_code == 0, result.output
+        assert result.output.splitlines() == [
+            f"memory file  {db}",
+            "dreamd has not run on this file yet: 6 turns in 1 session wait for its first "
+            f"pass (dreamd --db {db} --force)"]
+    elif args == ["status", "--json"]:
+        assert result.exit_code == 0, result.output
+        assert '"dreamd_has_run": false' in result.output
+    else:
+        assert result.exit_code == 2, result.output
+        assert result.output.strip().splitlines() == [
+            f"Error: dreamd has not run on {db} yet: nothing to read until its first pass "
+            f"(dreamd --db {db} --force)"]
     with sqlite3.connect(db) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
         assert not conn.execute("SELECT name FROM sqlite_master WHERE name LIKE 'dreamd%'"

@@ -155,6 +155,12 @@ def tally_rows(conn: sqlite3.Connection, session_ids: list[str], chunk: int = 50
     return out
 
 
+def raw_counts(conn: sqlite3.Connection) -> tuple[int, int]:
+    """Turns and sessions in the app's own table, before dreamd has a tally (one scan)."""
+    row = conn.execute("SELECT COUNT(*), COUNT(DISTINCT session_id) FROM exchanges").fetchone()
+    return int(row[0]), int(row[1])
+
+
 def max_exchange_id(conn: sqlite3.Connection) -> int:
     return int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM exchanges").fetchone()[0])
 

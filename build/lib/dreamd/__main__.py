@@ -1,0 +1,3 @@
+from dreamd.cli import main
+
+main()

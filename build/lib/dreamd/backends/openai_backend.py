@@ -1,0 +1,305 @@
+"""The openai backend: OpenAI and any OpenAI-compatible server (Ollama, vLLM, llama.cpp).
+
+The only module that imports the vendor SDK. The SDK's own retries are off (its
+defaults are a 600 s timeout and 2 retries): dreamd sets explicit timeouts, a per-item
+deadline, its own backoff that honours Retry-After, and a circuit breaker.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import email.utils
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openai
+
+from dreamd import quiet
+from dreamd.backends.llm_output import clean, estimate_tokens
+from dreamd.config import CompleterConfig, Config
+from dreamd.errors import (
+    BackendError,
+    BackendMisconfigured,
+    BackendUnavailable,
+    BreakerOpen,
+    InputRejected,
+    Stopping,
+)
+from dreamd.models import Completion, Prompt
+
+_TASK_MODEL = {"summarize": "summarize_model", "merge": "summarize_model",
+               "profile": "profile_model", "era": "eras_model",
+               "narrative": "narrative_model", "reflect": "reflect_model"}
+
+
+def api_key(config: CompleterConfig, environ: dict[str, str] | None = None) -> str | None:
+    """From the environment variable named in config, else the systemd credential file."""
+    env = os.environ if environ is None else environ
+    if env.get(config.api_key_env):
+        return env[config.api_key_env]
+    directory = env.get("CREDENTIALS_DIRECTORY")
+    if directory:
+        path = Path(directory) / config.credential
+        if path.is_file():
+            return path.read_text(encoding="utf-8").strip() or None
+    return None
+
+
+class Breaker:
+    """Opens after `limit` transient failures in a row; after `cooldown` one call may try."""
+
+    def __init__(self, limit: int, cooldown: float,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit, self.cooldown, self.clock = limit, cooldown, clock
+        self.failures = 0
+        self.opened_at: float | None = None
+        self.first_cause = ""
+        self._lock = threading.Lock()
+
+    @property
+    def state(self) -> str:
+        with self._lock:
+            if self.opened_at is None:
+                return "closed"
+            return "open" if self.clock() - self.opened_at < self.cooldown else "half-open"
+
+    def check(self) -> None:
+        if self.state == "open":
+            raise BreakerOpen(
+                f"circuit breaker open after {self.failures} transient failures in a row "
+                f"(first: {self.first_cause}); no calls for {self.cooldown:g} s"
+            )
+
+    def success(self) -> None:
+        with self._lock:
+            self.failures, self.opened_at, self.first_cause = 0, None, ""
+
+    def failure(self, cause: str = "") -> None:
+        with self._lock:
+            self.failures += 1
+            self.first_cause = self.first_cause or cause
+            if self.failures >= self.limit:
+                self.opened_at = self.clock()
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """Seconds the server asked us to wait (Retry-After / retry-after-ms), if any."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None) or {}
+    if headers.get("retry-after-ms"):
+        try:
+            return float(headers["retry-after-ms"]) / 1000
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        parsed = email.utils.parsedate_to_datetime(value)
+        return max(0.0, parsed.timestamp() - time.time()) if parsed else None
+
+
+def reason(exc: BaseException, where: str, secret: str | None = None) -> str:
+    """What went wrong, in the server's or the network's own words, never quoting the key:
+    "connection refused at http://…", "503 from http://…: model is loading"."""
+    status = getattr(exc, "status_code", None)
+    if status is not None:
+        body = getattr(exc, "body", None)
+        message = body.get("message") if isinstance(body, dict) else None
+        if isinstance(body, dict) and isinstance(body.get("error"), dict):
+            message = body["error"].get("message")
+        said = str(message or getattr(exc, "message", "") or "").strip()
+        text = f"{status} from {where}" + (f": {said}" if said else "")
+    else:
+        root: BaseException = exc
+        while root.__cause__ is not None or root.__context__ is not None:
+            root = root.__cause__ or root.__context__  # type: ignore[assignment]
+        detail = str(root) or type(root).__name__
+        kind = "no answer in time" if isinstance(exc, openai.APITimeoutError) else "cannot reach"
+        text = f"{kind} {where} ({type(root).__name__}: {detail})"
+    if secret:
+        text = text.replace(secret, "[key]")
+    return " ".join(text.split())[:300]
+
+
+def classify(exc: BaseException, where: str = "the server", secret: str | None = None
+             ) -> BackendError:
+    """Map an SDK error to one of dreamd's three classes, with its cause in words."""
+    status = getattr(exc, "status_code", None)
+    why = reason(exc, where, secret)
+    if status in (400, 413, 422):
+        return InputRejected(f"the server rejected the input ({why})")
+    if status in (401, 403, 404):
+        hint = {401: "authentication failed: check the API key",
+                403: "permission denied for this key or model",
+                404: "not found: check base_url and the model name"}[status]
+        return BackendMisconfigured(f"{hint} ({why})")
+    return BackendUnavailable(f"transient failure ({why})")
+
+
+class _Caller:
+    """Retries transient failures within a deadline, with jitter and Retry-After; once
+    `stop` is set, starts no call and no retry (a backoff sleep ends at once)."""
+
+    def __init__(self, config: CompleterConfig, breaker: Breaker,
+                 sleep: Callable[[float], None] | None = None,
+                 stop: threading.Event | None = None, where: str = "the server",
+                 secret: str | None = None) -> None:
+        self.config, self.breaker = config, breaker
+        self.where, self.secret = where, secret
+        self.stop = stop or threading.Event()
+        self.sleep = sleep or self.stop.wait
+
+    def call(self, fn: Callable[[float], Any]) -> Any:
+        c = self.config
+        deadline = time.monotonic() + c.item_deadline_seconds
+        attempt = 0
+        while True:
+            if self.stop.is_set():
+                raise Stopping("dreamd is stopping: no new calls")
+            self.breaker.check()
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BackendUnavailable(f"item deadline of {c.item_deadline_seconds:g} s passed")
+            try:
+                try:
+                    result = fn(min(c.read_timeout_seconds, remaining))
+                finally:
+                    quiet.resume()  # an error can skip the response hook
+            except (openai.APIStatusError, openai.APIConnectionError, openai.APITimeoutError,
+                    openai.APIResponseValidationError, ValueError) as exc:
+                error = classify(exc, self.where, self.secret)
+                if not isinstance(error, BackendUnavailable):
+                    raise error from None
+                self.breaker.failure(str(error))
+                wait = retry_after(exc)
+                if wait is not None and wait > c.retry_after_cap_seconds:
+                    raise BackendUnavailable(
+                        f"{error}; the server asked for {wait:g} s, more than the "
+                        f"{c.retry_after_cap_seconds:g} s cap"
+                    ) from None
+                attempt += 1
+                if attempt > c.retries:
+                    raise BackendUnavailable(f"{error} after {attempt} attempts") from None
+                if wait is None:
+                    wait = min(30.0, 0.5 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
+                if time.monotonic() + wait >= deadline:
+                    raise BackendUnavailable(f"{error}; no time left to retry") from None
+                with quiet.waiting():
+                    self.sleep(wait)
+                continue
+            self.breaker.success()
+            return result
+
+
+class _HttpClient(openai.DefaultHttpxClient):
+    """The SDK's HTTP client with its defaults, closing its pooled connections when
+    dropped (as the client the SDK makes for itself does)."""
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()
+
+
+def client(base_url: str, config: CompleterConfig, environ: dict[str, str] | None) -> Any:
+    return openai.OpenAI(
+        base_url=base_url,
+        # Local servers need no key; the SDK insists on a non-empty string.
+        api_key=api_key(config, environ) or "no-key",
+        max_retries=0,
+        timeout=openai.Timeout(config.read_timeout_seconds,
+                               connect=config.connect_timeout_seconds),
+        # A pool worker holds no share of the quiet-write gate while its request is out.
+        http_client=_HttpClient(event_hooks={
+            "request": [lambda request: quiet.pause()],
+            "response": [lambda response: quiet.resume()],
+        }),
+    )
+
+
+class OpenAICompleter:
+    name = "openai"
+
+    def __init__(self, config: CompleterConfig, environ: dict[str, str] | None = None,
+                 sleep: Callable[[float], None] | None = None,
+                 stop: threading.Event | None = None) -> None:
+        self.config = config
+        self.model = config.model
+        self.breaker = Breaker(config.breaker_failures, config.breaker_cooldown_seconds)
+        self._caller = _Caller(config, self.breaker, sleep, stop, where=config.base_url,
+                               secret=api_key(config, environ))
+        self._client = client(config.base_url, config, environ)
+
+    def model_for(self, task: str) -> str:
+        return getattr(self.config, _TASK_MODEL.get(task, "model"), "") or self.config.model
+
+    def complete(self, prompt: Prompt) -> Completion:
+        model = self.model_for(prompt.task)
+        messages = [{"role": "system", "content": prompt.system},
+                    {"role": "user", "content": prompt.user}]
+
+        def request(timeout: float) -> Any:
+            return self._client.chat.completions.create(
+                model=model, messages=messages, temperature=self.config.temperature,
+                max_tokens=self.config.max_output_tokens, timeout=timeout,
+            )
+
+        response = self._caller.call(request)
+        choices = getattr(response, "choices", None) or []
+        raw = choices[0].message.content if choices and choices[0].message else None
+        text = clean(raw, prompt.task)
+        usage = getattr(response, "usage", None)
+        if usage is not None and usage.prompt_tokens is not None:
+            tokens_in, tokens_out = int(usage.prompt_tokens), int(usage.completion_tokens or 0)
+        else:
+            tokens_in = estimate_tokens(prompt.system + prompt.user)
+            tokens_out = estimate_tokens(raw or "")
+        return Completion(text=text, backend=self.name, model=model, tokens_in=tokens_in,
+                          tokens_out=tokens_out)
+
+
+class OpenAIEmbedder:
+    """Vectors from /v1/embeddings, stored under "openai:<model>" and never mixed."""
+
+    def __init__(self, config: Config, environ: dict[str, str] | None = None,
+                 stop: threading.Event | None = None) -> None:
+        self.model = f"openai:{config.embed.model}"
+        self._name = config.embed.model
+        c = config.completer
+        self.breaker = Breaker(c.breaker_failures, c.breaker_cooldown_seconds)
+        base_url = config.embed.base_url or c.base_url
+        self._caller = _Caller(c, self.breaker, stop=stop, where=base_url,
+                               secret=api_key(c, environ))
+        self._client = client(base_url, c, environ)
+        self._dim: int | None = None
+        self.calls = 0
+
+    @property
+    def dim(self) -> int:
+        if self._dim is None:
+            self.embed(["dimension probe"])
+        assert self._dim is not None
+        return self._dim
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        self.calls += 1
+        if not texts:
+            return np.zeros((0, self._dim or 0), dtype=np.float32)
+        response = self._caller.call(lambda timeout: self._client.embeddings.create(
+            model=self._name, input=texts, timeout=timeout))
+        rows = sorted(response.data, key=lambda d: d.index)
+        vectors = np.asarray([r.embedding for r in rows], dtype=np.float32)
+        if vectors.shape[0] != len(texts):
+            raise BackendUnavailable(f"asked for {len(texts)} vectors, got {vectors.shape[0]}")
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        vectors = vectors / np.maximum(norms, 1e-12)
+        self._dim = self._dim or int(vectors.shape[1])
+        return vectors

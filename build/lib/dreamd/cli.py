@@ -1,0 +1,519 @@
+"""The command line: parse, load config, call one library function, print the result."""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dreamd import config as cfg
+from dreamd import log as logging_
+from dreamd.errors import EXIT_BAD_INPUT, EXIT_BUSY, EXIT_INTERNAL, DreamdError
+
+
+def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> click.ClickException:
+    """One line on stderr and its exit code (by default 2: bad input or config, nothing
+    written)."""
+    kind = type("Failure", (click.ClickException,), {"exit_code": exit_code})
+    return kind(message)
+
+
+def one_line(exc: click.UsageError) -> str:
+    """A usage error as one line, with the command it concerns."""
+    command = exc.ctx.command_path if exc.ctx is not None else "dreamd"
+    return f"{exc.format_message()} (see '{command} --help')"
+
+
+class Dreamd(click.Group):
+    """The one error boundary: whatever a command raises reaches the user as one line
+    with its exit code, never as a traceback."""
+
+    def make_context(self, info_name: str | None, args: list[str],
+                     parent: click.Context | None = None, **extra: Any) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            raise fail(one_line(exc)) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:  # a subcommand's arguments
+            raise fail(one_line(exc)) from None
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except DreamdError as exc:
+            raise fail(str(exc), exc.exit_code) from None
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise fail(f"the memory file stayed locked by another process past the "
+                              f"busy timeout ({exc}); try again", EXIT_BUSY) from None
+            raise fail(f"the memory file: {exc}") from None
+        except sqlite3.DatabaseError as exc:
+            raise fail(f"the memory file: {exc}") from None
+        except Exception as exc:
+            raise fail(f"internal error, please report it: {type(exc).__name__}: {exc}",
+                          EXIT_INTERNAL) from None
+
+
+def finite(value: float | None, name: str) -> float | None:
+    """click's FloatRange lets nan through (every comparison with nan is false)."""
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"{name} must be a finite number of seconds, got {value}")
+    return value
+
+
+def plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def load_config(obj: dict[str, Any]) -> cfg.Config:
+    return cfg.load(obj.get("config"), db=obj.get("db"))
+
+
+class Progress:
+    """A one-line progress display for long jobs, only on a terminal, at most 4 per second."""
+
+    def __init__(self, stream: Any) -> None:
+        self.stream = stream
+        self.enabled = stream.isatty()
+        self.last = 0.0
+        self.shown = 0  # characters of the line on screen
+
+    def __call__(self, job: str, done: int, total: int) -> None:
+        if not self.enabled or time.monotonic() - self.last < 0.25:
+            return
+        self.last = time.monotonic()
+        line = f"\r{job}: {done}/{total}   "
+        self.stream.write(line)
+        self.stream.flush()
+        self.shown = len(line)
+
+    def clear(self) -> None:
+        """Wipe the line (before a log line is printed, and at the end); the next update
+        draws it again."""
+        if self.enabled and self.shown:
+            self.stream.write("\r" + " " * self.shown + "\r")
+            self.stream.flush()
+            self.shown = 0
+
+
+def dream(obj: dict[str, Any], config: cfg.Config, *, force: bool, loop: float | None,
+          create: bool) -> int:
+    from dreamd.daemon import Daemon, run_force
+
+    log = logging_.get_logger()
+    if force and sys.stderr.isatty():
+        progress = Progress(sys.stderr)
+        unregister = logging_.before_each_line(progress.clear)
+        try:
+            return run_force(config, log, progress, create=create)
+        finally:
+            unregister()
+            progress.clear()
+    if force:
+        return run_force(config, log, logging_.LoggedProgress(log), create=create)
+    daemon = Daemon(config, log, config_path=obj.get("config"), db_flag=obj.get("db"),
+                    fixed_interval=loop, create=create)
+    return daemon.run()
+
+
+@click.group(cls=Dreamd, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--db", "db", metavar="PATH", help="The memory file (default from config).")
+@click.option("--config", "config_path", metavar="PATH", type=click.Path(dir_okay=False),
+              help="A TOML config file (see config.example.toml).")
+@click.option("--force", is_flag=True, help="One pass running every job that has work, then exit.")
+@click.option("--loop", "loop", type=click.FloatRange(min=0.05, max=1e9), metavar="SECONDS",
+              callback=lambda ctx, param, value: finite(value, "--loop"),
+              help="A pass every SECONDS until SIGINT/SIGTERM (instead of the adaptive "
+              "schedule).")
+@click.option("--create", is_flag=True, help="Start a new memory file if there is none at "
+              "the path (otherwise a missing file is an error: a typo must not dream on an "
+              "empty file).")
+@click.version_option(package_name="dreamd")
+@click.pass_context
+def main(ctx: click.Context, db: str | None, config_path: str | None, force: bool,
+         loop: float | None, create: bool) -> None:
+    """Consolidate a chat app's memory file: gists, profile, eras, narrative, self-state.
+
+    Without --force or --loop, dreamd runs as a daemon: a pass at start, then passes on an
+    adaptive schedule (config [schedule]) until SIGTERM/SIGINT; SIGHUP reloads config.
+
+    \b
+    Examples:
+      dreamd --db ~/chat/memory.db             the daemon (systemd, see README)
+      dreamd --db ~/chat/memory.db --force     one pass, every job with work, then exit
+      dreamd --db ~/chat/memory.db --loop 600  a pass every ten minutes (tmux)
+      dreamd --db ~/chat/memory.db status      backlog, drives, why jobs ran or did not
+      dreamd --db ~/chat/memory.db show        the memory dreamd produced
+      dreamd --db ~/chat/memory.db import chatgpt conversations.json
+      dreamd --db ~/chat/memory.db recall "what is my dog called?"
+      dreamd --db ~/chat/memory.db context session-42 --budget 1500
+
+    Exit codes: 0 done; 1 a job failed (see `dreamd status`); 2 bad input or config;
+    3 another dreamd is already working on the file; 4 the file stayed locked by another
+    process past the busy timeout; 70 a bug in dreamd.
+    """
+    ctx.ensure_object(dict)
+    ctx.obj.update({"db": db, "config": config_path})
+    if ctx.invoked_subcommand is not None:
+        if force or loop is not None or create:
+            raise fail("--force, --loop and --create run passes; they do not go with a "
+                       "subcommand")
+        return
+    if force and loop is not None:
+        raise fail("choose one of --force and --loop")
+    config = load_config(ctx.obj)
+    # Pass logs go to stdout (journald under systemd); status output keeps stdout clean.
+    logging_.configure(config.log.level, config.log.format, stream=sys.stdout)
+    ctx.exit(dream(ctx.obj, config, force=force, loop=loop, create=create))
+
+
+def _remember_option(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    if value is not None:
+        ctx.ensure_object(dict)[param.name or ""] = value
+
+
+def file_options(command: Any) -> Any:
+    """--db and --config after the subcommand too (`dreamd status --db F`)."""
+    command = click.option("--config", "config", metavar="PATH", expose_value=False,
+                           callback=_remember_option, is_eager=True,
+                           help="A TOML config file (as before the subcommand).")(command)
+    return click.option("--db", "db", metavar="PATH", expose_value=False,
+                        callback=_remember_option, is_eager=True,
+                        help="The memory file (as before the subcommand).")(command)
+
+
+def read_existing(obj: dict[str, Any], build: Any, read_only: bool = True) -> Any:
+    """Open an existing memory file (never creating one; read-only unless asked), call
+    build(store, config)."""
+    from dreamd.app import open_readonly, open_store
+
+    config = load_config(obj)
+    logging_.configure("warning", config.log.format)  # stderr: stdout is the report's
+    if read_only:
+        store = open_readonly(config)
+    else:
+        store = open_store(config, logging_.get_logger(), create=False)
+    try:
+        return build(store, config)
+    finally:
+        store.close()
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--runs", default=5, show_default=True, type=click.IntRange(1, 1000),
+              help="How many recent passes to show.")
+@file_options
+@click.pass_obj
+def status(obj: dict[str, Any], as_json: bool, runs: int) -> None:
+    """Backlog, drives, the last passes and why each job did or did not run.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db status --runs 3
+    """
+    from datetime import UTC, datetime
+
+    from dreamd import report
+    from dreamd.backends.factory import embedder_model_name
+    from dreamd.render import render_status
+
+    data = read_existing(obj, lambda store, config: report.status(
+        store, config, embedder_model_name(config), datetime.now(UTC), runs))
+    click.echo(json.dumps(data, indent=2, default=str) if as_json else render_status(data))
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--gists", default=5, show_default=True, type=click.IntRange(0, 100000),
+              help="How many of the latest gists to print.")
+@click.option("--user", help="Whose memory (default: user.id from the config).")
+@file_options
+@click.pass_obj
+def show(obj: dict[str, Any], as_json: bool, gists: int, user: str | None) -> None:
+    """Print the memory dreamd produced: gists, profile, eras, narrative, self-state.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db show --gists 3
+    """
+    from dreamd import report
+    from dreamd.render import render_memory
+
+    data = read_existing(obj, lambda store, config: report.memory(store, config, gists, user))
+    click.echo(json.dumps(data, indent=2) if as_json else render_memory(data))
+
+
+def open_memory(obj: dict[str, Any]) -> Any:
+    """The library API over an existing memory file, for recall and context."""
+    from dreamd.memory import Memory
+
+    config = load_config(obj)
+    logging_.configure("warning", config.log.format)
+    return Memory(config.db_path, config=config, read_only=True)
+
+
+@main.command()
+@click.argument("query")
+@click.option("-k", "k", default=10, show_default=True, type=click.IntRange(1, 1000),
+              help="How many turns.")
+@click.option("--session", help="Only this session.")
+@click.option("--user", "users", multiple=True,
+              help="Whose turns (repeatable; default: user.id from the config).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@file_options
+@click.pass_obj
+def recall(obj: dict[str, Any], query: str, k: int, session: str | None,
+           users: tuple[str, ...], as_json: bool) -> None:
+    """The turns most relevant to QUERY, among one user's sessions: vector similarity
+    fused with BM25.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db recall "what is my dog called?" -k 5
+    """
+    from dreamd.users import require_user
+
+    memory = open_memory(obj)
+    try:
+        with memory.store.read() as conn:
+            for name in users or (memory.config.user.id,):
+                require_user(conn, name)
+        hits = memory.recall(query, k=k, session=session, users=list(users) or None)
+    finally:
+        memory.close()
+    if as_json:
+        click.echo(json.dumps([h.__dict__ for h in hits], indent=2))
+        return
+    for h in hits:
+        click.echo(f"{h.score:6.2f}  {h.created_at[:10]}  {h.session_id}  {h.role}: {h.content}")
+
+
+@main.command()
+@click.argument("session")
+@click.option("--query", help="What the context should be relevant to (default: the "
+              "session's last user turn).")
+@click.option("--budget", default=1000, show_default=True, type=click.IntRange(0, 1_000_000),
+              help="Tokens the block may use.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@file_options
+@click.pass_obj
+def context(obj: dict[str, Any], session: str, query: str | None, budget: int,
+            as_json: bool) -> None:
+    """The tiered context block for SESSION, within a token budget.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db context session-42 --budget 1500
+    """
+    memory = open_memory(obj)
+    try:
+        block = memory.context(session, query=query, budget=budget)
+    finally:
+        memory.close()
+    if as_json:
+        click.echo(json.dumps({"tokens": block.tokens, "text": block.text,
+                               "sections": dict(block.sections)}, indent=2))
+    else:
+        click.echo(block.text)
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@file_options
+@click.pass_obj
+def users(obj: dict[str, Any], as_json: bool) -> None:
+    """The users this memory file holds: sessions, turns, and turns not yet in a gist.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db users
+    """
+    from dreamd import users as users_
+
+    data = read_existing(obj, lambda store, config: users_.users(store))
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    for user, t in data["users"].items():
+        click.echo(f"{user}: {t['sessions']} sessions, {t['turns']} turns, "
+                   f"{t['backlog']} not yet in a gist")
+    if not data["users"]:
+        click.echo("no users yet")
+    if data["uncounted_turns"]:
+        click.echo(f"(and {data['uncounted_turns']} newer turns the next pass will count)")
+
+
+@main.command()
+@click.option("--user", help="Only this user's sessions.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@file_options
+@click.pass_obj
+def sessions(obj: dict[str, Any], user: str | None, as_json: bool) -> None:
+    """The sessions this memory file holds, newest first per user, with their backlog.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db sessions --user alice
+    """
+    from dreamd import users as users_
+
+    data = read_existing(obj, lambda store, config: users_.sessions(store, user))
+    if as_json:
+        click.echo(json.dumps(data, indent=2))
+        return
+    for row in data["sessions"]:
+        click.echo(f"{row['session_id']}  {row['user_id']}  {row['turns']} turns, "
+                   f"{row['unsummarized']} not yet in a gist, last {row['last_at'] or '-'}")
+    if data["uncounted_turns"]:
+        click.echo(f"(and {data['uncounted_turns']} newer turns the next pass will count)")
+
+
+@main.command(name="import")
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(["chatgpt", "jsonl", "locomo",
+                                                             "longmemeval"]))
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--user", default=None, help="Whose history this is (default: user.id from "
+              "the config); new sessions are filed under this user.")
+@file_options
+@click.pass_obj
+def import_(obj: dict[str, Any], fmt: str, path: Path, user: str | None) -> None:
+    """Add history from a file to the memory file, with its real dates.
+
+    \b
+    FORMAT is one of:
+      chatgpt      conversations.json from a ChatGPT data export (the branch last shown)
+      jsonl        one turn per line: {"session", "role", "content", "created_at", "name"?}
+      locomo       the LoCoMo benchmark file
+      longmemeval  a LongMemEval file (each haystack session once)
+
+    A re-import adds nothing; a malformed file imports nothing and names the place.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db import chatgpt ~/Downloads/conversations.json
+    """
+    from dreamd.app import open_store
+    from dreamd.importers import read_sessions, write_sessions
+
+    config = load_config(obj)
+    logging_.configure("warning", config.log.format)
+    progress = Progress(sys.stderr)
+    sessions = read_sessions(fmt, path)
+    store = open_store(config, logging_.get_logger())
+    try:
+        result = write_sessions(store, sessions,
+                                lambda done, total: progress("import", done, total),
+                                user=user or config.user.id)
+    finally:
+        progress.clear()
+        store.close()
+    click.echo(f"{path}: {plural(result.sessions, 'session')} ({result.new_sessions} new), "
+               f"{plural(result.turns_added, 'turn')} added, {result.turns_present} already "
+               "present")
+    for why in result.left_out:
+        click.echo(f"left out {why}")
+
+
+@main.command()
+@click.option("--replace", is_flag=True, help="Overwrite a demo file made earlier (only a "
+              "file the demo made itself, never another memory file).")
+@file_options
+@click.pass_obj
+def demo(obj: dict[str, Any], replace: bool) -> None:
+    """Write the shipped sample conversations into a new memory file, as a chat app would.
+
+    \b
+    Example:
+      dreamd --db demo/memory.db demo && dreamd --db demo/memory.db --force
+    """
+    from dreamd.demo import build_demo
+
+    config = load_config(obj)
+    path = Path(config.db_path)
+    count = build_demo(path, replace=replace, default=config.db == cfg.DEFAULT_DB)
+    click.echo(f"wrote {count} turns of sample conversations to {path}")
+
+
+@main.command()
+@click.option("--user", required=True, help="Whose turns to forget.")
+@click.option("--session", help="Only this session of the user.")
+@click.option("--before", help="Only turns made before this date or ISO timestamp (UTC).")
+@click.option("--dry-run", is_flag=True, help="Show what would go; change nothing.")
+@click.option("--vacuum", is_flag=True, help="Also rewrite the whole file (VACUUM) afterwards.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@file_options
+@click.pass_obj
+def forget(obj: dict[str, Any], user: str, session: str | None, before: str | None,
+           dry_run: bool, vacuum: bool, as_json: bool) -> None:
+    """Erase a user's turns (all, one session, or those before a date) and everything
+    dreamd built from them; the next pass re-derives what remains.
+
+    Deleted text is overwritten (secure_delete), the search index is merged, and the WAL
+    is checkpointed and emptied when no other connection is reading.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db forget --user alice --before 2025-01-01 --dry-run
+    """
+    from dreamd.forget import Scope, parse_before
+    from dreamd.forget import forget as forget_scope
+
+    scope = Scope(user, session, parse_before(before) if before is not None else None)
+    result = read_existing(obj, lambda store, config: forget_scope(
+        store, scope, config.agent.id, dry_run=dry_run, vacuum=vacuum), read_only=dry_run)
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+        return
+    verb = "would forget" if dry_run else "forgot"
+    click.echo(f"{verb} {result.turns} turns of {scope.describe()}: "
+               f"{len(result.sessions_emptied)} sessions emptied, "
+               f"{len(result.sessions_trimmed)} trimmed, {result.gists} gists")
+    if result.derived:
+        click.echo(("would drop: " if dry_run else "dropped: ") + ", ".join(result.derived))
+    if not dry_run:
+        click.echo("WAL emptied" if result.wal_truncated else
+                   "WAL still in use by another connection: its old pages go at SQLite's "
+                   "next WAL reset (run forget again when the chat app is idle to force it)")
+
+
+@main.command()
+@click.option("--user", required=True, help="Whose memory to export.")
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write to this file (default: stdout).")
+@file_options
+@click.pass_obj
+def export(obj: dict[str, Any], user: str, output: Path | None) -> None:
+    """Everything stored about a user as one JSON document: turns, gists, profile, eras,
+    narrative, reflection, each derived row with the turns it came from.
+
+    \b
+    Example:
+      dreamd --db ~/chat/memory.db export --user alice -o alice.json
+    """
+    from dreamd.export import dumps, export_user
+
+    document = read_existing(obj, lambda store, config: export_user(store, user,
+                                                                   config.agent.id))
+    text = dumps(document)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    tmp = output.with_name(output.name + ".tmp")
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(output)
+    except OSError as exc:
+        raise fail(f"{output}: cannot write: {exc.strerror}") from None
+    click.echo(f"{output}: {len(document['sessions'])} sessions, "
+               f"{sum(len(s['turns']) for s in document['sessions'])} turns, "
+               f"{len(document['gists'])} gists, {len(document['eras'])} eras")

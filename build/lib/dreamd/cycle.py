@@ -1,0 +1,226 @@
+"""One dream pass: sense → drives → act → record."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from dreamd import drives as drv
+from dreamd.backends.protocols import Completer, Embedder
+from dreamd.config import Config
+from dreamd.forget import finish_pending
+from dreamd.jobs import embed, eras, narrative, profile, reflect, summarize
+from dreamd.jobs.base import Budget, JobContext, utcnow
+from dreamd.models import JOB_ORDER, BacklogStats, Drives, JobResult
+from dreamd.sensing import read_backlog, sync_owners, sync_tally
+from dreamd.store import queries as q
+from dreamd.store.connect import LockTally, Store
+
+RUNNERS: dict[str, Callable[[JobContext, str], JobResult]] = {
+    "embed": embed.run,
+    "summarize": summarize.run,
+    "profile": profile.run,
+    "eras": eras.run,
+    "narrative": narrative.run,
+    "reflect": reflect.run,
+}
+
+# Drives are rewritten into the self-state only when one moved by more than this, so
+# an idle pass leaves the memory file untouched.
+DRIVE_EPSILON = 0.01
+
+
+@dataclass(frozen=True)
+class PassResult:
+    run_id: int
+    outcome: str
+    drives_before: Drives
+    drives_after: Drives
+    stats_before: BacklogStats
+    stats_after: BacklogStats
+    jobs: tuple[JobResult, ...]
+    notes: tuple[str, ...] = ()
+    tokens_in: int = 0
+    tokens_out: int = 0
+    write_lock: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return any(j.failed for j in self.jobs)
+
+
+def read_drives(store: Store, agent_id: str) -> Drives:
+    with store.read() as conn:
+        state = q.self_state(conn, agent_id)
+    return Drives.from_dict(state[0].get("drives") if state else None)
+
+
+def save_drives(store: Store, agent_id: str, drives: Drives, now: str) -> bool:
+    """Mirror the levels into the self-state (the chat app renders them) if they moved."""
+    with store.read() as conn:
+        state = q.self_state(conn, agent_id)
+    data, updated_at = state if state else ({}, None)
+    old = Drives.from_dict(data.get("drives"))
+    if state and all(
+        abs(a - b) <= DRIVE_EPSILON
+        for a, b in zip(old.as_dict().values(), drives.as_dict().values(), strict=True)
+    ) and "drives" in data:
+        return False
+    with store.write() as conn:
+        return q.save_self_state(conn, agent_id, {**data, "drives": drives.as_dict()}, now,
+                                 updated_at)
+
+
+def outcome_of(results: list[JobResult], stopped: bool, budget: Budget,
+               after: BacklogStats) -> str:
+    if any(r.failed for r in results):
+        return "failed"
+    if stopped:
+        return "interrupted"
+    pending = (after.dirty or after.unembedded_turns or after.gists_newer_than_profile
+               or after.stale_months or after.narrative_stale)
+    if budget.exhausted() and pending:
+        return "partial"
+    return "ok"
+
+
+def run_pass(
+    store: Store,
+    config: Config,
+    embedder: Embedder,
+    completer: Completer,
+    *,
+    trigger: str,
+    force: bool = False,
+    stop: Callable[[], bool] = lambda: False,
+    clock: Callable[[], datetime] = utcnow,
+    log: Any = None,
+    progress: Callable[[str, int, int], None] = lambda job, done, total: None,
+) -> PassResult:
+    """Run one pass and record it in dreamd_runs. Job failures are recorded, not raised."""
+    now = clock()
+    store.lock_tally = LockTally()
+    with store.write() as conn:
+        run_id = q.start_run(conn, trigger, os.getpid(), now.isoformat())
+    budget = Budget(config.pass_.max_seconds, config.pass_.max_items, stop)
+    ctx = JobContext(store, config, embedder, completer, budget, force=force, clock=clock,
+                     log=log, progress=progress)
+    with store.read() as conn:
+        midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+        ctx.tokens.before_today = q.tokens_since(conn, midnight.isoformat())
+    try:
+        sync_tally(store)
+        sync_owners(store, config.agent.id)
+        finish_pending(store)
+        with store.read() as conn:
+            ctx.epoch = q.get_state(conn, "vector_epoch", "0")
+        previous = read_drives(store, config.agent.id)
+        stats_before = read_backlog(store, config, now, embedder.model)
+        ctx.horizon = stats_before.max_exchange_id
+        drives_before = drv.levels(stats_before, config, now)
+        results = run_rounds(ctx, previous, log)
+        stats_after = read_backlog(store, config, clock(), embedder.model, ctx.horizon)
+        drives_after = drv.levels(stats_after, config, clock())
+        save_drives(store, config.agent.id, drives_after, clock().isoformat())
+    except BaseException as exc:
+        with store.write() as conn:
+            q.finish_run(conn, run_id, ended_at=clock().isoformat(), outcome="error",
+                         error=f"{type(exc).__name__}: {exc}"[:500])
+        raise
+    outcome = outcome_of(results, stop(), budget, stats_after)
+    write_lock = store.lock_tally.as_dict()
+    with store.write() as conn:
+        q.finish_run(
+            conn, run_id, ended_at=clock().isoformat(), outcome=outcome,
+            drives_before=drives_before.as_dict(), drives_after=drives_after.as_dict(),
+            stats_before=stats_before.as_dict(), stats_after=stats_after.as_dict(),
+            jobs=[r.as_dict() for r in results],
+            tokens_in=ctx.tokens.used_in, tokens_out=ctx.tokens.used_out,
+            notes=ctx.notes or None, write_lock=write_lock,
+        )
+    store.checkpoint_passive()
+    if log is not None:
+        log.info("pass_finished", run=run_id, trigger=trigger, outcome=outcome,
+                 ran=[r.job for r in results if r.ran and r.done],
+                 drives=drives_after.as_dict(), write_lock=write_lock)
+    return PassResult(run_id, outcome, drives_before, drives_after, stats_before, stats_after,
+                      tuple(results), tuple(ctx.notes), ctx.tokens.used_in, ctx.tokens.used_out,
+                      write_lock)
+
+
+# While a later job may have work, a job may use at most this share of what is left of
+# the pass: every due job gets its turn, and what a job leaves flows on to the next.
+JOB_SHARE = 0.5
+MAX_ROUNDS = 8
+
+
+def run_rounds(ctx: JobContext, previous: Drives, log: Any) -> list[JobResult]:
+    """Every job in order, each within its share of the pass; then, while the budget
+    lasts and a round made progress on work that remains, another round, in which a job
+    runs again if it left work or a job before it did some."""
+    last = JOB_ORDER[-1]
+    results = [run_job(ctx, job, previous, log, share=1.0 if job == last else JOB_SHARE)
+               for job in JOB_ORDER]
+    for _ in range(MAX_ROUNDS - 1):
+        if ctx.stopped() or not any(r.done and r.remaining for r in results):
+            break
+        again: list[JobResult] = []
+        for before in results:
+            fed = any(r.done for r in again)
+            if before.remaining or fed:
+                again.append(run_job(ctx, before.job, previous, log))
+            else:
+                again.append(JobResult(before.job, False, "nothing left from the last round"))
+        results = [merged(a, b) for a, b in zip(results, again, strict=True)]
+    return results
+
+
+def merged(first: JobResult, then: JobResult) -> JobResult:
+    """One job's result over two rounds."""
+    if not then.ran:
+        return first
+    if not first.ran:
+        return then
+    return dataclasses.replace(
+        first, done=first.done + then.done, failed=first.failed + then.failed,
+        skipped=first.skipped + then.skipped, remaining=then.remaining,
+        tokens_in=first.tokens_in + then.tokens_in, tokens_out=first.tokens_out + then.tokens_out,
+        errors=(first.errors + then.errors)[:10], seconds=first.seconds + then.seconds)
+
+
+def run_job(ctx: JobContext, job: str, previous: Drives, log: Any, share: float = 1.0
+            ) -> JobResult:
+    """Re-sense, decide this one job, and run it if due: gists made by summarize raise
+    coherence, so integration follows in the same pass."""
+    if ctx.budget.exhausted():
+        return JobResult(job, False, "pass budget exhausted or stop requested")
+    if ctx.invalidated:
+        return JobResult(job, False, "not run: memory was forgotten during this pass; "
+                         "the next pass starts afresh")
+    if ctx.halted is not None and job != "embed":
+        return JobResult(job, False, f"not run: LLM work stopped for this pass ({ctx.halted})")
+    stats = read_backlog(ctx.store, ctx.config, ctx.now(), ctx.embedder.model, ctx.horizon)
+    decision = drv.decide_job(job, stats, previous, ctx.config, ctx.now(), force=ctx.force)
+    if not decision.due:
+        return JobResult(job, False, decision.reason)
+    started = time.monotonic()
+    used_in, used_out = ctx.tokens.used_in, ctx.tokens.used_out
+    try:
+        with ctx.budget.share(share):
+            result = RUNNERS[job](ctx, decision.reason)
+    except Exception as exc:  # a bug or a broken file in one job must not end the pass
+        result = JobResult(job, True, decision.reason, failed=1,
+                           errors=(f"{type(exc).__name__}: {exc}"[:300],))
+    result = dataclasses.replace(
+        result, seconds=time.monotonic() - started,
+        tokens_in=ctx.tokens.used_in - used_in, tokens_out=ctx.tokens.used_out - used_out,
+    )
+    if log is not None and (result.done or result.failed):
+        log.info("job_finished", job=job, done=result.done, failed=result.failed,
+                 skipped=result.skipped, remaining=result.remaining, reason=result.reason)
+    return result

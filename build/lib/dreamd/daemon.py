@@ -1,0 +1,411 @@
+"""Running dreamd: one pass (--force), or passes on a schedule until a signal.
+
+Signal handlers only set flags; the main thread acts on them. One pass runs at a time,
+in the scheduler's single worker thread, and checks the stop flag between items.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import os
+import signal
+import sqlite3
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from dreamd import config as cfg
+from dreamd.app import check_sqlite, ensure_directory, open_store
+from dreamd.backends.factory import make_backends
+from dreamd.cycle import PassResult, run_pass
+from dreamd.errors import EXIT_JOB_FAILED, EXIT_OK, DreamdError, StoreError
+from dreamd.lock import InstanceLock
+from dreamd.log import LoggedProgress
+from dreamd.notify import Notifier
+from dreamd.schedule import in_quiet_hours, next_delay
+from dreamd.store import queries as q
+from dreamd.store.connect import connect, connect_readonly
+
+
+class Flags:
+    """What the signal handlers set. A second SIGTERM/SIGINT exits at once: SQLite's
+    atomic commit means an interrupted transaction simply never happened. After the
+    first, `on_grace_over` runs once `grace` seconds have passed without an exit."""
+
+    def __init__(self, grace: float = 8.0, on_grace_over: Any = None) -> None:
+        self.stop = threading.Event()
+        self.reload = threading.Event()
+        self.wake = threading.Event()
+        self.grace = grace
+        self.on_grace_over = on_grace_over
+
+    def install(self) -> None:
+        signal.signal(signal.SIGTERM, self._stop)
+        signal.signal(signal.SIGINT, self._stop)
+        signal.signal(signal.SIGHUP, self._reload)
+
+    def _stop(self, signum: int, _frame: Any) -> None:
+        if self.stop.is_set():
+            os._exit(128 + signum)
+        self.stop.set()
+        self.wake.set()
+        if self.on_grace_over is not None:
+            timer = threading.Timer(self.grace, self.on_grace_over)
+            timer.daemon = True
+            timer.start()
+
+    def _reload(self, _signum: int, _frame: Any) -> None:
+        self.reload.set()
+        self.wake.set()
+
+
+@dataclass
+class Health:
+    """Progress as the watchdog sees it: a pass must keep beating, idle time is fine, and
+    a backend call on the pass thread counts as progress until its own deadline."""
+
+    running: bool = False
+    last_beat: float = field(default_factory=time.monotonic)
+    busy_until: float = 0.0
+
+    def beat(self) -> None:
+        self.last_beat = time.monotonic()
+
+    def healthy(self, limit: float) -> bool:
+        now = time.monotonic()
+        return not self.running or now - self.last_beat < limit or now < self.busy_until
+
+
+class WatchedEmbedder:
+    """An embedder whose calls tell the watchdog they are bounded by `deadline` seconds
+    (embedding runs on the pass thread; LLM calls run in a pool the pass thread watches)."""
+
+    def __init__(self, inner: Any, health: Health, deadline: float) -> None:
+        self.inner, self.health, self.deadline = inner, health, deadline
+        self.model = inner.model
+
+    @property
+    def dim(self) -> int:
+        return int(self.inner.dim)
+
+    def embed(self, texts: list[str]) -> Any:
+        self.health.busy_until = time.monotonic() + self.deadline
+        try:
+            return self.inner.embed(texts)
+        finally:
+            self.health.busy_until = 0.0
+            self.health.beat()
+
+
+def exit_now(code: int) -> None:
+    """Leave without waiting for threads still blocked in a backend call (Python would
+    join them at exit, for as long as their timeouts run)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+def lingering_threads() -> bool:
+    """Whether a non-daemon thread besides this one is still alive (an abandoned call)."""
+    return any(t.is_alive() and not t.daemon and t is not threading.current_thread()
+               for t in threading.enumerate())
+
+
+def mark_interrupted(config: cfg.Config, pid: int) -> None:
+    """From a connection of its own: this process's unfinished pass ended by a stop."""
+    store = connect(config.db_path, busy_timeout_ms=1000)
+    try:
+        with store.write() as conn:
+            q.end_stopped_runs(conn, pid, datetime.now(UTC).isoformat())
+    finally:
+        store.close()
+
+
+def status_line(result: PassResult | None) -> str:
+    if result is None:
+        return "started; no pass yet"
+    d = result.drives_after
+    return (f"last pass {result.outcome}; continuity {d.continuity:.2f} coherence "
+            f"{d.coherence:.2f} curiosity {d.curiosity:.2f} stability {d.stability:.2f}")
+
+
+class Runner:
+    """The open memory file, its lock and backends, and the flags: shared by both modes."""
+
+    def __init__(self, config: cfg.Config, log: Any, notifier: Notifier,
+                 create: bool = False) -> None:
+        self.config = config
+        self.create = create
+        self.progress = LoggedProgress(log)  # long jobs log a line every 30 s
+        self.log = log
+        self.notifier = notifier
+        self.flags = Flags(config.pass_.stop_grace_seconds, self.grace_over)
+        self.health = Health()
+        self.lock = InstanceLock(config.db_path)
+        self.store: Any = None
+        self.last: PassResult | None = None
+
+    def start(self) -> None:
+        self.flags.install()
+        # The lock comes first: a second dreamd must not even migrate a file in use.
+        path = self.config.db_path
+        if not self.create and not path.exists():
+            raise StoreError(f"{path} does not exist: point --db at the chat app's memory "
+                             "file, or pass --create to start a new one")
+        ensure_directory(self.config)
+        self.lock.acquire(create=True)
+        try:
+            self.store = open_store(self.config, self.log)
+        except BaseException:
+            self.lock.release()
+            raise
+        check_sqlite(self.log)  # once per start, not on every command
+        with self.store.write() as conn:
+            crashed = q.end_crashed_runs(conn)
+        if crashed:
+            self.log.warning("crashed_runs_closed", runs=crashed,
+                             detail="passes whose process ended mid-pass (kill -9, power loss)")
+        self.set_backends(self.config)
+
+    def set_backends(self, config: cfg.Config) -> None:
+        embedder, self.completer = make_backends(config, self.flags.stop)
+        deadline = config.completer.item_deadline_seconds + config.completer.connect_timeout_seconds
+        self.embedder = WatchedEmbedder(embedder, self.health, deadline)
+
+    def grace_over(self) -> None:
+        """The stop grace passed and the pass is still inside a backend call (the pool
+        abandons its calls sooner; this catches one made on the pass thread itself). Go
+        now, as a kill would, but saying so: SQLite's atomic commit keeps the file whole,
+        and no transaction is ever open across a backend call."""
+        self.log.warning("stop_grace_over", grace=self.flags.grace,
+                         detail="a backend call was still in flight; exiting without it")
+        self.notifier.stopping()
+        with contextlib.suppress(Exception):
+            mark_interrupted(self.config, os.getpid())
+        exit_now(EXIT_OK)
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+        self.lock.release()
+
+    def should_stop(self) -> bool:
+        self.health.beat()  # called between items: the pass is making progress
+        return self.flags.stop.is_set()
+
+    def one_pass(self, trigger: str, force: bool, progress: Any = None) -> PassResult:
+        self.health.running = True
+        self.health.beat()
+        try:
+            progress = progress or self.progress
+            kwargs = {"progress": progress} if progress else {}
+            result = run_pass(self.store, self.config, self.embedder, self.completer,
+                              trigger=trigger, force=force, stop=self.should_stop, log=self.log,
+                              **kwargs)
+        finally:
+            self.health.running = False
+        self.last = result
+        self.notifier.status(status_line(result))
+        return result
+
+
+def run_force(config: cfg.Config, log: Any, progress: Any = None, create: bool = False) -> int:
+    runner = Runner(config, log, Notifier(), create)
+    runner.start()
+    try:
+        result = runner.one_pass("force", True, progress)
+    finally:
+        runner.close()
+    code = EXIT_JOB_FAILED if result.failed else EXIT_OK
+    if runner.flags.stop.is_set():
+        log.info("stopped", reason="signal")
+        code = EXIT_OK
+        if lingering_threads():
+            exit_now(code)  # abandoned calls: their threads are not waited for
+    return code
+
+
+class Daemon:
+    """Passes on an APScheduler 3 schedule until SIGTERM/SIGINT; SIGHUP reloads config."""
+
+    def __init__(self, config: cfg.Config, log: Any, *, config_path: str | None,
+                 db_flag: str | None, fixed_interval: float | None,
+                 notifier: Notifier | None = None, create: bool = False) -> None:
+        self.config_path, self.db_flag, self.fixed = config_path, db_flag, fixed_interval
+        self.runner = Runner(self.effective(config), log, notifier or Notifier(), create)
+        self.log = log
+        self._quiet_logged = False
+        self.last_end = datetime.now().astimezone()
+
+    def effective(self, config: cfg.Config) -> cfg.Config:
+        """--loop SECONDS fixes the delay between passes."""
+        if self.fixed is None:
+            return config
+        schedule = dataclasses.replace(config.schedule, min_interval_seconds=self.fixed,
+                                       max_interval_seconds=self.fixed)
+        return dataclasses.replace(config, schedule=schedule)
+
+    @property
+    def config(self) -> cfg.Config:
+        return self.runner.config
+
+    def run(self) -> int:
+        from apscheduler.executors.pool import ThreadPoolExecutor
+        from apscheduler.schedulers.background import BackgroundScheduler
+
+        # APScheduler logs through the stdlib; our own lines say what matters, in JSON.
+        logging.getLogger("apscheduler").addHandler(logging.NullHandler())
+        logging.getLogger("apscheduler").propagate = False
+        self.runner.start()
+        self.scheduler = BackgroundScheduler(executors={"default": ThreadPoolExecutor(1)})
+        self.schedule_jobs(first_run=True)
+        self.scheduler.start()
+        notifier = self.runner.notifier
+        notifier.ready(status_line(None))
+        self.log.info("daemon_started", pid=os.getpid(), db=str(self.config.db_path),
+                      min_interval=self.config.schedule.min_interval_seconds,
+                      max_interval=self.config.schedule.max_interval_seconds)
+        watchdog = self.start_watchdog()
+        try:
+            while not self.runner.flags.stop.is_set():
+                self.runner.flags.wake.wait(1.0)
+                self.runner.flags.wake.clear()
+                if self.runner.flags.reload.is_set():
+                    self.runner.flags.reload.clear()
+                    self.reload()
+                self.watch_turns()
+            notifier.stopping()
+            self.log.info("stopping", reason="signal")
+            self.scheduler.shutdown(wait=True)  # the running pass stops between items
+        finally:
+            if watchdog is not None:
+                watchdog.set()
+            self.runner.close()
+        self.log.info("stopped", reason="signal")
+        if lingering_threads():
+            exit_now(EXIT_OK)  # abandoned calls: their threads are not waited for
+        return EXIT_OK
+
+    def watch_turns(self) -> None:
+        """New turns since the last pass sensed its backlog bring the next pass forward
+        to `wake_on_turns_seconds` after the last one ended. One indexed read on a
+        read-only connection of the main thread's own (~0.1 ms a look)."""
+        wait = self.config.schedule.wake_on_turns_seconds
+        last = self.runner.last
+        if self.fixed is not None or not wait or last is None or self.runner.health.running:
+            return
+        try:
+            # A connection of its own for each look: one kept open across looks was seen
+            # to keep a stale view of the WAL once another process's connection closed.
+            watcher = connect_readonly(self.config.db_path, 1000)
+            try:
+                with watcher.read() as conn:
+                    newest = q.max_exchange_id(conn)
+            finally:
+                watcher.close()
+        except (DreamdError, sqlite3.Error):
+            return  # the schedule still runs; the next look may work
+        if newest <= last.stats_before.max_exchange_id:
+            return
+        wake = self.last_end + timedelta(seconds=wait)
+        job = self.scheduler.get_job("pass")
+        if job is not None and job.next_run_time is not None and job.next_run_time > wake:
+            now = datetime.now(self.scheduler.timezone)
+            self.scheduler.modify_job("pass", next_run_time=max(wake, now))
+            self.log.info("new_turns", turns=newest - last.stats_before.max_exchange_id,
+                          next_pass_in=round(max(0.0, (wake - now).total_seconds()), 1))
+
+    def schedule_jobs(self, first_run: bool = False) -> None:
+        s = self.config.schedule
+        now = datetime.now(self.scheduler.timezone)
+        self.scheduler.add_job(
+            self.scheduled_pass, "interval", seconds=s.max_interval_seconds, id="pass",
+            replace_existing=True, coalesce=True, max_instances=1,
+            misfire_grace_time=int(max(1, s.max_interval_seconds)),
+            next_run_time=now if first_run else now + timedelta(seconds=s.min_interval_seconds),
+        )
+        if s.deep_pass_cron:
+            from apscheduler.triggers.cron import CronTrigger
+
+            self.scheduler.add_job(
+                self.deep_pass, CronTrigger.from_crontab(s.deep_pass_cron), id="deep",
+                replace_existing=True, coalesce=True, max_instances=1,
+                misfire_grace_time=3600,
+            )
+        elif self.scheduler.get_job("deep"):
+            self.scheduler.remove_job("deep")
+
+    def scheduled_pass(self) -> None:
+        if self.runner.flags.stop.is_set():
+            return
+        if in_quiet_hours(datetime.now().astimezone(), self.config.schedule.quiet_hours):
+            if not self._quiet_logged:
+                self.log.info("quiet_hours", window=self.config.schedule.quiet_hours)
+                self._quiet_logged = True
+            return
+        self._quiet_logged = False
+        self.guarded_pass("schedule", force=False)
+
+    def deep_pass(self) -> None:
+        if not self.runner.flags.stop.is_set():
+            self.guarded_pass("deep", force=True)
+
+    def guarded_pass(self, trigger: str, force: bool) -> None:
+        """A pass that cannot kill the daemon; then choose when to wake next."""
+        stability = 0.0
+        try:
+            stability = self.runner.one_pass(trigger, force).drives_after.stability
+        except Exception as exc:  # a broken file or bug: logged, retried at the soonest
+            self.log.error("pass_error", error=f"{type(exc).__name__}: {exc}"[:300])
+        if self.runner.flags.stop.is_set():
+            return
+        delay = next_delay(stability, self.config.schedule)
+        self.last_end = datetime.now(self.scheduler.timezone)
+        wake = self.last_end + timedelta(seconds=delay)
+        self.scheduler.modify_job("pass", next_run_time=wake)
+        # For `dreamd status`; never worth a failure.
+        with contextlib.suppress(Exception), self.runner.store.write() as conn:
+            q.set_state(conn, "next_pass_at", wake.astimezone(UTC).isoformat())
+
+    def reload(self) -> None:
+        try:
+            new = cfg.load(self.config_path, db=self.db_flag)
+        except DreamdError as exc:
+            self.log.error("config_reload_failed", error=str(exc), kept="previous config")
+            return
+        new = self.effective(new)
+        if new.db_path != self.config.db_path:
+            self.log.warning("config_reload_db_ignored", db=str(new.db_path),
+                             detail="a new memory file needs a restart")
+            new = dataclasses.replace(new, db=self.config.db)
+        changed = sorted(
+            f"{f.name}" for f in dataclasses.fields(new)
+            if getattr(new, f.name) != getattr(self.config, f.name)
+        )
+        if new.embed != self.config.embed or new.completer != self.config.completer:
+            self.runner.set_backends(new)
+        self.runner.config = new
+        self.schedule_jobs()
+        self.log.info("config_reloaded", changed=changed)
+
+    def start_watchdog(self) -> threading.Event | None:
+        """Ping at a quarter of WATCHDOG_USEC while healthy; fall silent when a pass is
+        stuck (no progress for half the interval), so systemd restarts us."""
+        seconds = self.runner.notifier.watchdog_seconds
+        if not seconds:
+            return None
+        done = threading.Event()
+
+        def loop() -> None:
+            while not done.wait(seconds / 4):
+                if self.runner.health.healthy(seconds / 2):
+                    self.runner.notifier.watchdog()
+
+        threading.Thread(target=loop, name="watchdog", daemon=True).start()
+        return done

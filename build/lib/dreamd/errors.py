@@ -1,0 +1,83 @@
+"""The error tree and exit codes: every failure dreamd reports to a person is one of these."""
+
+# Exit codes, as `dreamd --help` and the README list them.
+EXIT_OK = 0
+EXIT_JOB_FAILED = 1  # a pass ran, and a job failed (see `dreamd status`)
+EXIT_BAD_INPUT = 2  # bad input or config: one line, nothing written
+EXIT_ALREADY_RUNNING = 3  # another dreamd holds the memory file
+EXIT_BUSY = 4  # the memory file stayed locked by another process past the busy timeout
+EXIT_INTERNAL = 70  # a bug in dreamd (EX_SOFTWARE): one line, please report it
+
+
+class DreamdError(Exception):
+    """Something dreamd cannot do; the message is one line meant for a person."""
+
+    exit_code = EXIT_BAD_INPUT
+
+
+class ConfigError(DreamdError):
+    """A configuration file, environment variable or flag is unknown or invalid."""
+
+
+class StoreError(DreamdError):
+    """The memory file cannot be opened, migrated or used as dreamd needs."""
+
+
+class NotMigrated(StoreError):
+    """A read-only command met a file dreamd has not (fully) set up yet."""
+
+
+class StoreBusy(StoreError):
+    """Another process held the memory file locked for longer than the busy timeout."""
+
+    exit_code = EXIT_BUSY
+
+
+class UnknownUser(DreamdError):
+    """A user or session the memory file does not hold (a typo, most often)."""
+
+
+class AlreadyRunning(DreamdError):
+    """Another dreamd holds the memory file's lock."""
+
+    exit_code = EXIT_ALREADY_RUNNING
+
+
+class BackendError(DreamdError):
+    """A Completer or Embedder failed to produce usable output."""
+
+
+class ModelFileError(BackendError):
+    """The embedded model's files are missing or differ from the pinned version."""
+
+
+class OutputInvalid(BackendError):
+    """A backend answered, but the answer failed validation."""
+
+
+class InputRejected(BackendError):
+    """The backend refused this input (400/413/422): shrink or split it, then quarantine."""
+
+
+class BackendMisconfigured(BackendError):
+    """A configuration problem (401/403/404, unknown model): no LLM work until fixed."""
+
+
+class BackendUnavailable(BackendError):
+    """A transient failure (408/409/429/5xx, connection, timeout) that outlived retries."""
+
+
+class BreakerOpen(BackendError):
+    """Too many transient failures in a row: no calls until the cool-down has passed."""
+
+
+class BudgetExhausted(BackendError):
+    """The next call would exceed the token budget for this pass or day."""
+
+
+class Stopping(BackendError):
+    """dreamd was asked to stop: no new call or retry starts."""
+
+
+# Errors that stop all LLM work for the rest of the pass and burn no attempts.
+PASS_STOPPING = (BackendMisconfigured, BreakerOpen, BudgetExhausted, Stopping)

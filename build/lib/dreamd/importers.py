@@ -1,0 +1,379 @@
+"""Importing real history: ChatGPT exports, a documented JSONL format, LoCoMo, LongMemEval.
+
+Parsers are pure (parsed JSON in, sessions out) and name the file and the place of any
+problem; the writer adds the turns as a chat app would, keeping their real dates, in one
+transaction per file, so a bad file imports nothing and a re-import adds nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from dreamd.errors import DreamdError, StoreError
+from dreamd.ids import DEFAULT_USER
+from dreamd.store.connect import Store
+
+
+class ImportFormatError(DreamdError):
+    """An import file is not in the format it was said to be; names the file and place."""
+
+
+@dataclass(frozen=True)
+class ImportTurn:
+    role: str
+    content: str
+    created_at: str
+
+
+@dataclass(frozen=True)
+class ImportSession:
+    session_id: str
+    name: str | None
+    turns: tuple[ImportTurn, ...]
+    # Why this session is left out of the import (it is reported, not written).
+    skip: str | None = None
+
+
+@dataclass(frozen=True)
+class ImportResult:
+    sessions: int
+    new_sessions: int
+    turns_added: int
+    turns_present: int
+    # Sessions left out, each with why: "'Kyoto': …".
+    left_out: tuple[str, ...] = ()
+
+
+def _iso(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat()
+
+
+def _spaced(start: datetime, texts: list[tuple[str, str]]) -> tuple[ImportTurn, ...]:
+    """Turns of a session known only by its start: one minute apart, in order."""
+    return tuple(ImportTurn(role, text, _iso(start + timedelta(minutes=i)))
+                 for i, (role, text) in enumerate(texts))
+
+
+# ------------------------------------------------------------------------- JSONL
+
+JSONL_FIELDS = ("session", "role", "content", "created_at")
+
+
+def parse_jsonl(lines: Iterable[str], where: str) -> list[ImportSession]:
+    """One turn per line: {"session", "role", "content", "created_at" (ISO-8601), "name"?}."""
+    sessions: dict[str, list[ImportTurn]] = {}
+    names: dict[str, str | None] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        place = f"{where}: line {number}"
+        try:
+            row = json.loads(line)
+        except ValueError as exc:
+            raise ImportFormatError(f"{place}: not JSON ({exc.args[0]})") from None
+        if not isinstance(row, dict):
+            raise ImportFormatError(f"{place}: expected an object")
+        for key in JSONL_FIELDS:
+            if not isinstance(row.get(key), str) or not row[key]:
+                raise ImportFormatError(f"{place}: missing or empty string field {key!r}")
+        if row.get("name") is not None and not isinstance(row["name"], str):
+            raise ImportFormatError(f"{place}: name must be a string")
+        try:
+            created = _iso(datetime.fromisoformat(row["created_at"]))
+        except ValueError:
+            raise ImportFormatError(
+                f"{place}: created_at is not ISO-8601: {row['created_at']!r}") from None
+        except OverflowError:
+            raise ImportFormatError(
+                f"{place}: created_at is out of range: {row['created_at']!r}") from None
+        sessions.setdefault(row["session"], []).append(
+            ImportTurn(row["role"], row["content"], created))
+        names.setdefault(row["session"], row.get("name"))
+    return [ImportSession(sid, names[sid], tuple(turns)) for sid, turns in sessions.items()]
+
+
+# ------------------------------------------------------------------------- ChatGPT
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """`value` if it is a JSON object, else an empty one: exports vary in shape."""
+    return value if isinstance(value, dict) else {}
+
+
+def _chatgpt_text(message: dict[str, Any]) -> str:
+    """The message's text; an image (or other attachment) part leaves a placeholder, so
+    "what do you think of this?" keeps its object."""
+    content = _dict(message.get("content"))
+    if content.get("content_type") not in ("text", "multimodal_text"):
+        return ""
+    raw = content.get("parts")
+    parts: list[Any] = raw if isinstance(raw, list) else []
+    texts = []
+    for part in parts:
+        if isinstance(part, str):
+            texts.append(part)
+        elif isinstance(part, dict):
+            kind = str(part.get("content_type") or "")
+            texts.append("[image]" if "image" in kind else f"[{kind or 'attachment'}]")
+    return "\n".join(t for t in texts if t.strip()).strip()
+
+
+def _chatgpt_time(stamp: Any, place: str) -> str:
+    """A ChatGPT create_time (seconds since the epoch) as ISO UTC."""
+    if isinstance(stamp, bool) or not isinstance(stamp, int | float | str):
+        raise ImportFormatError(f"{place}: unreadable time {stamp!r}")
+    try:
+        return _iso(datetime.fromtimestamp(float(stamp), UTC))
+    except ValueError:
+        raise ImportFormatError(f"{place}: unreadable time {stamp!r}") from None
+    except (OverflowError, OSError):
+        raise ImportFormatError(f"{place}: time out of range {stamp!r}") from None
+
+
+def parse_chatgpt(data: Any, where: str) -> list[ImportSession]:
+    """conversations.json: follow each conversation from current_node up to its root.
+
+    That path is the branch the user last saw: edited messages leave their older
+    branches behind. System, tool and hidden messages are skipped; a message without a
+    time takes the previous message's, or the conversation's.
+    """
+    if not isinstance(data, list):
+        raise ImportFormatError(f"{where}: expected a list of conversations")
+    sessions = []
+    for index, conv in enumerate(data):
+        title = _dict(conv).get("title")
+        place = (f"{where}: conversation {title!r}" if isinstance(title, str) and title
+                 else f"{where}: conversation {index + 1}")
+        if not isinstance(conv, dict) or not isinstance(conv.get("mapping"), dict):
+            raise ImportFormatError(f"{place}: no 'mapping' of messages")
+        mapping = conv["mapping"]
+        node = conv.get("current_node")
+        chain = []
+        seen = set()
+        while node is not None:
+            if (not isinstance(node, str) or not isinstance(mapping.get(node), dict)
+                    or node in seen):
+                raise ImportFormatError(f"{place}: broken message tree at node {node!r}")
+            seen.add(node)
+            chain.append(mapping[node])
+            node = chain[-1].get("parent")
+        fallback = conv.get("create_time") or conv.get("update_time")
+        found: list[tuple[str, str, Any]] = []  # role, text, stamp or None
+        for entry in reversed(chain):
+            message = entry.get("message")
+            if message is None:
+                continue  # the tree's root carries none
+            if not isinstance(message, dict):
+                raise ImportFormatError(f"{place}: a message that is not an object: "
+                                        f"{str(message)[:40]!r}")
+            role = _dict(message.get("author")).get("role")
+            hidden = _dict(message.get("metadata")).get("is_visually_hidden_from_conversation")
+            recipient = message.get("recipient", "all")
+            text = _chatgpt_text(message)
+            stamp = message.get("create_time") or fallback
+            if stamp is not None:
+                fallback = stamp
+            # An assistant message to a tool (recipient "memory", "python", …) is a call
+            # the user never saw, not a turn of the conversation.
+            if role not in ("user", "assistant") or hidden or not text or recipient != "all":
+                continue
+            found.append((role, text, stamp))
+        cid = conv.get("id") or conv.get("conversation_id") or f"index-{index}"
+        name = title if isinstance(title, str) else None
+        stamps = [stamp for _, _, stamp in found if stamp is not None]
+        if found and not stamps:
+            sessions.append(ImportSession(f"chatgpt:{cid}", name, (),
+                                          skip="no message and no conversation time"))
+            continue
+        turns = []
+        for role, text, stamp in found:
+            # A first message without a time takes the first time after it.
+            stamp = stamp if stamp is not None else stamps[0]
+            turns.append(ImportTurn(role, text, _chatgpt_time(stamp, place)))
+        if turns:
+            sessions.append(ImportSession(f"chatgpt:{cid}", name, tuple(turns)))
+    return sessions
+
+
+# ------------------------------------------------------------------------- benchmarks
+
+
+def parse_locomo(data: Any, where: str) -> list[ImportSession]:
+    """LoCoMo: speakers keep their names as roles; image turns keep their caption."""
+    if not isinstance(data, list):
+        raise ImportFormatError(f"{where}: expected a list of conversations")
+    sessions = []
+    for conv in data:
+        sample = conv.get("sample_id", "?") if isinstance(conv, dict) else "?"
+        body = conv.get("conversation") if isinstance(conv, dict) else None
+        if not isinstance(body, dict):
+            raise ImportFormatError(f"{where}: {sample}: no 'conversation'")
+        numbers = sorted(int(k.split("_")[1]) for k in body
+                         if k.startswith("session_") and k.split("_")[1].isdigit()
+                         and k.count("_") == 1)
+        for n in numbers:
+            place = f"{where}: {sample} session_{n}"
+            raw_date = body.get(f"session_{n}_date_time")
+            try:
+                start = datetime.strptime(str(raw_date), "%I:%M %p on %d %B, %Y")
+            except ValueError:
+                raise ImportFormatError(f"{place}: unreadable date {raw_date!r}") from None
+            texts = []
+            for turn in body[f"session_{n}"]:
+                if not isinstance(turn, dict) or "speaker" not in turn or "text" not in turn:
+                    raise ImportFormatError(f"{place}: a turn without speaker or text")
+                text = turn["text"]
+                if turn.get("blip_caption"):
+                    text += f" [shares an image: {turn['blip_caption']}]"
+                texts.append((turn["speaker"], text))
+            sessions.append(ImportSession(f"locomo:{sample}:{n}", None, _spaced(start, texts)))
+    return sessions
+
+
+def parse_longmemeval(data: Any, where: str) -> list[ImportSession]:
+    """LongMemEval: every haystack session once (they repeat across questions)."""
+    if not isinstance(data, list):
+        raise ImportFormatError(f"{where}: expected a list of questions")
+    sessions: dict[str, ImportSession] = {}
+    for question in data:
+        qid = question.get("question_id", "?") if isinstance(question, dict) else "?"
+        try:
+            triples = zip(question["haystack_session_ids"], question["haystack_dates"],
+                          question["haystack_sessions"], strict=True)
+            for sid, raw_date, turns in triples:
+                if sid in sessions:
+                    continue
+                try:
+                    start = datetime.strptime(raw_date, "%Y/%m/%d (%a) %H:%M")
+                except ValueError:
+                    raise ImportFormatError(
+                        f"{where}: {qid} session {sid}: unreadable date {raw_date!r}") from None
+                texts = [(t["role"], t["content"]) for t in turns]
+                sessions[sid] = ImportSession(f"lme:{sid}", None, _spaced(start, texts))
+        except (KeyError, TypeError, ValueError) as exc:
+            if isinstance(exc, ImportFormatError):
+                raise
+            raise ImportFormatError(f"{where}: {qid}: malformed haystack ({exc})") from None
+    return list(sessions.values())
+
+
+# ------------------------------------------------------------------------- reading, writing
+
+FORMATS = ("chatgpt", "jsonl", "locomo", "longmemeval")
+
+
+def read_sessions(fmt: str, path: Path) -> list[ImportSession]:
+    """Parse `path` as `fmt`; every problem names the file and the place."""
+    where = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ImportFormatError(f"{where}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError:
+        raise ImportFormatError(f"{where}: not UTF-8 text") from None
+    if fmt == "jsonl":
+        return parse(fmt, text.splitlines(), where)
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise ImportFormatError(f"{where}: not JSON ({exc})") from None
+    return parse(fmt, data, where)
+
+
+PARSERS: dict[str, Callable[[Any, str], list[ImportSession]]] = {
+    "chatgpt": parse_chatgpt, "jsonl": parse_jsonl, "locomo": parse_locomo,
+    "longmemeval": parse_longmemeval,
+}
+
+
+def parse(fmt: str, data: Any, where: str) -> list[ImportSession]:
+    """Parse with the format's parser. The parsers name the places they expect to go
+    wrong; any other shape a file may take still ends as one ImportFormatError, and every
+    text must be storable (valid Unicode: JSON can spell a lone surrogate)."""
+    try:
+        sessions = PARSERS[fmt](data, where)
+    except ImportFormatError:
+        raise
+    except (TypeError, AttributeError, ValueError, KeyError, IndexError, OverflowError,
+            RecursionError) as exc:
+        raise ImportFormatError(f"{where}: not a {fmt} file as expected "
+                                f"({type(exc).__name__}: {str(exc)[:120]})") from None
+    for session in sessions:
+        texts = [session.session_id, session.name or ""]
+        for turn in session.turns:
+            texts += [turn.role, turn.content]
+        for text in texts:
+            if not isinstance(text, str):
+                raise ImportFormatError(f"{where}: session {session.session_id!r}: "
+                                        f"expected text, got {type(text).__name__}")
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                raise ImportFormatError(
+                    f"{where}: session {session.session_id!r}: text that is not valid "
+                    "Unicode (a lone surrogate)") from None
+    return sessions
+
+
+def write_sessions(store: Store, sessions: list[ImportSession],
+                   progress: Callable[[int, int], None] = lambda done, total: None,
+                   user: str = DEFAULT_USER) -> ImportResult:
+    """Add the turns not already present, in one transaction (all or nothing); new
+    sessions are filed under `user` (an existing session keeps its owner)."""
+    refuse_app_embedded(store)
+    added = present = new = 0
+    left_out = [f"{s.name or s.session_id!r}: {s.skip}" for s in sessions if s.skip]
+    with store.write() as conn:
+        for index, session in enumerate(sessions):
+            if session.skip:
+                continue
+            existing = _existing_turns(conn, session.session_id)
+            if existing - {(t.role, t.content, t.created_at) for t in session.turns}:
+                # Imported before from another branch (the user edited a message since):
+                # adding this one would interleave two versions of the conversation.
+                left_out.append(f"{session.name or session.session_id!r}: changed since it "
+                                f"was imported; forget session {session.session_id} and "
+                                "import again to replace it")
+                continue
+            new += int(not existing)
+            first = session.turns[0].created_at if session.turns else _iso(datetime.now(UTC))
+            conn.execute("INSERT OR IGNORE INTO sessions (id, name, created_at, user_id) "
+                         "VALUES (?, ?, ?, ?)", (session.session_id, session.name, first, user))
+            rows = [(session.session_id, t.role, t.content, t.created_at) for t in session.turns
+                    if (t.role, t.content, t.created_at) not in existing]
+            conn.executemany("INSERT INTO exchanges (session_id, role, content, created_at) "
+                             "VALUES (?, ?, ?, ?)", rows)
+            added += len(rows)
+            present += len(session.turns) - len(rows)
+            if index % 200 == 0:
+                progress(index + 1, len(sessions))
+    progress(len(sessions), len(sessions))
+    return ImportResult(len(sessions) - len(left_out), new, added, present, tuple(left_out))
+
+
+def refuse_app_embedded(store: Store) -> None:
+    """In the prior-art layout every turn carries the chat app's own embedding (NOT NULL)
+    and the app's recall stacks them all: a turn without one, or with a vector of another
+    model, would break it, and dreamd cannot make the app's vectors."""
+    with store.read() as conn:
+        app_embeds = any(r[1] == "embedding" and r[3]
+                         for r in conn.execute("PRAGMA table_info(exchanges)"))
+    if app_embeds:
+        raise StoreError(
+            f"{store.path}: exchanges.embedding is NOT NULL here (the chat app stores its "
+            "own embedding with every turn), so dreamd cannot add turns to it; import into "
+            "a new memory file, or let the chat app import the history so it embeds each turn")
+
+
+def _existing_turns(conn: sqlite3.Connection, session_id: str) -> set[tuple[str, str, str]]:
+    rows = conn.execute("SELECT role, content, created_at FROM exchanges WHERE session_id = ?",
+                        (session_id,))
+    return {(r[0], r[1], r[2]) for r in rows}

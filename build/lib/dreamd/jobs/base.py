@@ -1,0 +1,282 @@
+"""What every job shares: its context, the pass budget, and failure bookkeeping."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from dreamd.backends.llm_output import bounded, estimate_tokens
+from dreamd.backends.protocols import Completer, Embedder
+from dreamd.config import Config
+from dreamd.errors import PASS_STOPPING, BudgetExhausted, InputRejected
+from dreamd.models import Completion, Prompt
+from dreamd.store import queries as q
+from dreamd.store.connect import Store
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass
+class Budget:
+    """The per-pass budget: wall time and items, plus the stop flag a signal may set.
+
+    A job runs inside a share of what is left (`share`), so one job with a big backlog
+    cannot spend the whole pass while the jobs after it wait; what a job leaves unused
+    flows on to the next."""
+
+    max_seconds: float = 0.0
+    max_items: int = 0
+    stop: Callable[[], bool] = lambda: False
+    started: float = field(default_factory=time.monotonic)
+    items: int = 0
+    share_until: float | None = None
+    share_items: int | None = None
+
+    def exhausted(self) -> bool:
+        return self.pass_exhausted() or self.share_exhausted()
+
+    def pass_exhausted(self) -> bool:
+        if self.stop():
+            return True
+        if self.max_items and self.items >= self.max_items:
+            return True
+        return bool(self.max_seconds) and time.monotonic() - self.started >= self.max_seconds
+
+    def share_exhausted(self) -> bool:
+        if self.share_items is not None and self.items >= self.share_items:
+            return True
+        return self.share_until is not None and time.monotonic() >= self.share_until
+
+    @contextlib.contextmanager
+    def share(self, fraction: float) -> Iterator[None]:
+        """Limit what runs inside to `fraction` of the time and items left (at least one
+        item). A fraction of 1 is the rest of the pass."""
+        if fraction < 1:
+            if self.max_seconds:
+                left = self.max_seconds - (time.monotonic() - self.started)
+                self.share_until = time.monotonic() + max(0.0, left) * fraction
+            if self.max_items:
+                self.share_items = self.items + max(1, int((self.max_items - self.items)
+                                                           * fraction))
+        try:
+            yield
+        finally:
+            self.share_until = self.share_items = None
+
+    def spend(self, n: int = 1) -> None:
+        self.items += n
+
+
+@dataclass
+class Tokens:
+    """Token use of this pass, and reservations for calls in flight (thread-safe)."""
+
+    used_in: int = 0
+    used_out: int = 0
+    reserved: int = 0
+    before_today: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def used(self) -> int:
+        return self.used_in + self.used_out
+
+
+@dataclass
+class JobContext:
+    store: Store
+    config: Config
+    embedder: Embedder
+    completer: Completer
+    budget: Budget
+    force: bool = False
+    clock: Callable[[], datetime] = utcnow
+    log: Any = None
+    progress: Callable[[str, int, int], None] = lambda job, done, total: None
+    tokens: Tokens = field(default_factory=Tokens)
+    halted: BaseException | None = None
+    notes: list[str] = field(default_factory=list)
+    owner: int = field(default_factory=threading.get_ident)
+    # The vector epoch when the pass began; a forget (or a session changing owner) bumps
+    # it, and then nothing prepared before may be saved.
+    epoch: str | None = None
+    # The newest turn when the pass sensed its backlog: jobs work up to it, and turns the
+    # app writes meanwhile are the next pass's, so a busy app cannot starve later jobs.
+    horizon: int = 0
+    # Backend calls still in flight when the stop grace ran out: left to finish unheard.
+    abandoned: int = 0
+    invalidated: bool = False
+
+    def now(self) -> datetime:
+        return self.clock()
+
+    def now_text(self) -> str:
+        return self.clock().isoformat()
+
+    def names_for(self, user_id: str) -> dict[str, str]:
+        """Names for prompts: the configured user's name, any other user by their id."""
+        user = self.config.user.name if user_id == self.config.user.id else user_id
+        return {"user": user, "agent": self.config.agent.name}
+
+    @property
+    def llm(self) -> bool:
+        return self.completer.name != "extractive"
+
+    @property
+    def workers(self) -> int:
+        """Concurrent backend calls: an LLM waits on the network; extraction is CPU-bound."""
+        return self.config.completer.workers if self.llm else 1
+
+    @property
+    def source(self) -> str:
+        """How derived rows are marked: which kind of backend and model made them."""
+        kind = "llm" if self.llm else "extractive"
+        return f"{kind}:{getattr(self.completer, 'model', self.completer.name)}"
+
+    def stopped(self) -> bool:
+        return self.halted is not None or self.invalidated or self.budget.exhausted()
+
+    def still_current(self, conn: sqlite3.Connection) -> bool:
+        """Inside a write: whether memory was not forgotten since the pass began. Once it
+        was, the pass saves nothing more and stops; the next one starts afresh."""
+        if q.get_state(conn, "vector_epoch", "0") != self.epoch:
+            self.invalidated = True
+        return not self.invalidated
+
+    def abandon(self, calls: int) -> None:
+        self.abandoned += calls
+        self.notes.append(f"stopping: {calls} backend calls still in flight were abandoned "
+                          f"after the stop grace; nothing they return is written")
+        if self.log is not None:
+            self.log.warning("calls_abandoned", calls=calls)
+
+    def halt(self, error: BaseException) -> None:
+        """Stop LLM work for the rest of the pass (configuration, breaker or budget)."""
+        if self.halted is None:
+            self.halted = error
+            note = f"LLM work stopped for this pass: {type(error).__name__}: {error}"
+            self.notes.append(note)
+            if self.log is not None:
+                self.log.error("llm_halted", reason=type(error).__name__, detail=str(error))
+
+    def _reserve(self, prompt: Prompt) -> int:
+        if not self.llm:
+            return 0
+        estimate = estimate_tokens(prompt.system + prompt.user)
+        estimate += self.config.completer.max_output_tokens
+        limits = self.config.budget
+        with self.tokens.lock:
+            if self.halted is not None:
+                raise type(self.halted)(str(self.halted))
+            pending = self.tokens.used + self.tokens.reserved + estimate
+            if limits.tokens_per_pass and pending > limits.tokens_per_pass:
+                raise BudgetExhausted(
+                    f"the next call (~{estimate} tokens) would pass budget.tokens_per_pass "
+                    f"({limits.tokens_per_pass}; {self.tokens.used} used this pass)")
+            if limits.tokens_per_day and self.tokens.before_today + pending > limits.tokens_per_day:
+                raise BudgetExhausted(
+                    f"the next call (~{estimate} tokens) would pass budget.tokens_per_day "
+                    f"({limits.tokens_per_day}; {self.tokens.before_today + self.tokens.used} "
+                    "used today)")
+            self.tokens.reserved += estimate
+        return estimate
+
+    def complete(self, prompt: Prompt) -> Completion:
+        """Call the Completer: never inside a transaction, within the token budget."""
+        if threading.get_ident() == self.owner and self.store.in_transaction:
+            raise RuntimeError("internal: backend call inside a transaction")
+        estimate = self._reserve(prompt)
+        try:
+            completion = self.completer.complete(prompt)
+        except PASS_STOPPING as exc:
+            self.halt(exc)  # at once, so a call queued behind this one is never made
+            raise
+        finally:
+            with self.tokens.lock:
+                self.tokens.reserved -= estimate
+        with self.tokens.lock:
+            self.tokens.used_in += completion.tokens_in
+            self.tokens.used_out += completion.tokens_out
+        # Every backend's answer is bounded here, before any job sees it.
+        return dataclasses.replace(completion, text=bounded(completion.text, prompt.task))
+
+
+def input_hash(prompt: Prompt) -> str:
+    return hashlib.sha256(f"{prompt.task}\0{prompt.system}\0{prompt.user}".encode()).hexdigest()
+
+
+def complete_once(ctx: JobContext, prompt: Prompt, cached: tuple[str, str] | None
+                  ) -> tuple[Completion, str]:
+    """The answer for a prompt, reusing the stored one when the inputs are unchanged:
+    an unchanged input costs no tokens. Returns the completion and the input hash."""
+    digest = input_hash(prompt)
+    if cached is not None and cached[0] == digest:
+        return Completion(cached[1], "cache", "cache", extractive=not ctx.llm), digest
+    return ctx.complete(prompt), digest
+
+
+def failed_items(ctx: JobContext, job: str) -> dict[str, str | None]:
+    """Items of `job` that failed before: item -> why not to try it now (None: try it).
+
+    Quarantined items wait for a person; backing-off items wait for their time, except
+    under --force, which retries them at once.
+    """
+    with ctx.store.read() as conn:
+        rows = q.failures(conn, job)
+    now = ctx.now_text()
+    out: dict[str, str | None] = {}
+    for f in rows:
+        if f.quarantined:
+            out[f.item] = "quarantined"
+        elif not ctx.force and f.next_attempt_at > now:
+            out[f.item] = f"backing off until {f.next_attempt_at}"
+        else:
+            out[f.item] = None
+    return out
+
+
+def backoff_seconds(config: Config, attempts: int) -> float:
+    return min(config.jobs.backoff_max_seconds, config.jobs.backoff_seconds * 2 ** (attempts - 1))
+
+
+def note_failure(ctx: JobContext, job: str, item: str, error: BaseException) -> str:
+    """Record what went wrong with an item, by class.
+
+    Configuration, breaker and budget stops halt LLM work for the pass and burn no
+    attempt. Input the backend rejected even after shrinking is quarantined at once.
+    Anything else is retried with backoff and quarantined after max_attempts.
+    """
+    message = f"{type(error).__name__}: {error}"
+    if isinstance(error, PASS_STOPPING):
+        ctx.halt(error)
+        return f"{item}: {message[:200]} (no attempt counted)"
+    with ctx.store.write() as conn:
+        previous = conn.execute(
+            "SELECT attempts FROM dreamd_failures WHERE job = ? AND item = ?", (job, item)
+        ).fetchone()
+        attempts = (int(previous[0]) if previous else 0) + 1
+        quarantine = isinstance(error, InputRejected) or attempts >= ctx.config.jobs.max_attempts
+        next_at = ctx.now() + timedelta(seconds=backoff_seconds(ctx.config, attempts))
+        q.record_failure(conn, job, item, message, ctx.now_text(), next_at.isoformat(), quarantine)
+    if ctx.log is not None:
+        ctx.log.warning(
+            "job_item_failed", job=job, item=item, attempts=attempts,
+            quarantined=quarantine, error=message[:200],
+        )
+    return f"{item}: {message[:200]}"
+
+
+def note_success(ctx: JobContext, job: str, item: str, failures: dict[str, str | None]) -> None:
+    if item in failures:
+        with ctx.store.write() as conn:
+            q.clear_failure(conn, job, item)

@@ -1,0 +1,95 @@
+"""embed: give every new turn a vector of dreamd's model, in batches, in id order."""
+
+from __future__ import annotations
+
+from dreamd.jobs.base import JobContext, failed_items, note_failure, note_success
+from dreamd.models import JobResult
+from dreamd.prompts import turn_line
+from dreamd.store import queries as q
+
+JOB = "embed"
+INDEX_CHUNK = 500  # turns per full-text transaction: ~2 ms of write lock
+
+
+def run(ctx: JobContext, reason: str) -> JobResult:
+    model = ctx.embedder.model
+    batch = ctx.config.embed.batch_size
+    done = failed = 0
+    errors: list[str] = []
+    failures = failed_items(ctx, JOB)
+    while not ctx.budget.exhausted() and not ctx.invalidated:
+        with ctx.store.read() as conn:
+            watermark = q.embed_watermark(conn, model)
+            turns = q.turns_after(conn, watermark, batch, ctx.horizon)
+            remaining = q.count_exchanges_after(conn, watermark, ctx.horizon)
+        if not turns:
+            break
+        item = f"after:{watermark}"
+        if failures.get(item):
+            errors.append(f"{item}: {failures[item]}")
+            break
+        try:
+            vectors = ctx.embedder.embed([turn_line(t.role, t.content) for t in turns])
+            if vectors.shape != (len(turns), ctx.embedder.dim):
+                raise ValueError(f"embedder returned shape {vectors.shape}")
+        except Exception as exc:  # a backend fault: record it, leave the rest of the pass be
+            errors.append(note_failure(ctx, JOB, item, exc))
+            failed += 1
+            break
+        rows = [(t.id, q.to_blob(v)) for t, v in zip(turns, vectors, strict=True)]
+        with ctx.store.write() as conn:
+            stored = ctx.still_current(conn) and q.save_turn_vectors(
+                conn, model, ctx.embedder.dim, watermark, rows, turns[-1].id
+            )
+        if not stored and ctx.invalidated:
+            break  # memory was forgotten meanwhile: nothing more is saved in this pass
+        if stored:
+            done += len(turns)
+            ctx.budget.spend()  # a batch is one item of the pass budget
+            note_success(ctx, JOB, item, failures)
+        ctx.progress(JOB, done, done + remaining - len(turns))
+    if not failed:
+        done += embed_derived(ctx, errors)
+    index_text(ctx)
+    with ctx.store.read() as conn:
+        left = q.count_exchanges_after(conn, q.embed_watermark(conn, model), ctx.horizon)
+    return JobResult(JOB, True, reason, done=done, failed=failed, remaining=left,
+                     errors=tuple(errors))
+
+
+def index_text(ctx: JobContext, chunk: int = INDEX_CHUNK) -> None:
+    """Bring the full-text index up to the pass's horizon, in short chunks."""
+    while not ctx.budget.exhausted():
+        with ctx.store.read() as conn:
+            after = q.fts_watermark(conn)
+            newest = min(q.max_exchange_id(conn), ctx.horizon)
+        if newest <= after:
+            return
+        with ctx.store.write() as conn:
+            if q.fts_watermark(conn) == after:
+                q.index_text(conn, after, min(newest, after + chunk))
+
+
+def embed_derived(ctx: JobContext, errors: list[str]) -> int:
+    """Gists and eras without a vector of this model (after a model change), in batches."""
+    done = 0
+    while not ctx.budget.exhausted():
+        with ctx.store.read() as conn:
+            rows = q.derived_without_vector(conn, ctx.embedder.model,
+                                            ctx.config.embed.batch_size)
+        if not rows:
+            break
+        try:
+            vectors = ctx.embedder.embed([content for _, _, content in rows])
+        except Exception as exc:  # recorded like a turn batch; the pass goes on
+            errors.append(note_failure(ctx, JOB, "derived", exc))
+            break
+        blobs = [(k, key, c, q.to_blob(v)) for (k, key, c), v in zip(rows, vectors, strict=True)]
+        with ctx.store.write() as conn:
+            stored = ctx.still_current(conn) and q.save_derived_vectors(
+                conn, ctx.embedder.model, blobs)
+        done += stored
+        ctx.budget.spend()
+        if stored < len(rows):
+            break  # content changed under us; the next pass picks the rest up
+    return done

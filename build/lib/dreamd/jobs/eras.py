@@ -1,0 +1,86 @@
+"""eras: one digest per user and month, rebuilt only for months whose gists changed."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+import numpy as np
+
+from dreamd.errors import OutputInvalid
+from dreamd.ids import era_key
+from dreamd.jobs.base import JobContext, complete_once
+from dreamd.jobs.pool import run_keyed
+from dreamd.models import Gist, JobResult
+from dreamd.prompts import era_prompt
+from dreamd.store import queries as q
+
+JOB = "eras"
+
+
+def stale_months(ctx: JobContext) -> list[tuple[str, str]]:
+    """(user, month) of every era whose month has a gist newer than it, or no era yet."""
+    with ctx.store.read() as conn:
+        return [(user, month) for user in q.users_with_gists(conn)
+                for month in q.stale_months(conn, user)]
+
+
+@dataclass(frozen=True)
+class Work:
+    user_id: str
+    month: str
+    gists: list[Gist]
+    current_seq: int | None
+    cached: tuple[str, str] | None
+
+    @property
+    def key(self) -> str:
+        return era_key(self.user_id, self.month)
+
+
+def prepare(ctx: JobContext, user_month: tuple[str, str]) -> Work | None:
+    user, month = user_month
+    with ctx.store.read() as conn:
+        gists = q.gists_for_month(conn, user, month)
+        current = q.era_seqs(conn, user).get(month)
+        cached = q.cached_output(conn, JOB, era_key(user, month))
+    return Work(user, month, gists, current, cached) if gists else None
+
+
+def think(ctx: JobContext, work: Work) -> tuple[str, str, str, np.ndarray]:
+    lines = [ln for g in work.gists for ln in g.content.splitlines() if ln.strip()]
+    prompt = era_prompt(ctx.names_for(work.user_id), work.month, lines, ctx.config.eras.lines)
+    completion, digest = complete_once(ctx, prompt, work.cached)
+    body = completion.text.strip()
+    if not body:
+        raise OutputInvalid(f"empty digest for {work.month}")
+    content = f"{work.month}: {len(work.gists)} conversations.\n{body}"
+    return content, digest, completion.text, ctx.embedder.embed([content])[0]
+
+
+def save(ctx: JobContext, conn: sqlite3.Connection, work: Work,
+         result: tuple[str, str, str, np.ndarray], layout: q.Layout) -> bool:
+    """Inside the caller's write transaction: the era, if its inputs are unchanged."""
+    content, digest, raw, vector = result
+    stored = q.save_era(
+        conn, month=work.month, user_id=work.user_id, content=content,
+        session_count=len(work.gists), seq=max(g.seq for g in work.gists),
+        expected_seq=work.current_seq, source=ctx.source, now=ctx.now_text(),
+        embedding=q.core_embedding(layout.eras_embedding_required),
+        vector=q.to_blob(vector), model=ctx.embedder.model, inputs=q.inputs_of(work.gists),
+    )
+    if stored:
+        q.save_output(conn, JOB, work.key, digest, raw)
+    return stored
+
+
+def run(ctx: JobContext, reason: str) -> JobResult:
+    layout = q.read_layout(ctx.store)
+    return run_keyed(
+        ctx, JOB, reason, stale_months(ctx),
+        key=lambda user_month: era_key(*user_month),
+        prepare=lambda user_month: prepare(ctx, user_month),
+        think=lambda work: think(ctx, work),
+        save=lambda conn, work, result: save(ctx, conn, work, result, layout),
+        remaining=lambda: len(stale_months(ctx)),
+    )

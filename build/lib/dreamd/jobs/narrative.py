@@ -1,0 +1,89 @@
+"""narrative: each user's current arc, from their profile and most recent eras."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from dreamd.errors import OutputInvalid
+from dreamd.ids import narrative_id, profile_id
+from dreamd.jobs.base import JobContext, complete_once
+from dreamd.jobs.pool import run_keyed
+from dreamd.models import JobResult
+from dreamd.prompts import narrative_prompt
+from dreamd.store import queries as q
+
+JOB = "narrative"
+
+
+def stale_users(ctx: JobContext) -> list[str]:
+    """Users whose profile or eras moved past their narrative."""
+    with ctx.store.read() as conn:
+        return [u for u in q.users_with_gists(conn) if q.narrative_stale(conn, u)]
+
+
+@dataclass(frozen=True)
+class Work:
+    user_id: str
+    current: q.Tier | None
+    inputs_seq: int
+    profile: str | None
+    eras: list[tuple[str, str]]
+    inputs: dict[str, int]
+    cached: tuple[str, str] | None
+
+    @property
+    def key(self) -> str:
+        return narrative_id(self.user_id)
+
+
+def prepare(ctx: JobContext, user: str) -> Work | None:
+    with ctx.store.read() as conn:
+        profile = q.profile_row(conn, profile_id(user))
+        eras = q.eras_for_user(conn, user)[-ctx.config.narrative.months :]
+        inputs = q.tier_inputs(conn, "profile", "id = ?", (profile_id(user),))
+        for month, _, _ in eras:
+            for session, last_id in q.tier_inputs(
+                    conn, "eras", "user_id = ? AND month = ?", (user, month)).items():
+                inputs[session] = max(inputs.get(session, 0), last_id)
+        work = Work(user, q.narrative_row(conn, narrative_id(user)),
+                    q.max_tier_seq(conn, user, profile_id(user)),
+                    profile.content if profile else None, [(m, c) for m, c, _ in eras], inputs,
+                    q.cached_output(conn, JOB, narrative_id(user)))
+    if work.inputs_seq == 0 or (work.current is not None and work.current.seq >= work.inputs_seq):
+        return None
+    return work
+
+
+def think(ctx: JobContext, work: Work) -> tuple[str, str, str]:
+    prompt = narrative_prompt(ctx.names_for(work.user_id), work.profile, work.eras,
+                              ctx.config.narrative.lines)
+    completion, digest = complete_once(ctx, prompt, work.cached)
+    body = completion.text.strip()
+    if not body:
+        raise OutputInvalid("empty narrative")
+    span = f"{work.eras[0][0]} to {work.eras[-1][0]}" if work.eras else "so far"
+    return f"Recent arc ({span}):\n{body}", digest, completion.text
+
+
+def save(ctx: JobContext, conn: sqlite3.Connection, work: Work,
+         result: tuple[str, str, str]) -> bool:
+    content, digest, raw = result
+    stored = q.save_narrative(
+        conn, narrative_id=work.key, user_id=work.user_id, content=content,
+        seq=work.inputs_seq, expected_seq=work.current.seq if work.current else None,
+        source=ctx.source, now=ctx.now_text(), inputs=work.inputs,
+    )
+    if stored:
+        q.save_output(conn, JOB, work.key, digest, raw)
+    return stored
+
+
+def run(ctx: JobContext, reason: str) -> JobResult:
+    return run_keyed(
+        ctx, JOB, reason, stale_users(ctx), key=narrative_id,
+        prepare=lambda user: prepare(ctx, user),
+        think=lambda work: think(ctx, work),
+        save=lambda conn, work, result: save(ctx, conn, work, result),
+        remaining=lambda: len(stale_users(ctx)),
+    )

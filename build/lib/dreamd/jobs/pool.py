@@ -1,0 +1,179 @@
+"""Many items through the backend at once, with the database kept on one thread.
+
+prepare (short read) and save (inside a short write) run on the pass's own thread, which
+owns the connection; think (backend calls, no database) runs in a bounded pool. The pass
+thread never waits for a backend answer inside a transaction.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any
+
+from dreamd import quiet
+from dreamd.jobs.base import JobContext, failed_items, note_failure
+from dreamd.models import JobResult
+from dreamd.store import queries as q
+
+Save = Callable[[sqlite3.Connection, Any, Any], bool]
+
+
+@dataclass
+class Tally:
+    done: int = 0
+    failed: int = 0
+    skipped: int = 0
+    errors: list[str] = field(default_factory=list)
+
+
+def run_items(
+    ctx: JobContext,
+    items: Iterable[Any],
+    prepare: Callable[[Any], Any],
+    think: Callable[[Any], Any],
+    save: Save,
+    on_error: Callable[[Any, BaseException], str],
+    after: Callable[[Tally], None] = lambda tally: None,
+) -> Tally:
+    """Each item: prepare → think → save; errors go to on_error, the rest carry on.
+
+    `prepare` returning None skips the item; `think` returning None leaves it unsaved;
+    `after` runs on the pass thread once an item is settled, outside any transaction.
+    """
+    tally = Tally()
+    # Backend calls run in the pool, so the pass thread can stop waiting for a hung one;
+    # each write waits for the workers to stop computing (see dreamd.quiet).
+    pooled = ctx.llm or ctx.workers > 1
+    gate = quiet.Gate() if pooled else None
+    quiet_write = gate.closed if gate is not None else contextlib.nullcontext
+
+    def finish(item: Any, inputs: Any, value: Any, error: BaseException | None) -> None:
+        settle(item, inputs, value, error)
+        after(tally)
+
+    def settle(item: Any, inputs: Any, value: Any, error: BaseException | None) -> None:
+        if error is None and value is not None:
+            try:
+                with quiet_write(), ctx.store.write() as conn:
+                    stored = ctx.still_current(conn) and save(conn, inputs, value)
+            except Exception as exc:  # a failed write is recorded like a failed call
+                error = exc
+            else:
+                tally.done += int(stored)
+                tally.skipped += int(not stored)
+                if stored:
+                    ctx.budget.spend()
+                return
+        if error is None:
+            tally.skipped += 1
+            return
+        tally.errors.append(on_error(item, error))
+        tally.failed += 1
+
+    if gate is None:
+        for item in items:
+            if ctx.stopped():
+                break
+            inputs = prepare(item)
+            if inputs is None:
+                continue
+            try:
+                value = think(inputs)
+            except Exception as exc:  # one bad item must not stop the pass
+                finish(item, inputs, None, exc)
+                continue
+            finish(item, inputs, value, None)
+        return tally
+
+    in_flight: dict[Future[Any], tuple[Any, Any]] = {}
+    iterator = iter(items)
+    exhausted = False
+    stop_seen: float | None = None
+    pool = ThreadPoolExecutor(max_workers=ctx.workers, thread_name_prefix="dreamd-llm")
+    try:
+        while True:
+            while not exhausted and len(in_flight) < ctx.workers * 2 and not ctx.stopped():
+                item = next(iterator, _END)
+                if item is _END:
+                    exhausted = True
+                    break
+                inputs = prepare(item)
+                if inputs is not None:
+                    in_flight[pool.submit(gate.run, think, inputs)] = (item, inputs)
+            if not in_flight:
+                break
+            if stop_seen is None and ctx.budget.stop():
+                stop_seen = time.monotonic()
+                for future in [f for f in in_flight if f.cancel()]:
+                    del in_flight[future]  # queued, never started: no call is made
+            if stop_seen is not None and time.monotonic() - stop_seen >= stop_grace(ctx):
+                ctx.abandon(len(in_flight))  # whatever they return is never written
+                in_flight.clear()
+                break
+            # Wake now and then: the stop check between waits is the pass's heartbeat.
+            done, _ = wait(in_flight, timeout=HEARTBEAT_SECONDS, return_when=FIRST_COMPLETED)
+            for future in done:
+                item, inputs = in_flight.pop(future)
+                error = future.exception()
+                finish(item, inputs, None if error else future.result(), error)
+            if ctx.stopped():
+                exhausted = True  # finish what is in flight, start nothing new
+    finally:
+        pool.shutdown(wait=not ctx.abandoned, cancel_futures=True)
+    return tally
+
+
+HEARTBEAT_SECONDS = 0.5
+
+
+def stop_grace(ctx: JobContext) -> float:
+    """How long calls in flight may still finish after a stop request: half the process's
+    grace, so the pass can still record itself before the process must go."""
+    return ctx.config.pass_.stop_grace_seconds / 2
+
+
+_END = object()
+
+
+def run_keyed(
+    ctx: JobContext,
+    job: str,
+    reason: str,
+    todo: list[Any],
+    key: Callable[[Any], str],
+    prepare: Callable[[Any], Any],
+    think: Callable[[Any], Any],
+    save: Save,
+    remaining: Callable[[], int],
+    progress: bool = False,
+) -> JobResult:
+    """run_items for a job whose items have keys in the failure book: quarantined and
+    backing-off items wait, a success clears the item's record."""
+    failures = failed_items(ctx, job)
+    blocked = [key(item) for item in todo if failures.get(key(item))]
+
+    def save_and_clear(conn: sqlite3.Connection, inputs: Any, value: Any) -> bool:
+        stored = save(conn, inputs, value)
+        if stored and inputs.key in failures:
+            q.clear_failure(conn, job, inputs.key)
+        return stored
+
+    tally = run_items(
+        ctx,
+        (item for item in todo if not failures.get(key(item))),
+        prepare=prepare,
+        think=think,
+        save=save_and_clear,
+        on_error=lambda item, exc: note_failure(ctx, job, key(item), exc),
+        after=(lambda t: ctx.progress(job, t.done + t.failed + t.skipped, len(todo)))
+        if progress else (lambda t: None),
+    )
+    errors = tuple(tally.errors) + tuple(f"{k}: {failures[k]}" for k in blocked[:5])
+    return JobResult(job, True, reason, done=tally.done, failed=tally.failed,
+                     skipped=tally.skipped + len(blocked), remaining=remaining(),
+                     errors=errors)

@@ -1,0 +1,92 @@
+"""profile: standing facts about each user, folded in from gists newer than the profile."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+
+from dreamd.errors import OutputInvalid
+from dreamd.ids import profile_id
+from dreamd.jobs.base import JobContext, complete_once
+from dreamd.jobs.pool import run_keyed
+from dreamd.models import Completion, Gist, JobResult
+from dreamd.prompts import profile_prompt
+from dreamd.store import queries as q
+
+JOB = "profile"
+USER_ROLE = "user"
+
+
+def stale_users(ctx: JobContext) -> list[str]:
+    """Users with a gist newer than their profile (or no profile yet)."""
+    with ctx.store.read() as conn:
+        return [u for u in q.users_with_gists(conn) if q.gists_past_profile(conn, u)]
+
+
+@dataclass(frozen=True)
+class Work:
+    user_id: str
+    current: q.Tier | None
+    previous_inputs: dict[str, int]
+    new_gists: list[Gist]
+    top_seq: int
+    sessions: int
+    cached: tuple[str, str] | None
+
+    @property
+    def key(self) -> str:
+        return profile_id(self.user_id)
+
+
+def prepare(ctx: JobContext, user: str) -> Work | None:
+    key = profile_id(user)
+    with ctx.store.read() as conn:
+        current = q.profile_row(conn, key)
+        seen = current.seq if current else 0
+        work = Work(
+            user_id=user, current=current,
+            previous_inputs=q.tier_inputs(conn, "profile", "id = ?", (key,)) if current else {},
+            new_gists=[g for g in q.gists_for_user(conn, user) if g.seq > seen],
+            top_seq=q.max_gist_seq(conn, user), sessions=q.count_gists(conn, user),
+            cached=q.cached_output(conn, JOB, key))
+    return work if work.new_gists else None
+
+
+def think(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
+    lines = [ln for g in work.new_gists for ln in g.content.splitlines() if ln.strip()]
+    names = ctx.names_for(work.user_id)
+    previous = work.current.content if work.current else None
+    prompt = profile_prompt(names, previous, lines, ctx.config.profile.max_facts, USER_ROLE)
+    completion, digest = complete_once(ctx, prompt, work.cached)
+    content = completion.text.strip()
+    if not content and not completion.extractive:
+        raise OutputInvalid("empty profile")
+    if not content:
+        # Selection found no standing facts in these gists: the profile stands as it was,
+        # and its watermark moves past them.
+        content = previous or f"(no standing facts about {names['user']} stated yet)"
+    return content, completion, digest
+
+
+def save(ctx: JobContext, conn: sqlite3.Connection, work: Work,
+         result: tuple[str, Completion, str]) -> bool:
+    content, completion, digest = result
+    stored = q.save_profile(
+        conn, profile_id=work.key, user_id=work.user_id, content=content,
+        sessions_covered=work.sessions, seq=work.top_seq,
+        expected_seq=work.current.seq if work.current else None, source=ctx.source,
+        now=ctx.now_text(), inputs=q.inputs_of(work.new_gists, work.previous_inputs),
+    )
+    if stored:
+        q.save_output(conn, JOB, work.key, digest, completion.text)
+    return stored
+
+
+def run(ctx: JobContext, reason: str) -> JobResult:
+    return run_keyed(
+        ctx, JOB, reason, stale_users(ctx), key=profile_id,
+        prepare=lambda user: prepare(ctx, user),
+        think=lambda work: think(ctx, work),
+        save=lambda conn, work, result: save(ctx, conn, work, result),
+        remaining=lambda: len(stale_users(ctx)),
+    )

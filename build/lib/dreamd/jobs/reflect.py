@@ -1,0 +1,154 @@
+"""reflect: evolve the agent's self-state from what happened since the last reflection."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from dreamd.errors import OutputInvalid
+from dreamd.ids import self_state_id
+from dreamd.jobs.base import JobContext, complete_once
+from dreamd.jobs.pool import run_keyed
+from dreamd.models import JobResult, Turn
+from dreamd.prompts import reflect_prompt, repair_prompt, turn_line
+from dreamd.store import queries as q
+
+JOB = "reflect"
+RECENT_TURNS = 200
+
+# The reflection schema: key -> (type, check). Invalid output keeps the old state.
+SCHEMA: dict[str, tuple[type | tuple[type, ...], Any]] = {
+    "mood": (str, lambda v: 0 < len(v.strip()) <= 40),
+    "mood_score": ((int, float), lambda v: -1.0 <= v <= 1.0),
+    "energy": ((int, float), lambda v: 0.0 <= v <= 1.0),
+    "self_narrative": (str, lambda v: 0 < len(v.strip()) <= 2000),
+    "reflection": (str, lambda v: 0 < len(v.strip()) <= 1000),
+    "topics": (list, lambda v: len(v) <= 20 and all(isinstance(t, str) and len(t) <= 80
+                                                     for t in v)),
+}
+
+
+def validate(text: str) -> dict[str, Any]:
+    """Parse and check a reflection; raise OutputInvalid naming the first problem."""
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise OutputInvalid(f"reflection is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise OutputInvalid("reflection is not a JSON object")
+    for key, (kind, check) in SCHEMA.items():
+        value = data.get(key)
+        if isinstance(value, bool) or not isinstance(value, kind) or not check(value):
+            raise OutputInvalid(f"reflection field {key!r} is missing or invalid: {value!r}")
+    return {key: data[key] for key in SCHEMA}
+
+
+def evolve(previous: dict[str, Any], reflection: dict[str, Any], marks: dict[str, Any],
+           limit: int) -> dict[str, Any]:
+    """The next self-state: new mood and narrative, a bounded list of reflections."""
+    state = dict(previous)
+    state.update({k: reflection[k] for k in ("mood", "mood_score", "energy", "self_narrative",
+                                              "topics")})
+    history = [r for r in previous.get("reflections", []) if isinstance(r, str)]
+    state["reflections"] = [*history, reflection["reflection"]][-limit:]
+    state["dreamd"] = {**previous.get("dreamd", {}), **marks}
+    return state
+
+
+def users_to_reflect(ctx: JobContext) -> tuple[list[str], q.ReflectionMarks]:
+    """Users with turns or gists since the last complete reflect job, and the marks that
+    job will leave when every one of them is done."""
+    with ctx.store.read() as conn:
+        marks = q.reflection_marks(conn, ctx.config.agent.id)
+        users = set(q.users_with_turns_after(conn, marks.exchange_id))
+        users |= {u for u in q.users_with_gists(conn) if q.max_gist_seq(conn, u) > marks.seq}
+        reached = q.ReflectionMarks(q.max_exchange_id(conn), q.max_gist_seq(conn, None),
+                                    ctx.now_text())
+    return sorted(users), reached
+
+
+@dataclass(frozen=True)
+class Work:
+    user_id: str
+    key: str
+    previous: dict[str, Any]
+    updated_at: str | None
+    turns: list[Turn]
+    new_turns: int
+    top_id: int
+    top_seq: int
+    sessions: int
+    cached: tuple[str, str] | None
+
+
+def prepare(ctx: JobContext, user: str) -> Work | None:
+    key = self_state_id(ctx.config.agent.id, user)
+    with ctx.store.read() as conn:
+        current = q.self_state(conn, key)
+        previous, updated_at = current if current else ({}, None)
+        marks = previous.get("dreamd", {}) if isinstance(previous.get("dreamd"), dict) else {}
+        seen_id = int(marks.get("reflected_exchange_id", 0))
+        work = Work(
+            user_id=user, key=key, previous=previous, updated_at=updated_at,
+            turns=q.recent_user_turns(conn, user, seen_id, RECENT_TURNS),
+            new_turns=q.count_user_turns_after(conn, user, seen_id),
+            top_id=q.max_exchange_id(conn), top_seq=q.max_gist_seq(conn, user),
+            sessions=q.count_sessions(conn, user), cached=q.cached_output(conn, JOB, key))
+    if work.new_turns == 0 and work.top_seq <= int(marks.get("reflected_seq", 0)):
+        return None
+    return work
+
+
+def think(ctx: JobContext, work: Work) -> tuple[dict[str, Any], str, str]:
+    """The reflection, validated; one repair attempt when an LLM's answer is invalid."""
+    prompt = reflect_prompt(
+        ctx.names_for(work.user_id), work.previous,
+        [turn_line(t.role, t.content) for t in work.turns if t.role == "user"],
+        {"new_turns": work.new_turns, "sessions": work.sessions, "now": ctx.now_text()},
+    )
+    completion, digest = complete_once(ctx, prompt, work.cached)
+    raw = completion.text
+    try:
+        return validate(raw), digest, raw
+    except OutputInvalid as exc:
+        if not ctx.llm:
+            raise
+        # One repair attempt; if that fails too, the old self-state stays.
+        raw = ctx.complete(repair_prompt(raw, str(exc))).text
+        return validate(raw), digest, raw
+
+
+def save(ctx: JobContext, conn: sqlite3.Connection, work: Work,
+         result: tuple[dict[str, Any], str, str]) -> bool:
+    reflection, digest, raw = result
+    state = evolve(work.previous, reflection, {
+        "reflected_exchange_id": work.top_id,
+        "reflected_seq": work.top_seq,
+        "reflected_at": ctx.now_text(),
+        "source": ctx.source,
+        "user_id": work.user_id,
+    }, ctx.config.reflect.max_reflections)
+    stored = q.save_self_state(conn, work.key, state, ctx.now_text(), work.updated_at)
+    if stored:
+        q.save_output(conn, JOB, work.key, digest, raw)
+    return stored
+
+
+def run(ctx: JobContext, reason: str) -> JobResult:
+    """One reflection per user with news; the agent's marks move once all are done."""
+    users, reached = users_to_reflect(ctx)
+    agent = ctx.config.agent.id
+    result = run_keyed(
+        ctx, JOB, reason, users, key=lambda user: self_state_id(agent, user),
+        prepare=lambda user: prepare(ctx, user),
+        think=lambda work: think(ctx, work),
+        save=lambda conn, work, value: save(ctx, conn, work, value),
+        remaining=lambda: 0,
+    )
+    if not result.failed and not result.skipped and not ctx.stopped():
+        with ctx.store.write() as conn:
+            if ctx.still_current(conn):
+                q.save_reflection_marks(conn, reached)
+    return result

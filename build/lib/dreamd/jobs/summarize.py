@@ -1,0 +1,139 @@
+"""summarize: bring each session's gist up to its last turn, incrementally.
+
+The previous gist plus only the new turns; a long first summary (or a long run of new
+turns) is cut into chunks whose partial gists are merged — nothing is silently dropped.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from datetime import timedelta
+
+import numpy as np
+
+from dreamd.errors import InputRejected, OutputInvalid
+from dreamd.jobs.base import JobContext
+from dreamd.jobs.pool import run_keyed
+from dreamd.models import JobResult, Turn
+from dreamd.prompts import merge_prompt, summary_prompt, turn_line
+from dreamd.sensing import is_idle
+from dreamd.store import queries as q
+
+JOB = "summarize"
+
+
+def candidates(ctx: JobContext) -> list[q.DirtySession]:
+    """Dirty sessions; outside --force only the ripe ones whose chat has gone quiet."""
+    with ctx.store.read() as conn:
+        dirty = q.dirty_sessions(conn)
+    if ctx.force:
+        return dirty
+    after = ctx.config.summarize.after
+    cutoff = ctx.now() - timedelta(minutes=ctx.config.summarize.idle_minutes)
+    return [
+        s for s in dirty
+        if (s.summarized_id == 0 or s.unsummarized >= after) and is_idle(s.last_at, cutoff)
+    ]
+
+
+def validate(text: str) -> str:
+    text = text.strip()
+    if not text:
+        raise OutputInvalid("empty gist")
+    return text
+
+
+def gist_for(ctx: JobContext, user_id: str, previous: str | None, turns: list[Turn],
+             vectors: dict[int, np.ndarray], chunk: int | None = None) -> str:
+    """Prompts (pure) and backend calls; no transaction is open here."""
+    names = ctx.names_for(user_id)
+    lines = ctx.config.summarize.gist_lines
+    chunk = chunk or ctx.config.summarize.chunk_turns
+
+    def block_vectors(block: list[Turn]) -> np.ndarray | None:
+        if all(t.id in vectors for t in block):
+            return np.stack([vectors[t.id] for t in block])
+        return None
+
+    blocks = [turns[i : i + chunk] for i in range(0, len(turns), chunk)]
+    if len(blocks) == 1:
+        block = blocks[0]
+        prompt = summary_prompt(names, previous, [turn_line(t.role, t.content) for t in block],
+                                lines, block_vectors(block))
+        return validate(ctx.complete(prompt).text)
+    partials = []
+    for block in blocks:
+        prompt = summary_prompt(names, None, [turn_line(t.role, t.content) for t in block],
+                                lines, block_vectors(block))
+        partials.append(validate(ctx.complete(prompt).text))
+    if previous:
+        partials.insert(0, previous)
+    return validate(ctx.complete(merge_prompt(names, partials, lines)).text)
+
+
+@dataclass(frozen=True)
+class Work:
+    session: q.DirtySession
+    previous: str | None
+    turns: list[Turn]
+    vectors: dict[int, np.ndarray]
+
+    @property
+    def key(self) -> str:
+        return self.session.session_id
+
+
+def prepare(ctx: JobContext, session: q.DirtySession) -> Work:
+    with ctx.store.read() as conn:
+        existing = q.summary_row(conn, session.session_id)
+        turns = q.session_turns(conn, session.session_id, session.summarized_id, session.last_id)
+        vectors = q.turn_vectors(conn, ctx.embedder.model, [t.id for t in turns])
+    return Work(session, existing[0] if existing else None, turns, vectors)
+
+
+def think(ctx: JobContext, work: Work) -> tuple[str, bytes] | None:
+    """The new gist and its vector. Input the backend rejects is split once, smaller."""
+    if not work.turns:
+        if not work.previous:
+            return None
+        gist = work.previous  # the new turns were deleted by the app: only the mark moves
+    else:
+        try:
+            gist = gist_for(ctx, work.session.user_id, work.previous, work.turns, work.vectors)
+        except InputRejected:
+            size = max(2, min(len(work.turns), ctx.config.summarize.chunk_turns) // 2)
+            gist = gist_for(ctx, work.session.user_id, work.previous, work.turns, work.vectors,
+                            chunk=size)
+    return gist, q.to_blob(ctx.embedder.embed([gist])[0])
+
+
+def save(ctx: JobContext, conn: sqlite3.Connection, work: Work,
+         result: tuple[str, bytes], layout: q.Layout) -> bool:
+    """Inside the caller's write transaction: the gist, if its inputs are unchanged."""
+    gist, vector = result
+    return q.save_gist(
+        conn,
+        session=work.session,
+        content=gist,
+        last_exchange_id=work.session.last_id,
+        turns_covered=work.session.summarized_turns + len(work.turns),
+        source=ctx.source,
+        created_at=ctx.now_text(),
+        embedding=q.core_embedding(layout.summaries_embedding_required),
+        vector=vector,
+        model=ctx.embedder.model,
+    )
+
+
+def run(ctx: JobContext, reason: str) -> JobResult:
+    layout = q.read_layout(ctx.store)
+    return run_keyed(
+        ctx, JOB, reason, candidates(ctx),
+        key=lambda session: session.session_id,
+        prepare=lambda session: prepare(ctx, session),
+        think=lambda work: think(ctx, work),
+        save=lambda conn, work, result: save(ctx, conn, work, result, layout),
+        remaining=lambda: len(candidates(ctx)),
+        progress=True,
+    )

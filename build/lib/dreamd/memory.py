@@ -1,0 +1,280 @@
+"""The library API a chat app uses: remember turns and recall what is relevant.
+
+    from dreamd.memory import Memory
+    memory = Memory("~/chat/memory.db")
+    memory.remember("session-1", "user", "I adopted a dog called Biscuit")
+    hits = memory.recall("what is my dog's name?", k=5)
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TypeVar
+
+import numpy as np
+
+from dreamd.backends.factory import make_embedder
+from dreamd.backends.protocols import Embedder
+from dreamd.config import Config
+from dreamd.config import load as load_config
+from dreamd.context import Context
+from dreamd.context import build as build_context
+from dreamd.export import export_user
+from dreamd.forget import Report as ForgetReport
+from dreamd.forget import Scope, forget, parse_before
+from dreamd.ids import (
+    DEFAULT_USER,
+    era_key,
+    narrative_id,
+    profile_id,
+    self_state_id,
+)
+from dreamd.prompts import turn_line
+from dreamd.recall import CANDIDATES, GistIndex, Hit, VectorIndex, fuse, lexical, top_k
+from dreamd.store import queries as q
+from dreamd.store.connect import Store, connect, connect_readonly
+from dreamd.store.migrations import migrate, require_current
+
+T = TypeVar("T")
+
+
+def serialized(method: Callable[..., T]) -> Callable[..., T]:
+    """One call at a time on the instance's one connection: a Memory may be shared by a
+    threaded chat server's threads (SQLite transactions on one connection cannot nest)."""
+
+    @functools.wraps(method)
+    def call(self: Memory, *args: Any, **kwargs: Any) -> T:
+        with self._lock:
+            return method(self, *args, **kwargs)
+
+    return call
+
+
+class Memory:
+    """One memory file, opened with dreamd's connection contract. Safe to share between
+    threads: calls take turns on its one connection (one Memory per thread reads in
+    parallel, as WAL allows)."""
+
+    def __init__(self, path: str | Path, *, config: Config | None = None,
+                 embedder: Embedder | None = None, create: bool = True,
+                 read_only: bool = False) -> None:
+        """`read_only` opens the file without migrating or writing anything (recall,
+        context and export work; remember and forget do not)."""
+        # Without a config, the same one the daemon and the CLI read: $DREAMD_CONFIG,
+        # then DREAMD_* variables; `path` names the file.
+        self.config = config or load_config(None, db=str(path))
+        self._lock = threading.RLock()
+        if read_only:
+            self.store: Store = connect_readonly(path, self.config.store.busy_timeout_ms)
+            try:
+                require_current(self.store)
+            except BaseException:
+                self.store.close()
+                raise
+        else:
+            self.store = connect(path, self.config.store.busy_timeout_ms, create=create)
+            migrate(self.store)
+        self._embedder = embedder
+        self._index: VectorIndex | None = None
+        self._gists: dict[str, GistIndex] = {}
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = make_embedder(self.config)
+        return self._embedder
+
+    @property
+    def index(self) -> VectorIndex:
+        if self._index is None:
+            self._index = VectorIndex(self.store, self.embedder.model)
+        return self._index
+
+    @serialized
+    def close(self) -> None:
+        self.store.close()
+
+    @serialized
+    def forget(self, user: str, *, session: str | None = None, before: str | None = None,
+               dry_run: bool = False, vacuum: bool = False) -> ForgetReport:
+        """Erase a user's turns (all, one session, or those made before `before`, a date
+        or ISO timestamp) and everything derived from them; see dreamd.forget."""
+        scope = Scope(user, session, parse_before(before) if before is not None else None)
+        report = forget(self.store, scope, self.config.agent.id, dry_run=dry_run,
+                        vacuum=vacuum)
+        if not dry_run:
+            self._index, self._gists = None, {}
+        return report
+
+    @serialized
+    def export(self, user: str) -> dict[str, Any]:
+        """Everything stored about `user` as one JSON-ready document (dreamd.export)."""
+        return export_user(self.store, user, self.config.agent.id)
+
+    @serialized
+    def remember(self, session_id: str, role: str, content: str, *,
+                 created_at: datetime | None = None, embed: bool = False) -> int:
+        """Add one turn; the daemon embeds it later, or now with `embed=True`."""
+        when = (created_at or datetime.now(UTC)).astimezone(UTC).isoformat()
+        vector = q.to_blob(self.embedder.embed([turn_line(role, content)])[0]) if embed else None
+        with self.store.write() as conn:
+            cur = conn.execute(
+                "INSERT INTO exchanges (session_id, role, content, created_at) "
+                "VALUES (?, ?, ?, ?)", (session_id, role, content, when))
+            exchange_id = int(cur.lastrowid or 0)
+            if vector is not None:
+                # Stored beside the embed job's rows; its watermark still covers the gap.
+                conn.execute("INSERT OR REPLACE INTO dreamd_exchange_vectors "
+                             "(model, exchange_id, vector) VALUES (?, ?, ?)",
+                             (self.embedder.model, exchange_id, vector))
+        return exchange_id
+
+    @serialized
+    def recall(self, query: str, *, k: int = 10, session: str | None = None,
+               users: list[str] | None = None, words_too: bool = True) -> list[Hit]:
+        """The k turns most relevant to `query` among one user's sessions.
+
+        The user is `config.user.id` unless `users` names others (several users' turns mix
+        only when the caller asks for it); `session` narrows to one session. Vector
+        similarity fused with BM25 (`words_too=False`: vectors alone).
+        """
+        self.index.refresh()
+        scores = self.index.scores(self.embedder.embed([query])[0])
+        allowed = self._allowed(users or [self.config.user.id], session)
+        if len(scores):
+            scores = np.where(self.index.mask(allowed), scores, -np.inf)
+        best = top_k(scores, CANDIDATES)
+        ids = self.index.ids  # a property: concatenated once, not per candidate
+        vector = {int(ids[i]): float(scores[i]) for i in best if np.isfinite(scores[i])}
+        words = lexical(self.store, query, CANDIDATES) if words_too else {}
+        if words:
+            words = {i: s for i, s in words.items() if i in self._within(words, allowed)}
+        fused = fuse(vector, words)
+        ranked = sorted(fused, key=lambda i: -fused[i])
+        return self._hits(ranked, fused, k)
+
+    @serialized
+    def context(self, session: str, *, query: str | None = None, budget: int = 1000,
+                recent: int = 20) -> Context:
+        """The tiered context block for `session`, within `budget` tokens: the memory of
+        the session's own user only.
+
+        The query defaults to the session's last user turn.
+        """
+        agent = self.config.agent.id
+        with self.store.read() as conn:
+            user = q.session_owner(conn, session)
+            turns = conn.execute(
+                "SELECT role, content, created_at FROM exchanges WHERE session_id = ? "
+                "ORDER BY id DESC LIMIT ?", (session, recent)).fetchall()[::-1]
+            agent_state = q.self_state(conn, agent)
+            state = q.self_state(conn, self_state_id(agent, user))
+            profile = q.profile_row(conn, profile_id(user))
+            narrative = q.narrative_row(conn, narrative_id(user))
+            eras = {m: c for m, c, _ in q.eras_for_user(conn, user)}
+            era_vectors = {month: blob for month in eras if (blob := q.vector_of(
+                conn, self.embedder.model, "era", era_key(user, month))) is not None}
+        if query is None:
+            query = next((c for r, c, _ in reversed(turns) if r == "user"), "")
+        vector = self.embedder.embed([query or " "])[0]
+        parts: dict[str, list[str]] = {
+            "self": _self_lines({**(state[0] if state else {}),
+                                 "drives": (agent_state[0] if agent_state else {}).get("drives")}),
+            "profile": _lines(profile.content if profile else ""),
+            "narrative": _bullets(narrative.content if narrative else ""),
+            "eras": _best_eras(eras, era_vectors, vector, 2),
+            "gists": self._gist_lines(vector, session, user),
+            "details": [f"[{h.created_at[:10]}] {h.role}: {h.content}" for h in
+                        self.recall(query, k=12, users=[user]) if h.session_id != session][:10]
+                       if query else [],
+            "recent": [f"{r}: {c}" for r, c, _ in turns],
+        }
+        return build_context(parts, budget)
+
+    def _gist_lines(self, vector: np.ndarray, session: str, user: str) -> list[str]:
+        if user not in self._gists:
+            self._gists[user] = GistIndex(self.store, self.embedder.model, user)
+        best = self._gists[user].best(vector, 3, exclude=session)
+        if not best:
+            return []
+        marks = ",".join("?" * len(best))
+        with self.store.read() as conn:
+            rows = dict(conn.execute(
+                f"SELECT session_id, COALESCE(dreamd_month, '') || ' ' || content FROM summaries "
+                f"WHERE session_id IN ({marks})", best).fetchall())
+        return [" / ".join(_lines(rows[s])) for s in best if s in rows]
+
+    def _allowed(self, users: list[str], session: str | None) -> Callable[[str], bool]:
+        """Whether a session's turns may be returned: it belongs to one of `users` (a
+        session no table has heard of yet belongs to the default user)."""
+        with self.store.read() as conn:
+            if DEFAULT_USER in users:
+                others = q.sessions_of(conn, users, others=True)
+                mine = q.sessions_of(conn, users)
+                return lambda s: (session is None or s == session) and (
+                    s in mine or s not in others)
+            mine = q.sessions_of(conn, users)
+        return lambda s: (session is None or s == session) and s in mine
+
+    def _within(self, ids: dict[int, float], allowed: Callable[[str], bool]) -> set[int]:
+        marks = ",".join("?" * len(ids))
+        with self.store.read() as conn:
+            rows = conn.execute(
+                f"SELECT id, session_id FROM exchanges WHERE id IN ({marks})", tuple(ids)
+            ).fetchall()
+        return {int(r[0]) for r in rows if allowed(r[1])}
+
+    def _hits(self, ranked: list[int], scores: dict[int, float], k: int) -> list[Hit]:
+        """Read the rows of the best ids; ids whose turn was deleted are skipped."""
+        hits: list[Hit] = []
+        with self.store.read() as conn:
+            for start in range(0, len(ranked), 100):
+                chunk = ranked[start : start + 100]
+                marks = ",".join("?" * len(chunk))
+                rows = {r[0]: r for r in conn.execute(
+                    f"SELECT id, session_id, role, content, created_at FROM exchanges "
+                    f"WHERE id IN ({marks})", chunk)}
+                for i in chunk:
+                    if i in rows:
+                        r = rows[i]
+                        hits.append(Hit(r[0], r[1], r[2], r[3], r[4], scores[i]))
+                        if len(hits) == k:
+                            return hits
+        return hits
+
+
+def _lines(text: str) -> list[str]:
+    return [ln.strip() for ln in text.splitlines() if ln.strip()]
+
+
+def _self_lines(state: dict[str, object]) -> list[str]:
+    out = []
+    if state.get("self_narrative"):
+        out.append(str(state["self_narrative"]))
+    if state.get("mood"):
+        out.append(f"mood: {state['mood']}; energy: {state.get('energy', '?')}")
+    drives = state.get("drives")
+    if isinstance(drives, dict):
+        out.append("drives: " + ", ".join(f"{k} {v}" for k, v in drives.items()))
+    return out
+
+
+def _best_eras(eras: dict[str, str], vectors: dict[str, bytes], query: np.ndarray,
+               k: int) -> list[str]:
+    months = [m for m in eras if m in vectors]
+    if not months:
+        return []
+    scores = np.stack([np.frombuffer(vectors[m], dtype=np.float32) for m in months]) @ query
+    return [f"{months[i]}: {line}" for i in top_k(scores, k) for line in _bullets(eras[months[i]])]
+
+
+def _bullets(text: str) -> list[str]:
+    """The points of a derived tier without its heading line ("Recent arc (...):")."""
+    lines = _lines(text)
+    points = [ln[2:] if ln.startswith("- ") else ln for ln in lines
+              if not ln.endswith(":") and not ln.endswith("conversations.")]
+    return points or lines

@@ -1,0 +1,148 @@
+"""Frozen dataclasses the layers hand each other."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+JOB_ORDER = ("embed", "summarize", "profile", "eras", "narrative", "reflect")
+DRIVE_NAMES = ("continuity", "coherence", "curiosity", "stability")
+
+
+@dataclass(frozen=True)
+class Turn:
+    id: int
+    session_id: str
+    role: str
+    content: str
+    created_at: str
+
+
+@dataclass(frozen=True)
+class Gist:
+    session_id: str
+    content: str
+    last_exchange_id: int
+    month: str
+    seq: int
+
+
+@dataclass(frozen=True)
+class BacklogStats:
+    """What sensing saw: how much memory is waiting to be consolidated."""
+
+    sessions: int = 0
+    dirty: int = 0
+    ripe: int = 0
+    idle_ripe: int = 0
+    unsummarized_turns: int = 0
+    idle_ripe_turns: int = 0
+    unembedded_turns: int = 0
+    gists: int = 0
+    gists_newer_than_profile: int = 0
+    stale_months: int = 0
+    narrative_stale: bool = False
+    turns_since_reflection: int = 0
+    gists_since_reflection: int = 0
+    last_reflection_at: str | None = None
+    max_exchange_id: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Drives:
+    continuity: float = 0.0
+    coherence: float = 0.0
+    curiosity: float = 0.0
+    stability: float = 1.0
+
+    def as_dict(self) -> dict[str, float]:
+        return {name: round(getattr(self, name), 3) for name in DRIVE_NAMES}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> Drives:
+        data = data or {}
+        values = {}
+        for name in DRIVE_NAMES:
+            raw = data.get(name)
+            if isinstance(raw, int | float) and 0.0 <= float(raw) <= 1.0:
+                values[name] = float(raw)
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class JobDecision:
+    """Whether one job runs in this pass, and the reason in words."""
+
+    job: str
+    due: bool
+    reason: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    drives: Drives
+    jobs: tuple[JobDecision, ...]
+
+    def job(self, name: str) -> JobDecision:
+        return next(j for j in self.jobs if j.job == name)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One request to a Completer.
+
+    `system` and `user` are the rendered prompt an LLM reads; `items` is the same
+    material as separate pieces, which an extractive backend selects from. Content
+    that came from conversations is in `items`/`user` as data, never instructions.
+    """
+
+    task: str
+    system: str
+    user: str
+    items: tuple[str, ...] = ()
+    max_items: int = 8
+    vectors: Any = None  # optional float32 matrix, one row per item, from the store
+    context: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Completion:
+    text: str
+    backend: str
+    model: str
+    tokens_in: int = 0
+    tokens_out: int = 0
+    extractive: bool = False
+
+
+@dataclass(frozen=True)
+class JobResult:
+    job: str
+    ran: bool
+    reason: str
+    done: int = 0
+    failed: int = 0
+    skipped: int = 0
+    remaining: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    errors: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "seconds": round(self.seconds, 3),
+            "job": self.job,
+            "ran": self.ran,
+            "reason": self.reason,
+            "done": self.done,
+            "failed": self.failed,
+            "skipped": self.skipped,
+            "remaining": self.remaining,
+            "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out,
+            "errors": list(self.errors),
+        }

@@ -1,0 +1,110 @@
+"""Plain-text rendering of status and memory for a terminal."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _drives(drives: dict[str, float] | None) -> str:
+    if not drives:
+        return "-"
+    return "  ".join(f"{k} {v:.2f}" for k, v in drives.items())
+
+
+def render_status(data: dict[str, Any]) -> str:
+    b = data["backlog"]
+    daemon = data.get("daemon") or {}
+    if daemon.get("pid"):
+        running = f"pid {daemon['pid']} holds this file"
+        if daemon.get("next_pass_at"):
+            running += f"; next pass due {daemon['next_pass_at']} (sooner on new turns)"
+    else:
+        running = "no dreamd is running on this file"
+    out = [
+        f"memory file  {data['db']}",
+        f"daemon       {running}",
+        f"backends     completer {data['backends']['completer']}; "
+        f"embedder {data['backends']['embedder']}",
+        f"drives now   {_drives(data['drives'])}",
+        f"sqlite       {data['sqlite']['version']}" + (
+            " — has the WAL-reset bug: run dreamd and the app on a fixed SQLite (README)"
+            if data["sqlite"]["wal_reset_bug"] else ""),
+        f"llm          {data['llm']}",
+        "backlog      "
+        f"{b['sessions']} sessions, {b['dirty']} with unsummarized turns "
+        f"({b['unsummarized_turns']} turns; {b['ripe']} ripe, {b['idle_ripe']} idle), "
+        f"{b['unembedded_turns']} turns unembedded, {b['stale_months']} stale months, "
+        f"narrative {'stale' if b['narrative_stale'] else 'current'}, "
+        f"{b['turns_since_reflection']} turns since the last reflection",
+    ]
+    if data.get("forget"):
+        f = data["forget"]
+        out.append(f"forget       unfinished for user {f['user']!r}: {f['sessions_left']} of "
+                   f"{f['sessions']} sessions left; the next pass (or forget) finishes it")
+    if b.get("turns_since_last_pass"):
+        out.append(f"             {b['turns_since_last_pass']} turns arrived since the last pass")
+    out.append("")
+    if not data["runs"]:
+        out.append("no passes yet")
+    for run in data["runs"]:
+        out.append(
+            f"pass {run['id']}  {run['trigger']}  {run['started_at']} → {run['ended_at'] or '…'}"
+            f"  {run['outcome']}"
+        )
+        if run.get("tokens_in") or run.get("tokens_out"):
+            out.append(f"  tokens {run['tokens_in']} in, {run['tokens_out']} out")
+        if run.get("write_lock"):
+            lock = run["write_lock"]
+            out.append(f"  write lock held {lock['held_ms']} ms over {lock['writes']} "
+                       f"writes, longest {lock['longest_ms']} ms")
+        for note in run.get("notes") or []:
+            out.append(f"  ! {note}")
+        if run.get("drives_after"):
+            before, after = _drives(run["drives_before"]), _drives(run["drives_after"])
+            out.append(f"  drives {before}  →  {after}")
+        for job in run.get("jobs") or []:
+            counts = ""
+            if job["ran"]:
+                counts = f"done {job['done']}, failed {job['failed']}, left {job['remaining']}: "
+            mark = "ran    " if job["ran"] else "skipped"
+            out.append(f"  {job['job']:<10} {mark} {counts}{job['reason']}")
+            for err in job.get("errors") or []:
+                out.append(f"             ! {err}")
+        if run.get("error"):
+            out.append(f"  error: {run['error']}")
+    for title, key in (("failing (will retry)", "failures"), ("quarantined", "quarantined")):
+        if data[key]:
+            out.append("")
+            out.append(f"{title}:")
+            for f in data[key]:
+                out.append(
+                    f"  {f['job']} {f['item']}: {f['attempts']} attempts, last {f['last_error']}"
+                )
+    return "\n".join(out)
+
+
+def render_memory(data: dict[str, Any]) -> str:
+    out = [f"== gists ({data['gists']['count']} sessions; latest shown)"]
+    for g in data["gists"]["latest"]:
+        out.append(f"-- {g['session']} ({g['month']}) [{g.get('made_by') or '-'}]")
+        out.append(g["content"])
+    out.append(f"\n== profile [{data.get('profile_source') or '-'}]")
+    out.append(data["profile"] or "(none yet)")
+    out.append("\n== eras")
+    for era in data["eras"]:
+        out.append(f"-- {era['month']} [{era.get('made_by') or '-'}]")
+        out.append(era["content"])
+    if not data["eras"]:
+        out.append("(none yet)")
+    out.append(f"\n== narrative [{data.get('narrative_source') or '-'}]")
+    out.append(data["narrative"] or "(none yet)")
+    out.append("\n== self-state")
+    state = data["self_state"] or {}
+    if not state:
+        out.append("(none yet)")
+    for key in ("mood", "energy", "self_narrative", "topics", "drives"):
+        if key in state:
+            out.append(f"{key}: {state[key]}")
+    for reflection in state.get("reflections", [])[-3:]:
+        out.append(f"reflection: {reflection}")
+    return "\n".join(out)

@@ -1,0 +1,102 @@
+"""What `dreamd status` and `dreamd show` read: plain dicts, rendered by the CLI."""
+
+from __future__ import annotations
+
+import sqlite3
+from datetime import datetime
+from typing import Any
+
+from dreamd import drives as drv
+from dreamd.config import Config
+from dreamd.forget import open_journal
+from dreamd.ids import narrative_id, profile_id, self_state_id
+from dreamd.lock import holder_of
+from dreamd.sensing import read_backlog
+from dreamd.store import queries as q
+from dreamd.store.connect import Store, has_wal_reset_bug, sqlite_version
+from dreamd.users import require_user
+
+
+def status(store: Store, config: Config, embed_model: str, now: datetime,
+           runs: int = 5) -> dict[str, Any]:
+    """Backlog, drives, the last passes with each job's reason, failures and quarantine."""
+    backlog = read_backlog(store, config, now, embed_model)
+    with store.read() as conn:
+        unfolded = q.max_exchange_id(conn) - q.tally_watermark(conn)
+        recent = q.recent_runs(conn, runs)
+        fails = q.failures(conn)
+        forget = open_journal(conn)
+        next_pass = q.get_state(conn, "next_pass_at")
+    holder = holder_of(store.path)
+    return {
+        "db": str(store.path),
+        "sqlite": {"version": sqlite3.sqlite_version,
+                   "wal_reset_bug": has_wal_reset_bug(sqlite_version())},
+        "daemon": {"pid": holder, "next_pass_at": next_pass if holder else None},
+        "backends": backends(config, embed_model),
+        "llm": llm_state(recent[0] if recent else None) if config.completer.backend == "openai"
+        else "none: the extractive backend works offline",
+        "backlog": {**backlog.as_dict(), "turns_since_last_pass": unfolded},
+        # What the next pass would start from: computed from this backlog, not stored.
+        "drives": drv.levels(backlog, config, now).as_dict(),
+        "runs": recent,
+        "failures": [f.__dict__ for f in fails if not f.quarantined],
+        "quarantined": [f.__dict__ for f in fails if f.quarantined],
+        "forget": forget,
+    }
+
+
+def backends(config: Config, embed_model: str) -> dict[str, str]:
+    """Which backends a pass would use, in words (never a key)."""
+    c = config.completer
+    completer = ("extractive (offline, no LLM)" if c.backend == "extractive"
+                 else f"openai-compatible: {c.model} at {c.base_url}")
+    where = "offline" if config.embed.backend != "openai" else "remote"
+    return {"completer": completer, "embedder": f"{embed_model} ({where})"}
+
+
+def llm_state(run: dict[str, Any] | None) -> str:
+    """How LLM work went in the last pass: ok, degraded, stopped (configuration) or
+    paused (budget), with the cause in the server's or the network's words."""
+    notes = (run or {}).get("notes") or []
+    for marker, state in (("BreakerOpen", "degraded"), ("BackendMisconfigured", "stopped"),
+                          ("BudgetExhausted", "paused")):
+        for note in notes:
+            if marker in note:
+                return f"{state}: {note.split(f'{marker}: ', 1)[-1]}"
+    return "ok"
+
+
+def memory(store: Store, config: Config, gists: int = 5, user: str | None = None
+           ) -> dict[str, Any]:
+    """The derived memory for one user (default: the configured one) and the agent."""
+    named, user = user is not None, user or config.user.id
+    with store.read() as conn:
+        if named:
+            require_user(conn, user)
+        all_gists = q.gists_for_user(conn, user)
+        profile = q.profile_row(conn, profile_id(user))
+        eras = q.eras_for_user(conn, user)
+        narrative = q.narrative_row(conn, narrative_id(user))
+        state = q.self_state(conn, self_state_id(config.agent.id, user))
+        sources = dict(conn.execute(
+            "SELECT 'profile', dreamd_source FROM profile WHERE id = ? UNION ALL "
+            "SELECT 'narrative', dreamd_source FROM narrative WHERE id = ?",
+            (profile_id(user), narrative_id(user)),
+        ).fetchall())
+        made_by = q.tier_sources(conn, user)
+    latest = sorted(all_gists, key=lambda g: g.last_exchange_id)[-gists:]
+    return {
+        "user": user,
+        "gists": {"count": len(all_gists),
+                  "latest": [{"session": g.session_id, "month": g.month, "content": g.content,
+                              "made_by": made_by.get(("gist", g.session_id))}
+                             for g in latest]},
+        "profile": profile.content if profile else None,
+        "profile_source": sources.get("profile"),
+        "eras": [{"month": m, "content": c, "made_by": made_by.get(("era", m))}
+                 for m, c, _ in eras],
+        "narrative": narrative.content if narrative else None,
+        "narrative_source": sources.get("narrative"),
+        "self_state": state[0] if state else None,
+    }

@@ -1,0 +1,1 @@
+"""The memory file: connection contract, migrations and the SQL dreamd runs."""

@@ -1,0 +1,225 @@
+"""The connection contract with a shared WAL file: dreamd is a guest in it."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from dreamd.errors import StoreBusy, StoreError
+
+# The WAL-reset bug (sqlite.org/wal.html#walresetbug) can corrupt a WAL database when
+# two connections write and checkpoint at the same moment — exactly dreamd's setting.
+# It is present from 3.7.0 through 3.51.2; fixed in 3.51.3 and backported to 3.44.6
+# and 3.50.7.
+_WAL_RESET_FIRST = (3, 7, 0)
+_WAL_RESET_FIXED = (3, 51, 3)
+_WAL_RESET_BACKPORTS = ((3, 44, 6), (3, 50, 7))
+
+
+def sqlite_version() -> tuple[int, int, int]:
+    major, minor, patch = (int(p) for p in sqlite3.sqlite_version.split(".")[:3])
+    return major, minor, patch
+
+
+def has_wal_reset_bug(version: tuple[int, int, int]) -> bool:
+    """True when this SQLite library version carries the WAL-reset bug."""
+    if not (_WAL_RESET_FIRST <= version < _WAL_RESET_FIXED):
+        return False
+    return not any(version[:2] == fix[:2] and version >= fix for fix in _WAL_RESET_BACKPORTS)
+
+
+@dataclass
+class LockTally:
+    """How long dreamd held the file's write lock: the time the chat app may have waited.
+
+    Measured from BEGIN IMMEDIATE granted to COMMIT (or ROLLBACK) returned. Now and then
+    a COMMIT also runs SQLite's automatic checkpoint after releasing the lock, so this is
+    an upper bound."""
+
+    writes: int = 0
+    held: float = 0.0  # seconds
+    longest: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.writes += 1
+        self.held += seconds
+        self.longest = max(self.longest, seconds)
+
+    def as_dict(self) -> dict[str, float]:
+        return {"writes": self.writes, "held_ms": round(self.held * 1000, 1),
+                "longest_ms": round(self.longest * 1000, 2)}
+
+
+class Store:
+    """One sqlite3 connection with dreamd's rules attached.
+
+    Autocommit mode (isolation_level=None) so that no transaction is ever opened
+    implicitly; writes go through `write()`, which is BEGIN IMMEDIATE: a deferred
+    transaction that later upgrades to a write fails at once with SQLITE_BUSY,
+    whatever the busy timeout, while IMMEDIATE waits its turn behind the chat app.
+    """
+
+    # dreamd checkpoints the WAL itself, at most this often, after its own writes. If it
+    # left that to SQLite's autocheckpoint, the chat app's commit that happens to cross
+    # the 1000-page mark would pay for copying dreamd's pages into the database. (dreamd's
+    # own connection keeps SQLite's autocheckpoint too: measured, turning it off let more
+    # of that work fall on the app's commits.)
+    CHECKPOINT_EVERY = 0.2
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, read_only: bool = False) -> None:
+        self.conn = conn
+        self.path = path
+        self.read_only = read_only
+        self._checkpointed = time.monotonic()
+        self.lock_tally = LockTally()
+
+    @property
+    def in_transaction(self) -> bool:
+        return self.conn.in_transaction
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """A short BEGIN IMMEDIATE transaction: commit on success, roll back on error."""
+        if self.conn.in_transaction:
+            raise StoreError("internal: nested write transaction")
+        self.conn.execute("BEGIN IMMEDIATE")
+        locked = time.perf_counter()
+        try:
+            yield self.conn
+        except BaseException:
+            # SQLite may have rolled back already (a full disk, an interrupt): then a
+            # ROLLBACK would fail with "no transaction is active" and hide the real error.
+            if self.conn.in_transaction:
+                self.conn.execute("ROLLBACK")
+            self.lock_tally.add(time.perf_counter() - locked)
+            raise
+        self.conn.execute("COMMIT")
+        self.lock_tally.add(time.perf_counter() - locked)
+        if time.monotonic() - self._checkpointed >= self.CHECKPOINT_EVERY:
+            self.checkpoint_passive()
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[sqlite3.Connection]:
+        """A read transaction, so several SELECTs see one snapshot; closed on exit."""
+        if self.conn.in_transaction:
+            raise StoreError("internal: nested read transaction")
+        self.conn.execute("BEGIN")
+        try:
+            yield self.conn
+        finally:
+            if self.conn.in_transaction:
+                self.conn.execute("COMMIT")
+
+    def checkpoint_passive(self) -> None:
+        """Copy what it can of the WAL into the database without waiting for anyone:
+        keeps the WAL bounded and never blocks the chat app's writes."""
+        self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+        self._checkpointed = time.monotonic()
+
+    def checkpoint_truncate(self, wait: bool = True) -> bool:
+        """Copy the whole WAL into the database and empty it, waiting (within the busy
+        timeout) for readers — and meanwhile holding off the app's writes. Returns whether
+        the WAL is now empty: with another connection mid-read it is not, and its old
+        frames stay until SQLite next resets it. Without `wait`, it tries once and gives
+        up at once if anyone is reading or writing."""
+        timeout = self.conn.execute("PRAGMA busy_timeout").fetchone()[0]
+        if not wait:
+            self.conn.execute("PRAGMA busy_timeout = 0")
+        try:
+            busy, _, _ = self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        finally:
+            self.conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
+        self._checkpointed = time.monotonic()
+        return busy == 0
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def _check_sqlite_file(path: Path) -> None:
+    """Refuse a directory or an unreadable file before sqlite3 touches it.
+
+    The file itself is never opened here: closing any descriptor of a file drops every
+    fcntl() lock this process holds on it, SQLite's included — a chat app that opens a
+    Memory beside its own connection would lose its locks, and the next connection to
+    close elsewhere would checkpoint and delete the WAL under it. Whether the file is an
+    SQLite database is SQLite's to say (`not_sqlite`)."""
+    if path.is_dir():
+        raise StoreError(f"{path} is a directory, not an SQLite database file")
+    if not os.access(path, os.R_OK):
+        raise StoreError(f"{path} cannot be read: permission denied")
+
+
+def _opening_error(path: Path, exc: sqlite3.DatabaseError) -> StoreError:
+    if "file is not a database" in str(exc):
+        return StoreError(f"{path} is not an SQLite database file")
+    if "locked" in str(exc) or "busy" in str(exc):
+        return StoreBusy(f"the memory file stayed locked by another process past the busy "
+                         f"timeout ({exc}); try again")
+    return StoreError(f"{path} cannot be opened as an SQLite database: {exc}")
+
+
+def connect_readonly(path: str | Path, busy_timeout_ms: int = 5000) -> Store:
+    """Open the memory file for reading only: no migration, no journal-mode change, no
+    checkpoint on close — the file stays byte-identical. (On a WAL file that has no -wal
+    and -shm beside it, SQLite creates them, empty, as any reader does.)"""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise StoreError(f"{path} does not exist")
+    _check_sqlite_file(path)
+    uri = f"{path.resolve().as_uri()}?mode=ro"
+    try:
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None,
+                               timeout=busy_timeout_ms / 1000, check_same_thread=False)
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        conn.execute("PRAGMA schema_version").fetchone()  # reads the header: is it SQLite?
+    except sqlite3.DatabaseError as exc:
+        raise _opening_error(path, exc) from None
+    return Store(conn, path, read_only=True)
+
+
+def connect(path: str | Path, busy_timeout_ms: int = 5000, create: bool = False) -> Store:
+    """Open the memory file with the contract: busy timeout, autocommit, WAL verified.
+
+    With `create`, a missing file (and its directory) is created and put in WAL mode;
+    without it, a missing file is an error. An existing file must already answer `wal`
+    or be switched to it — if it cannot be (read-only, other journal in use), that is
+    an error, because without WAL the chat app and dreamd would block each other.
+    """
+    path = Path(path).expanduser()
+    exists = path.exists()
+    if exists:
+        _check_sqlite_file(path)
+    elif not create:
+        if not path.parent.is_dir():
+            raise StoreError(f"directory {path.parent} does not exist (for {path})")
+        raise StoreError(f"{path} does not exist")
+    else:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    if exists and not os.access(path, os.W_OK):
+        raise StoreError(f"{path} is read-only: dreamd needs to write its derived memory")
+    if exists and not os.access(path.parent, os.W_OK):
+        raise StoreError(
+            f"directory {path.parent} is not writable: SQLite keeps the -wal and -shm files there"
+        )
+    try:
+        conn = sqlite3.connect(
+            str(path), isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False
+        )
+        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode != "wal":
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA foreign_keys=OFF")
+    except sqlite3.DatabaseError as exc:
+        raise _opening_error(path, exc) from None
+    if str(mode).lower() != "wal":
+        conn.close()
+        raise StoreError(f"{path} could not be put in WAL mode (journal_mode is {mode!r})")
+    return Store(conn, path)

@@ -1,0 +1,341 @@
+"""dreamd's versioned migrations: each applied in one transaction with its record.
+
+Migrations only add (tables, columns with defaults, indexes). The core tables keep the
+names and columns of the prior-art layout, so a file made by that schema is adopted in
+place; in a file dreamd creates, the embedding columns may be NULL because dreamd keeps
+its own vectors per model in dreamd_* tables.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from dreamd.errors import NotMigrated, StoreError
+from dreamd.ids import DEFAULT_USER
+from dreamd.store.connect import Store
+
+CORE_TABLES = """
+CREATE TABLE IF NOT EXISTS exchanges (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    role TEXT NOT NULL,
+    content TEXT NOT NULL,
+    embedding BLOB,
+    created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_session_created ON exchanges(session_id, created_at);
+CREATE TABLE IF NOT EXISTS sessions (
+    id TEXT PRIMARY KEY,
+    name TEXT,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS summaries (
+    session_id TEXT PRIMARY KEY,
+    content TEXT NOT NULL,
+    embedding BLOB,
+    last_exchange_id INTEGER NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS profile (
+    id TEXT PRIMARY KEY,
+    content TEXT NOT NULL,
+    sessions_covered INTEGER NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS eras (
+    month TEXT PRIMARY KEY,
+    content TEXT NOT NULL,
+    embedding BLOB,
+    session_count INTEGER NOT NULL,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS narrative (
+    id TEXT PRIMARY KEY,
+    content TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS self_state (
+    id TEXT PRIMARY KEY,
+    data TEXT NOT NULL,
+    updated_at TEXT NOT NULL
+);
+"""
+
+_DREAMD_TABLES = """
+CREATE TABLE dreamd_state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+-- Per-session tally, grown incrementally from new exchanges only (never a full scan).
+CREATE TABLE dreamd_sessions (
+    session_id TEXT PRIMARY KEY,
+    user_id TEXT NOT NULL,
+    turns INTEGER NOT NULL,
+    first_id INTEGER NOT NULL,
+    last_id INTEGER NOT NULL,
+    first_at TEXT NOT NULL,
+    last_at TEXT NOT NULL,
+    month TEXT NOT NULL,
+    -- How far dreamd's gist covers; moves in the same transaction as the gist.
+    summarized_id INTEGER NOT NULL DEFAULT 0,
+    summarized_turns INTEGER NOT NULL DEFAULT 0
+);
+-- Only the sessions with unsummarized turns: sensing reads O(dirty), not O(sessions).
+CREATE INDEX dreamd_sessions_dirty ON dreamd_sessions(
+    user_id, last_at, turns, summarized_turns, summarized_id, last_id)
+    WHERE last_id > summarized_id;
+CREATE INDEX dreamd_sessions_user ON dreamd_sessions(user_id);
+-- dreamd's own vectors, per embedding model: never mixed with the app's column.
+CREATE TABLE dreamd_exchange_vectors (
+    model TEXT NOT NULL,
+    exchange_id INTEGER NOT NULL,
+    vector BLOB NOT NULL,
+    PRIMARY KEY (model, exchange_id)
+) WITHOUT ROWID;
+CREATE TABLE dreamd_vectors (
+    model TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    vector BLOB NOT NULL,
+    PRIMARY KEY (model, kind, key)
+) WITHOUT ROWID;
+CREATE TABLE dreamd_embed_state (
+    model TEXT PRIMARY KEY,
+    dim INTEGER NOT NULL,
+    last_exchange_id INTEGER NOT NULL
+);
+CREATE TABLE dreamd_failures (
+    job TEXT NOT NULL,
+    item TEXT NOT NULL,
+    attempts INTEGER NOT NULL,
+    last_error TEXT NOT NULL,
+    first_failed_at TEXT NOT NULL,
+    last_failed_at TEXT NOT NULL,
+    next_attempt_at TEXT NOT NULL,
+    quarantined INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (job, item)
+);
+CREATE TABLE dreamd_runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    trigger TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    started_at TEXT NOT NULL,
+    ended_at TEXT,
+    outcome TEXT NOT NULL,
+    drives_before TEXT,
+    drives_after TEXT,
+    stats_before TEXT,
+    stats_after TEXT,
+    jobs TEXT,
+    tokens_in INTEGER NOT NULL DEFAULT 0,
+    tokens_out INTEGER NOT NULL DEFAULT 0,
+    error TEXT
+);
+CREATE INDEX dreamd_exchanges_session_id ON exchanges(session_id, id);
+"""
+
+# Columns dreamd adds to the core tables. Defaults keep the app's INSERTs working.
+_CORE_COLUMNS = (
+    ("sessions", "user_id", "TEXT NOT NULL DEFAULT 'default'"),
+    ("summaries", "user_id", "TEXT NOT NULL DEFAULT 'default'"),
+    ("summaries", "dreamd_seq", "INTEGER NOT NULL DEFAULT 0"),
+    ("summaries", "dreamd_month", "TEXT"),
+    ("summaries", "dreamd_turns", "INTEGER NOT NULL DEFAULT 0"),
+    ("summaries", "dreamd_source", "TEXT"),
+    ("profile", "user_id", "TEXT NOT NULL DEFAULT 'default'"),
+    ("profile", "dreamd_seq", "INTEGER NOT NULL DEFAULT 0"),
+    ("profile", "dreamd_source", "TEXT"),
+    ("eras", "user_id", "TEXT NOT NULL DEFAULT 'default'"),
+    ("eras", "dreamd_seq", "INTEGER NOT NULL DEFAULT 0"),
+    ("eras", "dreamd_source", "TEXT"),
+    ("narrative", "user_id", "TEXT NOT NULL DEFAULT 'default'"),
+    ("narrative", "dreamd_seq", "INTEGER NOT NULL DEFAULT 0"),
+    ("narrative", "dreamd_source", "TEXT"),
+)
+
+_INDEXES = """
+CREATE INDEX dreamd_summaries_seq ON summaries(user_id, dreamd_seq);
+CREATE INDEX dreamd_summaries_month ON summaries(user_id, dreamd_month, dreamd_seq);
+"""
+
+
+def _core(conn: sqlite3.Connection) -> None:
+    for statement in _statements(CORE_TABLES):
+        conn.execute(statement)
+
+
+def _dreamd_base(conn: sqlite3.Connection) -> None:
+    for statement in _statements(_DREAMD_TABLES):
+        conn.execute(statement)
+    for table, column, decl in _CORE_COLUMNS:
+        if column not in _columns(conn, table):
+            conn.execute(f"ALTER TABLE {table} ADD COLUMN {column} {decl}")
+    for statement in _statements(_INDEXES):
+        conn.execute(statement)
+
+
+_LLM_BOOKKEEPING = """
+-- The last output per job item with the hash of the prompt that made it: a job whose
+-- inputs did not change reuses the output and spends no tokens.
+CREATE TABLE dreamd_outputs (
+    job TEXT NOT NULL,
+    item TEXT NOT NULL,
+    input_hash TEXT NOT NULL,
+    output TEXT NOT NULL,
+    PRIMARY KEY (job, item)
+);
+ALTER TABLE dreamd_runs ADD COLUMN notes TEXT;
+CREATE INDEX dreamd_runs_started ON dreamd_runs(started_at);
+"""
+
+
+def _llm_bookkeeping(conn: sqlite3.Connection) -> None:
+    for statement in _statements(_LLM_BOOKKEEPING):
+        conn.execute(statement)
+
+
+def _lexical(conn: sqlite3.Connection) -> None:
+    # A full-text index of turns for lexical recall (BM25), kept by dreamd's embed job;
+    # rowid = exchanges.id. Porter stemming: "running" finds "run".
+    conn.execute(
+        "CREATE VIRTUAL TABLE dreamd_fts USING fts5(text, tokenize = 'porter unicode61')"
+    )
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    apply: Callable[[sqlite3.Connection], None]
+
+
+def _per_user(conn: sqlite3.Connection) -> None:
+    """Eras keyed by (user, month); provenance columns on the per-user tiers.
+
+    SQLite cannot change a primary key in place, so eras is rebuilt with every column it
+    had (an adopted file keeps its own declarations) and its rows copied; dreamd's keys for
+    eras in its own tables gain the user.
+    """
+    columns = conn.execute("PRAGMA table_info(eras)").fetchall()
+    decls = []
+    for _, name, kind, notnull, default, _ in columns:
+        decl = f'"{name}" {kind}' + (" NOT NULL" if notnull else "")
+        decls.append(decl + (f" DEFAULT {default}" if default is not None else ""))
+    names = ", ".join(f'"{c[1]}"' for c in columns)
+    conn.execute(f"CREATE TABLE dreamd_eras_new ({', '.join(decls)}, dreamd_inputs TEXT, "
+                 "PRIMARY KEY (user_id, month))")
+    conn.execute(f"INSERT INTO dreamd_eras_new ({names}) SELECT {names} FROM eras")
+    conn.execute("DROP TABLE eras")
+    conn.execute("ALTER TABLE dreamd_eras_new RENAME TO eras")
+    _rekey_eras(conn)
+    for table in ("profile", "narrative"):
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN dreamd_inputs TEXT")
+    conn.execute("CREATE INDEX dreamd_summaries_recent ON summaries(dreamd_seq)")
+
+
+def _rekey_eras(conn: sqlite3.Connection) -> None:
+    """dreamd's own references to an era (its vector, stored LLM output, failure record)
+    keyed by month alone become `default|month`: before per-user eras every era was the
+    default user's, built or not (a month whose era failed has a failure record and no
+    era row). A reference whose new key is taken already is older than the one there,
+    and goes."""
+    for table, key, where in (("dreamd_vectors", "key", "kind = 'era'"),
+                              ("dreamd_outputs", "item", "job = 'eras'"),
+                              ("dreamd_failures", "item", "job = 'eras'")):
+        unkeyed = f"{where} AND instr({key}, '|') = 0"
+        conn.execute(f"UPDATE OR IGNORE {table} SET {key} = ? || '|' || {key} "
+                     f"WHERE {unkeyed}", (DEFAULT_USER,))
+        conn.execute(f"DELETE FROM {table} WHERE {unkeyed}")
+
+
+def _write_lock(conn: sqlite3.Connection) -> None:
+    conn.execute("ALTER TABLE dreamd_runs ADD COLUMN write_lock TEXT")
+    # Migration 5 as first shipped re-keyed only the months that had an era row.
+    _rekey_eras(conn)
+
+
+MIGRATIONS = (
+    Migration(1, "core tables (prior-art layout)", _core),
+    Migration(2, "dreamd bookkeeping, tally, vectors, runs", _dreamd_base),
+    Migration(3, "LLM outputs by input hash, pass notes", _llm_bookkeeping),
+    Migration(4, "full-text index of turns", _lexical),
+    Migration(5, "per-user eras, provenance of tiers", _per_user),
+    Migration(6, "write-lock time per pass; era references keyed by user", _write_lock),
+)
+
+
+def _statements(script: str) -> list[str]:
+    lines = [ln for ln in script.splitlines() if not ln.strip().startswith("--")]
+    return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
+
+
+def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+    return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
+
+
+def applied_versions(store: Store) -> set[int]:
+    conn = store.conn
+    exists = conn.execute(
+        "SELECT 1 FROM sqlite_master WHERE type='table' AND name='dreamd_migrations'"
+    ).fetchone()
+    if not exists:
+        return set()
+    return {row[0] for row in conn.execute("SELECT version FROM dreamd_migrations")}
+
+
+def require_current(store: Store) -> None:
+    """For read-only use: the file must carry every migration this dreamd knows, since
+    reading must not apply them. Says plainly when dreamd has not run on it yet."""
+    applied = applied_versions(store)
+    known = {m.version for m in MIGRATIONS}
+    if not applied:
+        raise NotMigrated(
+            f"dreamd has not run on {store.path} yet: nothing to read until its first pass "
+            f"(dreamd --db {store.path} --force)")
+    if applied - known:
+        raise StoreError(
+            f"{store.path} was migrated by a newer dreamd (version {max(applied - known)}); "
+            "upgrade dreamd")
+    if known - applied:
+        raise NotMigrated(
+            f"{store.path} was last set up by an older dreamd; the next pass upgrades it "
+            f"(dreamd --db {store.path} --force)")
+
+
+def migrate(store: Store, upto: int | None = None) -> list[int]:
+    """Apply every pending migration (up to version `upto`, to build an older file), each in
+    its own IMMEDIATE transaction with its record."""
+    done: list[int] = []
+    known = {m.version for m in MIGRATIONS}
+    for migration in MIGRATIONS:
+        if upto is not None and migration.version > upto:
+            break
+        with store.write() as conn:
+            conn.execute(
+                "CREATE TABLE IF NOT EXISTS dreamd_migrations ("
+                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
+            )
+            # Checked inside the write lock: two dreamd processes starting at once
+            # cannot both apply the same migration.
+            row = conn.execute(
+                "SELECT 1 FROM dreamd_migrations WHERE version = ?", (migration.version,)
+            ).fetchone()
+            if row:
+                continue
+            try:
+                migration.apply(conn)
+            except sqlite3.DatabaseError as exc:
+                raise StoreError(
+                    f"migration {migration.version} ({migration.name}) failed: {exc}"
+                ) from None
+            conn.execute(
+                "INSERT INTO dreamd_migrations (version, name, applied_at) VALUES (?, ?, ?)",
+                (migration.version, migration.name, datetime.now(UTC).isoformat()),
+            )
+        done.append(migration.version)
+    newer = applied_versions(store) - known
+    if newer:
+        raise StoreError(
+            f"{store.path} was migrated by a newer dreamd (version {max(newer)}); upgrade dreamd"
+        )
+    return done
