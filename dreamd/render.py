@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 
+def _n(count: int, noun: str) -> str:
+    return f"{count} {noun}" + ("" if count == 1 else "s")
+
+
 def _drives(drives: dict[str, float] | None) -> str:
     if not drives:
         return "-"
@@ -31,11 +35,12 @@ def render_status(data: dict[str, Any]) -> str:
             if data["sqlite"]["wal_reset_bug"] else ""),
         f"llm          {data['llm']}",
         "backlog      "
-        f"{b['sessions']} sessions, {b['dirty']} with unsummarized turns "
-        f"({b['unsummarized_turns']} turns; {b['ripe']} ripe, {b['idle_ripe']} idle), "
-        f"{b['unembedded_turns']} turns unembedded, {b['stale_months']} stale months, "
+        f"{_n(b['sessions'], 'session')}, {b['dirty']} with unsummarized turns "
+        f"({_n(b['unsummarized_turns'], 'turn')}; {b['ripe']} ripe, {b['idle_ripe']} idle), "
+        f"{_n(b['unembedded_turns'], 'turn')} unembedded, "
+        f"{_n(b['stale_months'], 'stale month')}, "
         f"narrative {'stale' if b['narrative_stale'] else 'current'}, "
-        f"{b['turns_since_reflection']} turns since the last reflection",
+        f"{_n(b['turns_since_reflection'], 'turn')} since the last reflection",
     ]
     if data.get("forget"):
         f = data["forget"]

@@ -1,3 +1,0 @@
-from dreamd.cli import main
-
-main()

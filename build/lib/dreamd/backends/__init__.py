@@ -1,1 +1,0 @@
-"""Backends: the Completer and Embedder protocols and their implementations."""

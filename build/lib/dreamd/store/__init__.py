@@ -1,1 +1,0 @@
-"""The memory file: connection contract, migrations and the SQL dreamd runs."""
