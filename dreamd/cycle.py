@@ -14,21 +14,12 @@ from dreamd import drives as drv
 from dreamd.backends.protocols import Completer, Embedder
 from dreamd.config import Config
 from dreamd.forget import finish_pending
-from dreamd.jobs import embed, eras, narrative, profile, reflect, summarize
 from dreamd.jobs.base import Budget, JobContext, utcnow
-from dreamd.models import JOB_ORDER, BacklogStats, Drives, JobResult
+from dreamd.jobs.registry import JOBS, Registry
+from dreamd.models import BacklogStats, Drives, JobResult, JobSpec
 from dreamd.sensing import read_backlog, sync_owners, sync_tally
 from dreamd.store import queries as q
 from dreamd.store.connect import LockTally, Store
-
-RUNNERS: dict[str, Callable[[JobContext, str], JobResult]] = {
-    "embed": embed.run,
-    "summarize": summarize.run,
-    "profile": profile.run,
-    "eras": eras.run,
-    "narrative": narrative.run,
-    "reflect": reflect.run,
-}
 
 # Drives are rewritten into the self-state only when one moved by more than this, so
 # an idle pass leaves the memory file untouched.
@@ -101,15 +92,17 @@ def run_pass(
     clock: Callable[[], datetime] = utcnow,
     log: Any = None,
     progress: Callable[[str, int, int], None] = lambda job, done, total: None,
+    jobs: Registry = JOBS,
 ) -> PassResult:
-    """Run one pass and record it in dreamd_runs. Job failures are recorded, not raised."""
+    """Run one pass of `jobs` and record it in dreamd_runs. Job failures are recorded, not
+    raised."""
     now = clock()
     store.lock_tally = LockTally()
     with store.write() as conn:
         run_id = q.start_run(conn, trigger, os.getpid(), now.isoformat())
     budget = Budget(config.pass_.max_seconds, config.pass_.max_items, stop)
     ctx = JobContext(store, config, embedder, completer, budget, force=force, clock=clock,
-                     log=log, progress=progress)
+                     log=log, progress=progress, tasks=jobs.by_task())
     with store.read() as conn:
         midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
         ctx.tokens.before_today = q.tokens_since(conn, midnight.isoformat())
@@ -123,7 +116,7 @@ def run_pass(
         stats_before = read_backlog(store, config, now, embedder.model)
         ctx.horizon = stats_before.max_exchange_id
         drives_before = drv.levels(stats_before, config, now)
-        results = run_rounds(ctx, previous, log)
+        results = run_rounds(ctx, jobs, previous, log)
         stats_after = read_backlog(store, config, clock(), embedder.model, ctx.horizon)
         drives_after = drv.levels(stats_after, config, clock())
         save_drives(store, config.agent.id, drives_after, clock().isoformat())
@@ -159,23 +152,23 @@ JOB_SHARE = 0.5
 MAX_ROUNDS = 8
 
 
-def run_rounds(ctx: JobContext, previous: Drives, log: Any) -> list[JobResult]:
+def run_rounds(ctx: JobContext, jobs: Registry, previous: Drives, log: Any) -> list[JobResult]:
     """Every job in order, each within its share of the pass; then, while the budget
     lasts and a round made progress on work that remains, another round, in which a job
     runs again if it left work or a job before it did some."""
-    last = JOB_ORDER[-1]
-    results = [run_job(ctx, job, previous, log, share=1.0 if job == last else JOB_SHARE)
-               for job in JOB_ORDER]
+    order = list(jobs)
+    results = [run_job(ctx, job, previous, log, share=1.0 if job is order[-1] else JOB_SHARE)
+               for job in order]
     for _ in range(MAX_ROUNDS - 1):
         if ctx.stopped() or not any(r.done and r.remaining for r in results):
             break
         again: list[JobResult] = []
-        for before in results:
+        for job, before in zip(order, results, strict=True):
             fed = any(r.done for r in again)
             if before.remaining or fed:
-                again.append(run_job(ctx, before.job, previous, log))
+                again.append(run_job(ctx, job, previous, log))
             else:
-                again.append(JobResult(before.job, False, "nothing left from the last round"))
+                again.append(JobResult(job.name, False, "nothing left from the last round"))
         results = [merged(a, b) for a, b in zip(results, again, strict=True)]
     return results
 
@@ -193,34 +186,35 @@ def merged(first: JobResult, then: JobResult) -> JobResult:
         errors=(first.errors + then.errors)[:10], seconds=first.seconds + then.seconds)
 
 
-def run_job(ctx: JobContext, job: str, previous: Drives, log: Any, share: float = 1.0
+def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Any, share: float = 1.0
             ) -> JobResult:
     """Re-sense, decide this one job, and run it if due: gists made by summarize raise
     coherence, so integration follows in the same pass."""
+    name = job.name
     if ctx.budget.exhausted():
-        return JobResult(job, False, "pass budget exhausted or stop requested")
+        return JobResult(name, False, "pass budget exhausted or stop requested")
     if ctx.invalidated:
-        return JobResult(job, False, "not run: memory was forgotten during this pass; "
+        return JobResult(name, False, "not run: memory was forgotten during this pass; "
                          "the next pass starts afresh")
-    if ctx.halted is not None and job != "embed":
-        return JobResult(job, False, f"not run: LLM work stopped for this pass ({ctx.halted})")
+    if ctx.halted is not None and job.bounds:  # a job that calls the completer
+        return JobResult(name, False, f"not run: LLM work stopped for this pass ({ctx.halted})")
     stats = read_backlog(ctx.store, ctx.config, ctx.now(), ctx.embedder.model, ctx.horizon)
     decision = drv.decide_job(job, stats, previous, ctx.config, ctx.now(), force=ctx.force)
     if not decision.due:
-        return JobResult(job, False, decision.reason)
+        return JobResult(name, False, decision.reason)
     started = time.monotonic()
     used_in, used_out = ctx.tokens.used_in, ctx.tokens.used_out
     try:
         with ctx.budget.share(share):
-            result = RUNNERS[job](ctx, decision.reason)
+            result = job.run(ctx, decision.reason)
     except Exception as exc:  # a bug or a broken file in one job must not end the pass
-        result = JobResult(job, True, decision.reason, failed=1,
+        result = JobResult(name, True, decision.reason, failed=1,
                            errors=(f"{type(exc).__name__}: {exc}"[:300],))
     result = dataclasses.replace(
         result, seconds=time.monotonic() - started,
         tokens_in=ctx.tokens.used_in - used_in, tokens_out=ctx.tokens.used_out - used_out,
     )
     if log is not None and (result.done or result.failed):
-        log.info("job_finished", job=job, done=result.done, failed=result.failed,
+        log.info("job_finished", job=name, done=result.done, failed=result.failed,
                  skipped=result.skipped, remaining=result.remaining, reason=result.reason)
     return result

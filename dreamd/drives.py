@@ -6,10 +6,11 @@ whole decision is a table a test can read.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 
 from dreamd.config import Config
-from dreamd.models import JOB_ORDER, BacklogStats, Decision, Drives, JobDecision
+from dreamd.models import BacklogStats, Decision, Drives, JobDecision, JobSpec
 
 
 def saturate(x: float, half: float) -> float:
@@ -79,54 +80,8 @@ def levels(stats: BacklogStats, config: Config, now: datetime) -> Drives:
     )
 
 
-def _work(job: str, stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
-    """Whether `job` has anything to do, and what, in words."""
-    if job == "embed":
-        return stats.unembedded_turns > 0, f"{stats.unembedded_turns} turns without a vector"
-    if job == "summarize":
-        if force:
-            return stats.dirty > 0, f"{stats.dirty} sessions with unsummarized turns"
-        if stats.idle_ripe:
-            return True, f"{stats.idle_ripe} idle ripe sessions ({stats.idle_ripe_turns} turns)"
-        waiting = stats.ripe - stats.idle_ripe
-        if waiting:
-            return False, (
-                f"{waiting} ripe sessions still active "
-                f"(idle_minutes={config.summarize.idle_minutes:g})"
-            )
-        if stats.dirty:
-            return False, (
-                f"{stats.dirty} sessions have fewer than {config.summarize.after} new turns"
-            )
-        return False, "every session's gist is current"
-    if job == "profile":
-        return stats.gists_newer_than_profile > 0, (
-            f"{stats.gists_newer_than_profile} gists newer than the profile"
-        )
-    if job == "eras":
-        return stats.stale_months > 0, f"{stats.stale_months} months with a stale era"
-    if job == "narrative":
-        return stats.narrative_stale, "profile or eras changed since the narrative"
-    if job == "reflect":
-        return (stats.turns_since_reflection > 0 or stats.gists_since_reflection > 0), (
-            f"{stats.turns_since_reflection} turns and {stats.gists_since_reflection} gists "
-            "since the last reflection"
-        )
-    raise ValueError(f"unknown job {job!r}")
-
-
-_DRIVE_OF = {
-    "embed": "continuity",
-    "summarize": "continuity",
-    "profile": "coherence",
-    "eras": "coherence",
-    "narrative": "coherence",
-    "reflect": "curiosity",
-}
-
-
 def decide_job(
-    job: str,
+    job: JobSpec,
     stats: BacklogStats,
     previous: Drives,
     config: Config,
@@ -135,19 +90,18 @@ def decide_job(
     force: bool = False,
 ) -> JobDecision:
     """Whether one job runs now: it has work, and its drive passed its threshold (or force)."""
-    has_work, what = _work(job, stats, force, config)
+    has_work, what = job.work(stats, force, config)
     if not has_work:
-        return JobDecision(job, False, f"nothing to do: {what}")
+        return JobDecision(job.name, False, f"nothing to do: {what}")
     if force:
-        return JobDecision(job, True, f"forced: {what}")
-    drive = _DRIVE_OF[job]
-    level = getattr(levels(stats, config, now), drive)
-    threshold = getattr(config.drives, f"{drive}_threshold")
-    before = getattr(previous, drive)
-    trend = f"{drive} {before:.2f}→{level:.2f}"
+        return JobDecision(job.name, True, f"forced: {what}")
+    level = getattr(levels(stats, config, now), job.drive)
+    threshold = getattr(config.drives, f"{job.drive}_threshold")
+    before = getattr(previous, job.drive)
+    trend = f"{job.drive} {before:.2f}→{level:.2f}"
     if level >= threshold:
-        return JobDecision(job, True, f"{trend} ≥ {threshold:.2f}: {what}")
-    return JobDecision(job, False, f"{trend} < {threshold:.2f}: {what}")
+        return JobDecision(job.name, True, f"{trend} ≥ {threshold:.2f}: {what}")
+    return JobDecision(job.name, False, f"{trend} < {threshold:.2f}: {what}")
 
 
 def decide(
@@ -155,13 +109,12 @@ def decide(
     previous: Drives,
     config: Config,
     now: datetime,
+    jobs: Sequence[JobSpec],
     *,
     force: bool = False,
 ) -> Decision:
     """Drive levels and a decision for every job, from one snapshot."""
     return Decision(
         drives=levels(stats, config, now),
-        jobs=tuple(
-            decide_job(job, stats, previous, config, now, force=force) for job in JOB_ORDER
-        ),
+        jobs=tuple(decide_job(job, stats, previous, config, now, force=force) for job in jobs),
     )

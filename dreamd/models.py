@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-JOB_ORDER = ("embed", "summarize", "profile", "eras", "narrative", "reflect")
 DRIVE_NAMES = ("continuity", "coherence", "curiosity", "stability")
+DEFAULT_BOUND = 4000  # characters a model's answer may keep when its job names none
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,25 @@ class Decision:
 
 
 @dataclass(frozen=True)
+class JobSpec:
+    """A job as the pass sees it, declared by the job's own module and registered in
+    dreamd.jobs.registry: the job order, the drive map and the backends' per-task model
+    and size tables are all built from these.
+
+    `work(stats, force, config)` is pure: whether the backlog snapshot holds work for the
+    job, and what, in words. `run(ctx, reason)` does it. `model_key` names the
+    `[completer]` key of the job's own model; `bounds` maps each prompt task the job
+    sends to the characters its answer may keep."""
+
+    name: str
+    drive: str
+    work: Callable[[BacklogStats, bool, Any], tuple[bool, str]]
+    run: Callable[[Any, str], JobResult]
+    model_key: str = ""
+    bounds: Mapping[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Prompt:
     """One request to a Completer.
 
@@ -106,6 +126,10 @@ class Prompt:
     max_items: int = 8
     vectors: Any = None  # optional float32 matrix, one row per item, from the store
     context: dict[str, Any] = field(default_factory=dict)
+    # Set from the job's spec when the call is made: the [completer] key naming the
+    # model for this task ("" = completer.model) and the characters the answer may keep.
+    model_key: str = ""
+    max_chars: int = DEFAULT_BOUND
 
 
 @dataclass(frozen=True)

@@ -271,7 +271,9 @@ def test_a_pass_records_how_long_it_held_the_write_lock(demo_store: Store) -> No
 def test_every_stored_tier_is_bounded_whatever_the_input(db: Path) -> None:
     """A 1 MB turn (one endless sentence, then one endless word) cannot make a 1 MB
     gist, era, profile or narrative."""
-    from dreamd.backends.llm_output import MAX_CHARS
+    from dreamd.jobs.registry import JOBS
+
+    bound = {task: chars for job in JOBS for task, chars in job.bounds.items()}
 
     conn = make_chat_file(db)
     huge = "I keep talking about my garden and " * 30_000 + "x" * 100_000
@@ -287,8 +289,39 @@ def test_every_stored_tier_is_bounded_whatever_the_input(db: Path) -> None:
     assert all(sizes.values()), sizes
     # eras and the narrative carry a one-line header ("2026-03: 1 conversations.",
     # "Recent arc (2026-03 to 2026-03):") above the bounded digest
-    assert sizes["summaries"] <= MAX_CHARS["summarize"]
-    assert sizes["eras"] <= MAX_CHARS["era"] + 64
-    assert sizes["profile"] <= MAX_CHARS["profile"]
-    assert sizes["narrative"] <= MAX_CHARS["narrative"] + 64
+    assert sizes["summaries"] <= bound["summarize"]
+    assert sizes["eras"] <= bound["era"] + 64
+    assert sizes["profile"] <= bound["profile"]
+    assert sizes["narrative"] <= bound["narrative"] + 64
     assert state <= 20_000
+
+
+def test_a_new_job_is_one_spec_registered_and_its_drive_schedules_it(demo_store: Store) -> None:
+    """A job declared by its spec alone (name, drive, work, runner) runs in the pass when
+    its drive passes its threshold, and not when it does not."""
+    from dreamd.jobs.registry import JOBS
+    from dreamd.models import JobResult, JobSpec
+
+    calls: list[str] = []
+
+    def work(stats, force, config):  # type: ignore[no-untyped-def]
+        return stats.gists > 0, f"{stats.gists} gists to count"
+
+    def run(ctx, reason):  # type: ignore[no-untyped-def]
+        calls.append(reason)
+        return JobResult("count", True, reason, done=1)
+
+    jobs = JOBS.with_job(JobSpec(name="count", drive="coherence", work=work, run=run),
+                         after="summarize")  # new gists raise coherence just before it
+    assert jobs.names == ("embed", "summarize", "count", "profile", "eras", "narrative",
+                          "reflect")
+    completer = RecordingCompleter(demo_store)
+    config = config_for(demo_store.path)
+    first = run_pass(demo_store, config, completer.embedder, completer, trigger="test",
+                     clock=lambda: LATER, jobs=jobs)
+    ran = {r.job: r for r in first.jobs}
+    assert ran["count"].ran and calls and calls[0].startswith("coherence ")
+    second = run_pass(demo_store, config, completer.embedder, completer, trigger="test",
+                      clock=lambda: LATER, jobs=jobs)
+    # memory is caught up: coherence is below its threshold, so the job waits
+    assert not {r.job: r for r in second.jobs}["count"].ran and len(calls) == 1

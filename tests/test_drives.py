@@ -8,6 +8,7 @@ import pytest
 
 from dreamd.config import Config
 from dreamd.drives import decide, levels, saturate
+from dreamd.jobs.registry import JOBS
 from dreamd.models import BacklogStats, Drives
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
@@ -15,7 +16,7 @@ CFG = Config()
 
 
 def due(stats: BacklogStats, force: bool = False) -> set[str]:
-    decision = decide(stats, Drives(), CFG, NOW, force=force)
+    decision = decide(stats, Drives(), CFG, NOW, JOBS, force=force)
     return {j.job for j in decision.jobs if j.due}
 
 
@@ -71,10 +72,10 @@ def test_levels(stats: BacklogStats, drive: str, low: float, high: float) -> Non
 
 def test_reasons_name_the_drive_the_threshold_and_the_work() -> None:
     stats = BacklogStats(dirty=2, ripe=2, idle_ripe=0, unsummarized_turns=50)
-    reason = decide(stats, Drives(continuity=0.2), CFG, NOW).job("summarize").reason
+    reason = decide(stats, Drives(continuity=0.2), CFG, NOW, JOBS).job("summarize").reason
     assert "2 ripe sessions still active" in reason
     stats = BacklogStats(dirty=1, ripe=1, idle_ripe=1, idle_ripe_turns=40)
-    reason = decide(stats, Drives(continuity=0.1), CFG, NOW).job("summarize").reason
+    reason = decide(stats, Drives(continuity=0.1), CFG, NOW, JOBS).job("summarize").reason
     assert reason.startswith("continuity 0.10→") and "≥ 0.30" in reason
 
 
@@ -84,7 +85,7 @@ def test_threshold_comes_from_config() -> None:
     strict = dataclasses.replace(CFG, drives=dataclasses.replace(CFG.drives,
                                                                  continuity_threshold=0.9))
     stats = BacklogStats(dirty=1, ripe=1, idle_ripe=1, idle_ripe_turns=5)
-    assert decide(stats, Drives(), strict, NOW).job("summarize").due is False
+    assert decide(stats, Drives(), strict, NOW, JOBS).job("summarize").due is False
 
 
 @pytest.mark.parametrize(("x", "half", "expected"), [(0, 1, 0.0), (1, 1, 0.5), (3, 1, 0.75),

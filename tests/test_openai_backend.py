@@ -425,3 +425,18 @@ def test_a_server_that_is_down_is_named_with_its_cause(db: Path) -> None:
     assert report["llm"].startswith("degraded: circuit breaker open after 2 transient")
     assert cause in report["llm"]
     assert KEY not in json.dumps(report) and KEY not in json.dumps(logs, default=str)
+
+
+def test_each_job_uses_its_own_model(db: Path, server: FakeOpenAI) -> None:
+    """The job's spec names its [completer] model key: reflect_model for reflect only."""
+    chat_file(db)
+    config = llm_config(db, server)
+    config = dataclasses.replace(config, completer=dataclasses.replace(
+        config.completer, reflect_model="big-model"))
+    store = open_store(config, get_logger())
+    llm_pass(store, config, server)
+    store.close()
+    models = {(task, r["body"]["model"]) for task, r in zip(server.tasks(), [
+        r for r in server.requests if r["path"].endswith("/chat/completions")], strict=True)}
+    assert ("reflect", "big-model") in models
+    assert all(model == "test-model" for task, model in models if task != "reflect")

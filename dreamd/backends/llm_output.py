@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 
 from dreamd.errors import OutputInvalid
+from dreamd.models import DEFAULT_BOUND
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _UNCLOSED_THINK = re.compile(r"^\s*<think>.*", re.DOTALL | re.IGNORECASE)
@@ -14,8 +15,6 @@ _PREAMBLE = re.compile(
 )
 _FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
 
-MAX_CHARS = {"summarize": 4000, "merge": 4000, "profile": 4000, "era": 3000,
-             "narrative": 3000, "reflect": 6000}
 
 
 def estimate_tokens(text: str) -> int:
@@ -23,7 +22,7 @@ def estimate_tokens(text: str) -> int:
     return max(1, (len(text) + 3) // 4)
 
 
-def clean(text: str | None, task: str) -> str:
+def clean(text: str | None, task: str, limit: int = DEFAULT_BOUND) -> str:
     """Strip reasoning blocks, chatty preambles and code fences; bound the length."""
     text = _THINK.sub("", text or "")
     if "</think>" not in text.lower():
@@ -35,14 +34,13 @@ def clean(text: str | None, task: str) -> str:
     text = text.strip()
     if not text:
         raise OutputInvalid(f"empty {task} output")
-    return bounded(text, task)
+    return bounded(text, limit, task)
 
 
-def bounded(text: str, task: str) -> str:
-    """`text` within its tier's bound, cut at the last line or sentence end that keeps at
-    least half of it (else at a word), whatever produced it. Reflections are JSON and
+def bounded(text: str, limit: int, task: str = "") -> str:
+    """`text` within `limit` characters, cut at the last line or sentence end that keeps
+    at least half of it (else at a word), whatever produced it. Reflections are JSON and
     are bounded field by field when validated instead."""
-    limit = MAX_CHARS.get(task, 4000)
     if task == "reflect" or len(text) <= limit:
         return text
     cut = text[:limit]

@@ -33,10 +33,6 @@ from dreamd.errors import (
 )
 from dreamd.models import Completion, Prompt
 
-_TASK_MODEL = {"summarize": "summarize_model", "merge": "summarize_model",
-               "profile": "profile_model", "era": "eras_model",
-               "narrative": "narrative_model", "reflect": "reflect_model"}
-
 
 def api_key(config: CompleterConfig, environ: dict[str, str] | None = None) -> str | None:
     """From the environment variable named in config, else the systemd credential file."""
@@ -238,11 +234,13 @@ class OpenAICompleter:
                                secret=api_key(config, environ))
         self._client = client(config.base_url, config, environ)
 
-    def model_for(self, task: str) -> str:
-        return getattr(self.config, _TASK_MODEL.get(task, "model"), "") or self.config.model
+    def model_for(self, prompt: Prompt) -> str:
+        """The job's own model (its spec's model key names the [completer] key), else
+        completer.model."""
+        return getattr(self.config, prompt.model_key or "model", "") or self.config.model
 
     def complete(self, prompt: Prompt) -> Completion:
-        model = self.model_for(prompt.task)
+        model = self.model_for(prompt)
         messages = [{"role": "system", "content": prompt.system},
                     {"role": "user", "content": prompt.user}]
 
@@ -255,7 +253,7 @@ class OpenAICompleter:
         response = self._caller.call(request)
         choices = getattr(response, "choices", None) or []
         raw = choices[0].message.content if choices and choices[0].message else None
-        text = clean(raw, prompt.task)
+        text = clean(raw, prompt.task, prompt.max_chars)
         usage = getattr(response, "usage", None)
         if usage is not None and usage.prompt_tokens is not None:
             tokens_in, tokens_out = int(usage.prompt_tokens), int(usage.completion_tokens or 0)

@@ -8,7 +8,7 @@ import hashlib
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -17,7 +17,7 @@ from dreamd.backends.llm_output import bounded, estimate_tokens
 from dreamd.backends.protocols import Completer, Embedder
 from dreamd.config import Config
 from dreamd.errors import PASS_STOPPING, BudgetExhausted, InputRejected
-from dreamd.models import Completion, Prompt
+from dreamd.models import Completion, JobSpec, Prompt
 from dreamd.store import queries as q
 from dreamd.store.connect import Store
 
@@ -115,6 +115,8 @@ class JobContext:
     horizon: int = 0
     # Backend calls still in flight when the stop grace ran out: left to finish unheard.
     abandoned: int = 0
+    # Prompt task -> the job that sends it: its model key and output bound.
+    tasks: Mapping[str, JobSpec] = field(default_factory=dict)
     invalidated: bool = False
 
     def now(self) -> datetime:
@@ -192,9 +194,14 @@ class JobContext:
         return estimate
 
     def complete(self, prompt: Prompt) -> Completion:
-        """Call the Completer: never inside a transaction, within the token budget."""
+        """Call the Completer: never inside a transaction, within the token budget, with
+        the sending job's model and output bound."""
         if threading.get_ident() == self.owner and self.store.in_transaction:
             raise RuntimeError("internal: backend call inside a transaction")
+        spec = self.tasks.get(prompt.task)
+        if spec is not None:
+            prompt = dataclasses.replace(prompt, model_key=spec.model_key,
+                                         max_chars=spec.bounds[prompt.task])
         estimate = self._reserve(prompt)
         try:
             completion = self.completer.complete(prompt)
@@ -208,7 +215,8 @@ class JobContext:
             self.tokens.used_in += completion.tokens_in
             self.tokens.used_out += completion.tokens_out
         # Every backend's answer is bounded here, before any job sees it.
-        return dataclasses.replace(completion, text=bounded(completion.text, prompt.task))
+        return dataclasses.replace(completion, text=bounded(completion.text, prompt.max_chars,
+                                                            prompt.task))
 
 
 def input_hash(prompt: Prompt) -> str:

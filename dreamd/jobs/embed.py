@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from dreamd.config import Config
 from dreamd.jobs.base import JobContext, failed_items, note_failure, note_success
-from dreamd.models import JobResult
+from dreamd.models import BacklogStats, JobResult, JobSpec
 from dreamd.prompts import turn_line
 from dreamd.store import queries as q
 
@@ -93,3 +94,11 @@ def embed_derived(ctx: JobContext, errors: list[str]) -> int:
         if stored < len(rows):
             break  # content changed under us; the next pass picks the rest up
     return done
+
+
+def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
+    return stats.unembedded_turns > 0, f"{stats.unembedded_turns} turns without a vector"
+
+
+SPEC = JobSpec(name=JOB, drive="continuity", work=work, run=run, model_key="",
+               bounds={})

@@ -7,11 +7,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dreamd.config import Config
 from dreamd.errors import OutputInvalid
 from dreamd.ids import era_key
 from dreamd.jobs.base import JobContext, complete_once
 from dreamd.jobs.pool import run_keyed
-from dreamd.models import Gist, JobResult
+from dreamd.models import BacklogStats, Gist, JobResult, JobSpec
 from dreamd.prompts import era_prompt
 from dreamd.store import queries as q
 
@@ -84,3 +85,11 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         save=lambda conn, work, result: save(ctx, conn, work, result, layout),
         remaining=lambda: len(stale_months(ctx)),
     )
+
+
+def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
+    return stats.stale_months > 0, f"{stats.stale_months} months with a stale era"
+
+
+SPEC = JobSpec(name=JOB, drive="coherence", work=work, run=run, model_key="eras_model",
+               bounds={'era': 3000})

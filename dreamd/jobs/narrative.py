@@ -5,11 +5,12 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from dreamd.config import Config
 from dreamd.errors import OutputInvalid
 from dreamd.ids import narrative_id, profile_id
 from dreamd.jobs.base import JobContext, complete_once
 from dreamd.jobs.pool import run_keyed
-from dreamd.models import JobResult
+from dreamd.models import BacklogStats, JobResult, JobSpec
 from dreamd.prompts import narrative_prompt
 from dreamd.store import queries as q
 
@@ -87,3 +88,13 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         save=lambda conn, work, result: save(ctx, conn, work, result),
         remaining=lambda: len(stale_users(ctx)),
     )
+
+
+def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
+    if stats.narrative_stale:
+        return True, "the profile or an era changed since the narrative"
+    return False, "the narrative is current"
+
+
+SPEC = JobSpec(name=JOB, drive="coherence", work=work, run=run, model_key="narrative_model",
+               bounds={'narrative': 3000})

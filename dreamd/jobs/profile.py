@@ -5,11 +5,12 @@ from __future__ import annotations
 import sqlite3
 from dataclasses import dataclass
 
+from dreamd.config import Config
 from dreamd.errors import OutputInvalid
 from dreamd.ids import profile_id
 from dreamd.jobs.base import JobContext, complete_once
 from dreamd.jobs.pool import run_keyed
-from dreamd.models import Completion, Gist, JobResult
+from dreamd.models import BacklogStats, Completion, Gist, JobResult, JobSpec
 from dreamd.prompts import profile_prompt
 from dreamd.store import queries as q
 
@@ -90,3 +91,12 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         save=lambda conn, work, result: save(ctx, conn, work, result),
         remaining=lambda: len(stale_users(ctx)),
     )
+
+
+def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
+    return stats.gists_newer_than_profile > 0, (
+        f"{stats.gists_newer_than_profile} gists newer than the profile")
+
+
+SPEC = JobSpec(name=JOB, drive="coherence", work=work, run=run, model_key="profile_model",
+               bounds={'profile': 4000})

@@ -7,11 +7,12 @@ import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+from dreamd.config import Config
 from dreamd.errors import OutputInvalid
 from dreamd.ids import self_state_id
 from dreamd.jobs.base import JobContext, complete_once
 from dreamd.jobs.pool import run_keyed
-from dreamd.models import JobResult, Turn
+from dreamd.models import BacklogStats, JobResult, JobSpec, Turn
 from dreamd.prompts import reflect_prompt, repair_prompt, turn_line
 from dreamd.store import queries as q
 
@@ -152,3 +153,13 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             if ctx.still_current(conn):
                 q.save_reflection_marks(conn, reached)
     return result
+
+
+def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
+    return (stats.turns_since_reflection > 0 or stats.gists_since_reflection > 0), (
+        f"{stats.turns_since_reflection} turns and {stats.gists_since_reflection} gists "
+        "since the last reflection")
+
+
+SPEC = JobSpec(name=JOB, drive="curiosity", work=work, run=run, model_key="reflect_model",
+               bounds={'reflect': 6000})

@@ -12,10 +12,11 @@ from datetime import timedelta
 
 import numpy as np
 
+from dreamd.config import Config
 from dreamd.errors import InputRejected, OutputInvalid
 from dreamd.jobs.base import JobContext
 from dreamd.jobs.pool import run_keyed
-from dreamd.models import JobResult, Turn
+from dreamd.models import BacklogStats, JobResult, JobSpec, Turn
 from dreamd.prompts import merge_prompt, summary_prompt, turn_line
 from dreamd.sensing import is_idle
 from dreamd.store import queries as q
@@ -137,3 +138,23 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         remaining=lambda: len(candidates(ctx)),
         progress=True,
     )
+
+
+def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
+    """Idle ripe sessions (any dirty one under --force): an active chat is not summarized
+    between its turns."""
+    if force:
+        return stats.dirty > 0, f"{stats.dirty} sessions with unsummarized turns"
+    if stats.idle_ripe:
+        return True, f"{stats.idle_ripe} idle ripe sessions ({stats.idle_ripe_turns} turns)"
+    waiting = stats.ripe - stats.idle_ripe
+    if waiting:
+        return False, (f"{waiting} ripe sessions still active "
+                       f"(idle_minutes={config.summarize.idle_minutes:g})")
+    if stats.dirty:
+        return False, f"{stats.dirty} sessions have fewer than {config.summarize.after} new turns"
+    return False, "every session's gist is current"
+
+
+SPEC = JobSpec(name=JOB, drive="continuity", work=work, run=run, model_key="summarize_model",
+               bounds={'summarize': 4000, 'merge': 4000})
