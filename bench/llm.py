@@ -26,18 +26,18 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench.generate import turn_text
-from dreamd import quiet
-from dreamd.app import open_store
+from dreamd.backends import quiet
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.config import CompleterConfig, Config, EmbedConfig
-from dreamd.cycle import run_pass
+from dreamd.dream.cycle import run_pass
+from dreamd.dream.jobs.base import Budget, JobContext
+from dreamd.dream.jobs.summarize import gist_for
 from dreamd.ids import DEFAULT_USER
-from dreamd.jobs.base import Budget, JobContext
-from dreamd.jobs.summarize import gist_for
-from dreamd.log import configure, get_logger
 from dreamd.models import Turn
+from dreamd.runtime.log import configure, get_logger
 from dreamd.store.migrations import CORE_TABLES
+from dreamd.store.opening import open_store
 from tests.openai_server import FakeOpenAI
 
 START = datetime(2025, 3, 1, tzinfo=UTC)

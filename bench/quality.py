@@ -19,14 +19,14 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from dreamd.app import open_store
 from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.local import LocalEmbedder
 from dreamd.config import Config
-from dreamd.cycle import run_pass
-from dreamd.importers import parse_locomo, parse_longmemeval, write_sessions
-from dreamd.log import configure, get_logger
-from dreamd.memory import Memory
+from dreamd.dream.cycle import run_pass
+from dreamd.memory.api import Memory
+from dreamd.memory.importers import parse_locomo, parse_longmemeval, write_sessions
+from dreamd.runtime.log import configure, get_logger
+from dreamd.store.opening import open_store
 
 DATA = Path(__file__).parent.parent.parent / "shared" / "data"
 

@@ -45,10 +45,10 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
 
 def steady_state(db: Path) -> None:
     """Most sessions consolidated, as in a file dreamd has kept up with for months."""
-    from dreamd.app import open_store
     from dreamd.config import Config
-    from dreamd.log import configure, get_logger
-    from dreamd.sensing import sync_tally
+    from dreamd.runtime.log import configure, get_logger
+    from dreamd.store.opening import open_store
+    from dreamd.store.tally import sync_tally
 
     configure("warning")
     store = open_store(Config(db=str(db)), get_logger())
@@ -81,10 +81,11 @@ def steady_state(db: Path) -> None:
 
 
 def bench_sensing(users: int = 1) -> None:
-    from dreamd.app import open_store
     from dreamd.config import Config
-    from dreamd.log import get_logger
-    from dreamd.sensing import read_backlog, sync_owners, sync_tally
+    from dreamd.dream.sensing import read_backlog, sync_owners
+    from dreamd.runtime.log import get_logger
+    from dreamd.store.opening import open_store
+    from dreamd.store.tally import sync_tally
 
     db = OUT / ("sensing-1m.db" if users == 1 else f"sensing-1m-{users}u.db")
     if not db.exists():
@@ -168,11 +169,11 @@ def live_pass(db: Path, seconds: float, share: float) -> dict[str, dict[str, int
     job's work done and left."""
     import dataclasses
 
-    from dreamd import cycle
-    from dreamd.app import open_store
     from dreamd.backends.extractive import ExtractiveCompleter
     from dreamd.config import Config, EmbedConfig, PassConfig
-    from dreamd.log import get_logger
+    from dreamd.dream import cycle
+    from dreamd.runtime.log import get_logger
+    from dreamd.store.opening import open_store
 
     stop, report = db.with_suffix(".stop"), db.with_suffix(".writer.json")
     stop.unlink(missing_ok=True)
@@ -219,7 +220,7 @@ def bench_live(seconds: float = 30.0) -> None:
 
 def bench_embed() -> None:
     from dreamd.backends.local import LocalEmbedder
-    from dreamd.prompts import turn_line
+    from dreamd.dream.prompts import turn_line
 
     db = OUT / "pass-10k.db"
     if not db.exists():
@@ -246,10 +247,10 @@ def bench_embed() -> None:
 
 def bench_import() -> None:
     """A 100k-turn JSONL history into a fresh file: turns/s, and a re-import's cost."""
-    from dreamd.app import open_store
     from dreamd.config import Config
-    from dreamd.importers import read_sessions, write_sessions
-    from dreamd.log import get_logger
+    from dreamd.memory.importers import read_sessions, write_sessions
+    from dreamd.runtime.log import get_logger
+    from dreamd.store.opening import open_store
 
     OUT.mkdir(exist_ok=True)
     source, db = OUT / "history-100k.jsonl", OUT / "import.db"
@@ -280,10 +281,10 @@ def bench_import() -> None:
 def bench_recall() -> None:
     """Top-10 over 200k x 384 vectors, warm: dreamd's index vs reloading every BLOB per
     query (the prior art) vs a bare numpy matrix-vector product over the same matrix."""
-    from dreamd.app import open_store
     from dreamd.config import Config
-    from dreamd.log import get_logger
-    from dreamd.recall import VectorIndex, top_k
+    from dreamd.memory.recall import VectorIndex, top_k
+    from dreamd.runtime.log import get_logger
+    from dreamd.store.opening import open_store
 
     OUT.mkdir(exist_ok=True)
     db = OUT / "recall-200k.db"
@@ -337,14 +338,14 @@ def bench_recall() -> None:
 def bench_forget() -> None:
     """How long forget holds the write lock, for one user of twenty in a 200k-turn file
     with vectors and full-text rows: each of its write transactions."""
-    from dreamd.app import open_store
     from dreamd.config import Config
-    from dreamd.forget import MERGE_PAGES, STEP, Scope, forget
-    from dreamd.jobs.embed import INDEX_CHUNK
-    from dreamd.log import configure, get_logger
-    from dreamd.sensing import sync_tally
+    from dreamd.dream.jobs.embed import INDEX_CHUNK
+    from dreamd.memory.forget import MERGE_PAGES, STEP, Scope, forget
+    from dreamd.runtime.log import configure, get_logger
     from dreamd.store import queries as q
     from dreamd.store.connect import LockTally
+    from dreamd.store.opening import open_store
+    from dreamd.store.tally import sync_tally
 
     class EachHold(LockTally):
         def __init__(self) -> None:

@@ -94,7 +94,7 @@ class Decision:
 @dataclass(frozen=True)
 class JobSpec:
     """A job as the pass sees it, declared by the job's own module and registered in
-    dreamd.jobs.registry: the job order, the drive map and the backends' per-task model
+    dreamd.dream.jobs.registry: the job order, the drive map and the backends' per-task model
     and size tables are all built from these.
 
     `work(stats, force, config)` is pure: whether the backlog snapshot holds work for the

@@ -20,8 +20,8 @@ def db(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def opened(db: Path) -> Iterator[Store]:
-    from dreamd.app import open_store
-    from dreamd.log import get_logger
+    from dreamd.runtime.log import get_logger
+    from dreamd.store.opening import open_store
     from tests.helpers import config_for, make_chat_file
 
     make_chat_file(db).close()

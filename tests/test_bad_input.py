@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dreamd import config as cfg
-from dreamd.cli import main
+from dreamd.cli.commands import main
 from dreamd.errors import ConfigError
-from dreamd.importers import FORMATS, ImportFormatError, ImportSession, parse
+from dreamd.memory.importers import FORMATS, ImportFormatError, ImportSession, parse
 from tests.test_processes import dreamd_env
 
 

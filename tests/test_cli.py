@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dreamd.cli import main
+from dreamd.cli.commands import main
 from tests.helpers import add_turns, chat_texts, make_chat_file
 
 ROOT = Path(__file__).parent.parent
@@ -194,7 +194,7 @@ def test_the_demo_never_destroys_a_real_memory_file(tmp_path: Path) -> None:
     demo = tmp_path / "demo.db"
     assert invoke("--db", str(demo), "demo").exit_code == 0
     assert invoke("--db", str(demo), "demo", "--replace").exit_code == 0  # its own file
-    from dreamd.lock import InstanceLock
+    from dreamd.runtime.lock import InstanceLock
 
     held = InstanceLock(demo)
     held.acquire()  # as a daemon working on the demo file would

@@ -8,11 +8,11 @@ import pytest
 
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.llm_output import estimate_tokens
+from dreamd.cli.demo import sample_sessions, write_sessions
 from dreamd.config import Config, EmbedConfig
-from dreamd.context import TIERS, build
-from dreamd.cycle import run_pass
-from dreamd.demo import sample_sessions, write_sessions
-from dreamd.memory import Memory
+from dreamd.dream.cycle import run_pass
+from dreamd.memory.api import Memory
+from dreamd.memory.context import TIERS, build
 from tests.helpers import RecordingCompleter, make_chat_file
 
 ORDER = [name for name, _, _ in TIERS]

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from dreamd.app import open_store
+from dreamd.cli.demo import sample_sessions, write_sessions
 from dreamd.config import JobsConfig, PassConfig, SummarizeConfig
-from dreamd.cycle import run_pass
-from dreamd.demo import sample_sessions, write_sessions
-from dreamd.log import get_logger
+from dreamd.dream.cycle import run_pass
+from dreamd.runtime.log import get_logger
 from dreamd.store import queries as q
 from dreamd.store.connect import Store
+from dreamd.store.opening import open_store
 from tests.helpers import (
     RecordingCompleter,
     add_turns,
@@ -225,7 +225,7 @@ def test_pass_budget_leaves_the_rest_for_the_next_pass(db: Path) -> None:
 def test_drives_persist_between_passes(demo_store: Store) -> None:
     completer = RecordingCompleter(demo_store)
     result = pass_(demo_store, completer, force=False)
-    from dreamd.cycle import read_drives
+    from dreamd.dream.cycle import read_drives
 
     assert read_drives(demo_store, "assistant") == dataclasses.replace(
         result.drives_after,
@@ -271,7 +271,7 @@ def test_a_pass_records_how_long_it_held_the_write_lock(demo_store: Store) -> No
 def test_every_stored_tier_is_bounded_whatever_the_input(db: Path) -> None:
     """A 1 MB turn (one endless sentence, then one endless word) cannot make a 1 MB
     gist, era, profile or narrative."""
-    from dreamd.jobs.registry import JOBS
+    from dreamd.dream.jobs.registry import JOBS
 
     bound = {task: chars for job in JOBS for task, chars in job.bounds.items()}
 
@@ -299,7 +299,7 @@ def test_every_stored_tier_is_bounded_whatever_the_input(db: Path) -> None:
 def test_a_new_job_is_one_spec_registered_and_its_drive_schedules_it(demo_store: Store) -> None:
     """A job declared by its spec alone (name, drive, work, runner) runs in the pass when
     its drive passes its threshold, and not when it does not."""
-    from dreamd.jobs.registry import JOBS
+    from dreamd.dream.jobs.registry import JOBS
     from dreamd.models import JobResult, JobSpec
 
     calls: list[str] = []

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from dreamd.config import Config
-from dreamd.drives import decide, levels, saturate
-from dreamd.jobs.registry import JOBS
+from dreamd.dream.drives import decide, levels, saturate
+from dreamd.dream.jobs.registry import JOBS
 from dreamd.models import BacklogStats, Drives
 
 NOW = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)

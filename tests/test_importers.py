@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dreamd.cli import main
-from dreamd.importers import ImportFormatError, parse_chatgpt, parse_jsonl, read_sessions
+from dreamd.cli.commands import main
+from dreamd.memory.importers import ImportFormatError, parse_chatgpt, parse_jsonl, read_sessions
 
 DATA = Path(__file__).parent / "data"
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from dreamd.app import open_store
 from dreamd.config import PassConfig
-from dreamd.cycle import run_pass
-from dreamd.log import get_logger
+from dreamd.dream.cycle import run_pass
+from dreamd.runtime.log import get_logger
+from dreamd.store.opening import open_store
 from tests.helpers import T0, RecordingCompleter, config_for, make_chat_file
 
 ROOT = Path(__file__).resolve().parent.parent

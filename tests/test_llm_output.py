@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from dreamd.backends.llm_output import clean, estimate_tokens
+from dreamd.dream.prompts import profile_prompt, reflect_prompt, summary_prompt
 from dreamd.errors import OutputInvalid
-from dreamd.prompts import profile_prompt, reflect_prompt, summary_prompt
 
 
 @pytest.mark.parametrize(

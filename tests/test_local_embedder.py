@@ -49,7 +49,7 @@ def test_a_changed_model_file_fails_loudly(tmp_path: Path) -> None:
 def test_extractive_gist_keeps_lines_verbatim_and_is_deterministic(
     embedder: LocalEmbedder,
 ) -> None:
-    from dreamd.prompts import summary_prompt
+    from dreamd.dream.prompts import summary_prompt
 
     lines = [f"user: I planted {n} tomato plants in the garden" for n in range(3)] + [
         "assistant: ok", "user: My brother Tom visits from Porto next Friday.",

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from dreamd.cli import main
+from dreamd.cli.commands import main
 from tests.helpers import add_turns, chat_texts, make_chat_file
 from tests.test_processes import dreamd_env
 
@@ -151,8 +151,8 @@ def test_quiet_by_default_and_progress_at_a_steady_pace(tmp_path: Path) -> None:
 
     import structlog
 
-    from dreamd import log as logging_
-    from dreamd.cli import Progress
+    from dreamd.cli.commands import Progress
+    from dreamd.runtime import log as logging_
 
     db = tmp_path / "memory.db"
     two_users(db)

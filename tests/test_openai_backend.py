@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from dreamd.app import open_store
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.openai_backend import Breaker, OpenAICompleter, api_key
 from dreamd.config import BudgetConfig, CompleterConfig, Config
-from dreamd.cycle import run_pass
+from dreamd.dream.cycle import run_pass
+from dreamd.dream.prompts import summary_prompt
 from dreamd.errors import (
     BackendMisconfigured,
     BackendUnavailable,
@@ -27,9 +27,9 @@ from dreamd.errors import (
     InputRejected,
     OutputInvalid,
 )
-from dreamd.log import get_logger
-from dreamd.prompts import summary_prompt
+from dreamd.runtime.log import get_logger
 from dreamd.store.connect import Store
+from dreamd.store.opening import open_store
 from tests.helpers import add_turns, chat_texts, config_for, derived_digest, make_chat_file
 from tests.openai_server import FakeOpenAI
 
@@ -358,8 +358,8 @@ def test_api_key_never_reaches_logs_status_or_the_database(tmp_path: Path,
 
 
 def test_status_says_degraded_while_the_breaker_is_open(db: Path, server: FakeOpenAI) -> None:
-    from dreamd import report
-    from dreamd.render import render_status
+    from dreamd.cli import report
+    from dreamd.cli.render import render_status
 
     chat_file(db, sessions=4)
     config = llm_config(db, server)
@@ -405,7 +405,7 @@ def test_a_server_that_is_down_is_named_with_its_cause(db: Path) -> None:
     never the key."""
     from structlog.testing import capture_logs
 
-    from dreamd.report import status
+    from dreamd.cli.report import status
 
     down = FakeOpenAI()
     down.server.server_close()  # never started; its port now refuses connections

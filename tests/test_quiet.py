@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from dreamd import quiet
-from dreamd.app import open_store
+from dreamd.backends import quiet
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.config import CompleterConfig
-from dreamd.jobs.base import Budget, JobContext
-from dreamd.jobs.pool import run_items
-from dreamd.log import get_logger
+from dreamd.dream.jobs.base import Budget, JobContext
+from dreamd.dream.jobs.pool import run_items
 from dreamd.models import Completion, Prompt
+from dreamd.runtime.log import get_logger
+from dreamd.store.opening import open_store
 from tests.helpers import config_for
 from tests.openai_server import FakeOpenAI
 from tests.test_openai_backend import PROMPT, completer

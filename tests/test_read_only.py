@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dreamd.cli import main
+from dreamd.cli.commands import main
 from tests.helpers import add_turns, chat_texts
 from tests.test_processes import dreamd_env
 

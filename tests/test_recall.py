@@ -11,9 +11,9 @@ import pytest
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.local import LocalEmbedder
 from dreamd.config import Config, EmbedConfig
-from dreamd.cycle import run_pass
-from dreamd.memory import Memory
-from dreamd.recall import fts_query, fuse, top_k
+from dreamd.dream.cycle import run_pass
+from dreamd.memory.api import Memory
+from dreamd.memory.recall import fts_query, fuse, top_k
 from tests.helpers import RecordingCompleter
 
 CORPUS = {

@@ -7,7 +7,7 @@ from datetime import datetime
 import pytest
 
 from dreamd.config import ScheduleConfig
-from dreamd.schedule import in_quiet_hours, next_delay
+from dreamd.runtime.schedule import in_quiet_hours, next_delay
 
 BOUNDS = ScheduleConfig(min_interval_seconds=60, max_interval_seconds=1860)
 

@@ -8,11 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dreamd.app import open_store
 from dreamd.errors import StoreError
-from dreamd.log import get_logger
+from dreamd.runtime.log import get_logger
 from dreamd.store.connect import Store, connect, has_wal_reset_bug
 from dreamd.store.migrations import MIGRATIONS, migrate
+from dreamd.store.opening import open_store
 from tests.helpers import config_for
 
 PRIOR_ART_DDL = """
@@ -100,7 +100,7 @@ def prior_art_file(path: Path) -> None:
 
 def test_prior_art_file_is_adopted_in_place(db: Path) -> None:
     """The app's rows keep their values and dreamd consolidates on top of them."""
-    from dreamd.cycle import run_pass
+    from dreamd.dream.cycle import run_pass
     from tests.helpers import RecordingCompleter
 
     prior_art_file(db)
@@ -176,18 +176,18 @@ def test_sqlite_version_is_logged_and_the_bug_warned_once(db: Path) -> None:
     """Once per daemon start (check_sqlite), never on opening a file for a command."""
     from structlog.testing import capture_logs
 
-    import dreamd.app
-    from dreamd.log import configure
+    import dreamd.store.opening
+    from dreamd.runtime.log import configure
     from dreamd.store.connect import sqlite_version
 
     configure("debug")  # an earlier test may have left a stricter level configured
-    dreamd.app._warned = False
+    dreamd.store.opening._warned = False
     with capture_logs() as logs:
         open_store(config_for(db), get_logger()).close()
     assert logs == []
     with capture_logs() as logs:
-        dreamd.app.check_sqlite(get_logger())
-        dreamd.app.check_sqlite(get_logger())
+        dreamd.store.opening.check_sqlite(get_logger())
+        dreamd.store.opening.check_sqlite(get_logger())
     events = [e["event"] for e in logs]
     assert events.count("sqlite_library") == 1
     assert events.count("sqlite_wal_reset_bug") == int(has_wal_reset_bug(sqlite_version()))
@@ -254,7 +254,7 @@ def test_one_memory_shared_by_a_threaded_chat_server(db: Path) -> None:
     import threading
 
     from dreamd.backends.hashing import HashingEmbedder
-    from dreamd.memory import Memory
+    from dreamd.memory.api import Memory
 
     memory = Memory(db, config=config_for(db), embedder=HashingEmbedder())
     errors: list[BaseException] = []
@@ -291,7 +291,7 @@ def test_opening_a_memory_keeps_the_processs_other_connections_locks(db: Path) -
     import sys
 
     from dreamd.backends.hashing import HashingEmbedder
-    from dreamd.memory import Memory
+    from dreamd.memory.api import Memory
 
     Memory(db, config=config_for(db), embedder=HashingEmbedder()).close()  # a dreamd file
     app = sqlite3.connect(db, isolation_level=None)

@@ -15,15 +15,15 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dreamd.app import open_store
 from dreamd.config import Config
-from dreamd.cycle import run_pass
-from dreamd.export import export_user
-from dreamd.forget import Scope, forget
+from dreamd.dream.cycle import run_pass
 from dreamd.ids import DEFAULT_USER
-from dreamd.log import get_logger
-from dreamd.memory import Memory
+from dreamd.memory.api import Memory
+from dreamd.memory.export import export_user
+from dreamd.memory.forget import Scope, forget
+from dreamd.runtime.log import get_logger
 from dreamd.store.connect import Store
+from dreamd.store.opening import open_store
 from tests.helpers import RecordingCompleter, config_for, make_chat_file
 
 ROOT = Path(__file__).resolve().parent.parent

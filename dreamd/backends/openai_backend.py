@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import openai
 
-from dreamd import quiet
+from dreamd.backends import quiet
 from dreamd.backends.llm_output import clean, estimate_tokens
 from dreamd.config import CompleterConfig, Config
 from dreamd.errors import (

@@ -95,7 +95,7 @@ def build_demo(path: Path, replace: bool = False, default: bool = False) -> int:
     """Write the sample conversations into a new file at `path`. An existing file is
     replaced only with `replace`, only if the demo made it (its mark is in it), and only
     while no dreamd works on it; the default memory location is never used."""
-    from dreamd.lock import InstanceLock
+    from dreamd.runtime.lock import InstanceLock
 
     if default:
         raise DreamdError("the demo needs its own file: give --db PATH (it never writes to "

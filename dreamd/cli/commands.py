@@ -13,8 +13,8 @@ from typing import Any
 import click
 
 from dreamd import config as cfg
-from dreamd import log as logging_
 from dreamd.errors import EXIT_BAD_INPUT, EXIT_BUSY, EXIT_INTERNAL, DreamdError
+from dreamd.runtime import log as logging_
 
 
 def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> click.ClickException:
@@ -106,7 +106,7 @@ class Progress:
 
 def dream(obj: dict[str, Any], config: cfg.Config, *, force: bool, loop: float | None,
           create: bool) -> int:
-    from dreamd.daemon import Daemon, run_force
+    from dreamd.runtime.daemon import Daemon, run_force
 
     log = logging_.get_logger()
     if force and sys.stderr.isatty():
@@ -196,7 +196,7 @@ def read_existing(obj: dict[str, Any], build: Any, read_only: bool = True,
     """Open an existing memory file (never creating one; read-only unless asked, and
     then, unless `current` is False, only one dreamd has set up), call build(store,
     config)."""
-    from dreamd.app import open_readonly, open_store
+    from dreamd.store.opening import open_readonly, open_store
 
     config = load_config(obj)
     logging_.configure("warning", config.log.format)  # stderr: stdout is the report's
@@ -225,10 +225,10 @@ def status(obj: dict[str, Any], as_json: bool, runs: int) -> None:
     """
     from datetime import UTC, datetime
 
-    from dreamd import report
     from dreamd.backends.factory import embedder_model_name
+    from dreamd.cli import report
+    from dreamd.cli.render import render_status
     from dreamd.errors import NotMigrated
-    from dreamd.render import render_status
 
     try:
         data = read_existing(obj, lambda store, config: report.status(
@@ -259,8 +259,8 @@ def show(obj: dict[str, Any], as_json: bool, gists: int, user: str | None) -> No
     Example:
       dreamd --db ~/chat/memory.db show --gists 3
     """
-    from dreamd import report
-    from dreamd.render import render_memory
+    from dreamd.cli import report
+    from dreamd.cli.render import render_memory
 
     data = read_existing(obj, lambda store, config: report.memory(store, config, gists, user))
     click.echo(json.dumps(data, indent=2) if as_json else render_memory(data))
@@ -268,7 +268,7 @@ def show(obj: dict[str, Any], as_json: bool, gists: int, user: str | None) -> No
 
 def open_memory(obj: dict[str, Any]) -> Any:
     """The library API over an existing memory file, for recall and context."""
-    from dreamd.memory import Memory
+    from dreamd.memory.api import Memory
 
     config = load_config(obj)
     logging_.configure("warning", config.log.format)
@@ -294,7 +294,7 @@ def recall(obj: dict[str, Any], query: str, k: int, session: str | None,
     Example:
       dreamd --db ~/chat/memory.db recall "what is my dog called?" -k 5
     """
-    from dreamd.users import require_user
+    from dreamd.memory.users import require_user
 
     memory = open_memory(obj)
     try:
@@ -351,7 +351,7 @@ def users(obj: dict[str, Any], as_json: bool) -> None:
     Example:
       dreamd --db ~/chat/memory.db users
     """
-    from dreamd import users as users_
+    from dreamd.memory import users as users_
 
     data = read_existing(obj, lambda store, config: users_.users(store))
     if as_json:
@@ -378,7 +378,7 @@ def sessions(obj: dict[str, Any], user: str | None, as_json: bool) -> None:
     Example:
       dreamd --db ~/chat/memory.db sessions --user alice
     """
-    from dreamd import users as users_
+    from dreamd.memory import users as users_
 
     data = read_existing(obj, lambda store, config: users_.sessions(store, user))
     if as_json:
@@ -415,8 +415,8 @@ def import_(obj: dict[str, Any], fmt: str, path: Path, user: str | None) -> None
     Example:
       dreamd --db ~/chat/memory.db import chatgpt ~/Downloads/conversations.json
     """
-    from dreamd.app import open_store
-    from dreamd.importers import read_sessions, write_sessions
+    from dreamd.memory.importers import read_sessions, write_sessions
+    from dreamd.store.opening import open_store
 
     config = load_config(obj)
     logging_.configure("warning", config.log.format)
@@ -449,7 +449,7 @@ def demo(obj: dict[str, Any], replace: bool) -> None:
     Example:
       dreamd --db demo/memory.db demo && dreamd --db demo/memory.db --force
     """
-    from dreamd.demo import build_demo
+    from dreamd.cli.demo import build_demo
 
     config = load_config(obj)
     path = Path(config.db_path)
@@ -478,8 +478,8 @@ def forget(obj: dict[str, Any], user: str, session: str | None, before: str | No
     Example:
       dreamd --db ~/chat/memory.db forget --user alice --before 2025-01-01 --dry-run
     """
-    from dreamd.forget import Scope, parse_before
-    from dreamd.forget import forget as forget_scope
+    from dreamd.memory.forget import Scope, parse_before
+    from dreamd.memory.forget import forget as forget_scope
 
     scope = Scope(user, session, parse_before(before) if before is not None else None)
     result = read_existing(obj, lambda store, config: forget_scope(
@@ -513,7 +513,7 @@ def export(obj: dict[str, Any], user: str, output: Path | None) -> None:
     Example:
       dreamd --db ~/chat/memory.db export --user alice -o alice.json
     """
-    from dreamd.export import dumps, export_user
+    from dreamd.memory.export import dumps, export_user
 
     document = read_existing(obj, lambda store, config: export_user(store, user,
                                                                    config.agent.id))

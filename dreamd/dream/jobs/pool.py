@@ -15,8 +15,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from dreamd import quiet
-from dreamd.jobs.base import JobContext, failed_items, note_failure
+from dreamd.backends import quiet
+from dreamd.dream.jobs.base import JobContext, failed_items, note_failure
 from dreamd.models import JobResult
 from dreamd.store import queries as q
 
@@ -47,7 +47,7 @@ def run_items(
     """
     tally = Tally()
     # Backend calls run in the pool, so the pass thread can stop waiting for a hung one;
-    # each write waits for the workers to stop computing (see dreamd.quiet).
+    # each write waits for the workers to stop computing (see dreamd.backends.quiet).
     pooled = ctx.llm or ctx.workers > 1
     gate = quiet.Gate() if pooled else None
     quiet_write = gate.closed if gate is not None else contextlib.nullcontext

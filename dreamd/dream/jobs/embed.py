@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dreamd.config import Config
-from dreamd.jobs.base import JobContext, failed_items, note_failure, note_success
+from dreamd.dream.jobs.base import JobContext, failed_items, note_failure, note_success
+from dreamd.dream.prompts import turn_line
 from dreamd.models import BacklogStats, JobResult, JobSpec
-from dreamd.prompts import turn_line
 from dreamd.store import queries as q
 
 JOB = "embed"

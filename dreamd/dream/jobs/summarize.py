@@ -13,12 +13,12 @@ from datetime import timedelta
 import numpy as np
 
 from dreamd.config import Config
+from dreamd.dream.jobs.base import JobContext
+from dreamd.dream.jobs.pool import run_keyed
+from dreamd.dream.prompts import merge_prompt, summary_prompt, turn_line
+from dreamd.dream.sensing import is_idle
 from dreamd.errors import InputRejected, OutputInvalid
-from dreamd.jobs.base import JobContext
-from dreamd.jobs.pool import run_keyed
 from dreamd.models import BacklogStats, JobResult, JobSpec, Turn
-from dreamd.prompts import merge_prompt, summary_prompt, turn_line
-from dreamd.sensing import is_idle
 from dreamd.store import queries as q
 
 JOB = "summarize"

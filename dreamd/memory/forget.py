@@ -37,10 +37,10 @@ from datetime import datetime
 from typing import Any
 
 from dreamd.errors import ConfigError
-from dreamd.sensing import sync_tally
+from dreamd.memory.users import require_user
 from dreamd.store import queries as q
 from dreamd.store.connect import Store
-from dreamd.users import require_user
+from dreamd.store.tally import sync_tally
 
 STEP = 500  # turns looked at per deleting transaction: ~35-55 us a turn of write lock
 MERGE_PAGES = 50  # full-text index pages merged per transaction: under ~10 ms

@@ -6,12 +6,12 @@ import sqlite3
 from dataclasses import dataclass
 
 from dreamd.config import Config
+from dreamd.dream.jobs.base import JobContext, complete_once
+from dreamd.dream.jobs.pool import run_keyed
+from dreamd.dream.prompts import narrative_prompt
 from dreamd.errors import OutputInvalid
 from dreamd.ids import narrative_id, profile_id
-from dreamd.jobs.base import JobContext, complete_once
-from dreamd.jobs.pool import run_keyed
 from dreamd.models import BacklogStats, JobResult, JobSpec
-from dreamd.prompts import narrative_prompt
 from dreamd.store import queries as q
 
 JOB = "narrative"

@@ -1,6 +1,6 @@
 """The library API a chat app uses: remember turns and recall what is relevant.
 
-    from dreamd.memory import Memory
+    from dreamd.memory.api import Memory
     memory = Memory("~/chat/memory.db")
     memory.remember("session-1", "user", "I adopted a dog called Biscuit")
     hits = memory.recall("what is my dog's name?", k=5)
@@ -21,11 +21,7 @@ from dreamd.backends.factory import make_embedder
 from dreamd.backends.protocols import Embedder
 from dreamd.config import Config
 from dreamd.config import load as load_config
-from dreamd.context import Context
-from dreamd.context import build as build_context
-from dreamd.export import export_user
-from dreamd.forget import Report as ForgetReport
-from dreamd.forget import Scope, forget, parse_before
+from dreamd.dream.prompts import turn_line
 from dreamd.ids import (
     DEFAULT_USER,
     era_key,
@@ -33,8 +29,12 @@ from dreamd.ids import (
     profile_id,
     self_state_id,
 )
-from dreamd.prompts import turn_line
-from dreamd.recall import CANDIDATES, GistIndex, Hit, VectorIndex, fuse, lexical, top_k
+from dreamd.memory.context import Context
+from dreamd.memory.context import build as build_context
+from dreamd.memory.export import export_user
+from dreamd.memory.forget import Report as ForgetReport
+from dreamd.memory.forget import Scope, forget, parse_before
+from dreamd.memory.recall import CANDIDATES, GistIndex, Hit, VectorIndex, fuse, lexical, top_k
 from dreamd.store import queries as q
 from dreamd.store.connect import Store, connect, connect_readonly
 from dreamd.store.migrations import migrate, require_current
@@ -102,7 +102,7 @@ class Memory:
     def forget(self, user: str, *, session: str | None = None, before: str | None = None,
                dry_run: bool = False, vacuum: bool = False) -> ForgetReport:
         """Erase a user's turns (all, one session, or those made before `before`, a date
-        or ISO timestamp) and everything derived from them; see dreamd.forget."""
+        or ISO timestamp) and everything derived from them; see dreamd.memory.forget."""
         scope = Scope(user, session, parse_before(before) if before is not None else None)
         report = forget(self.store, scope, self.config.agent.id, dry_run=dry_run,
                         vacuum=vacuum)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from dreamd.jobs import embed, eras, narrative, profile, reflect, summarize
+from dreamd.dream.jobs import embed, eras, narrative, profile, reflect, summarize
 from dreamd.models import DRIVE_NAMES, JobSpec
 
 

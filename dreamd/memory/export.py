@@ -15,9 +15,9 @@ from typing import Any
 
 from dreamd import __version__
 from dreamd.ids import era_key, narrative_id, profile_id, self_state_id
+from dreamd.memory.users import require_user
 from dreamd.store import queries as q
 from dreamd.store.connect import Store
-from dreamd.users import require_user
 
 FORMAT = "dreamd-export/1"
 

@@ -10,30 +10,6 @@ from dreamd.models import BacklogStats
 from dreamd.store import queries as q
 from dreamd.store.connect import Store
 
-TALLY_CHUNK = 50_000
-
-
-def sync_tally(store: Store, chunk: int = TALLY_CHUNK) -> int:
-    """Fold exchanges newer than the tally's watermark into dreamd_sessions.
-
-    Reads only the new rows (a rowid range), in chunks, each folded in by its own short
-    write that checks the watermark did not move meanwhile. Returns rows folded in.
-    """
-    folded = 0
-    while True:
-        with store.read() as conn:
-            after = q.tally_watermark(conn)
-            newest = q.max_exchange_id(conn)
-            if newest <= after:
-                return folded
-            upto = min(newest, after + chunk)
-            groups = q.new_exchange_groups(conn, after, upto)
-        with store.write() as conn:
-            if q.tally_watermark(conn) != after:
-                continue  # another dreamd folded these rows in; read again
-            q.apply_tally(conn, groups, upto)
-        folded += sum(g[2] for g in groups)
-
 
 def is_idle(last_at: str, cutoff: datetime) -> bool:
     """The tally keeps times as ISO UTC text (queries.iso_utc), so they compare as text."""

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from dreamd.config import Config
+from dreamd.dream.jobs.base import JobContext, complete_once
+from dreamd.dream.jobs.pool import run_keyed
+from dreamd.dream.prompts import reflect_prompt, repair_prompt, turn_line
 from dreamd.errors import OutputInvalid
 from dreamd.ids import self_state_id
-from dreamd.jobs.base import JobContext, complete_once
-from dreamd.jobs.pool import run_keyed
 from dreamd.models import BacklogStats, JobResult, JobSpec, Turn
-from dreamd.prompts import reflect_prompt, repair_prompt, turn_line
 from dreamd.store import queries as q
 
 JOB = "reflect"

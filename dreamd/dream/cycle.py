@@ -10,16 +10,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from dreamd import drives as drv
 from dreamd.backends.protocols import Completer, Embedder
 from dreamd.config import Config
-from dreamd.forget import finish_pending
-from dreamd.jobs.base import Budget, JobContext, utcnow
-from dreamd.jobs.registry import JOBS, Registry
+from dreamd.dream import drives as drv
+from dreamd.dream.jobs.base import Budget, JobContext, utcnow
+from dreamd.dream.jobs.registry import JOBS, Registry
+from dreamd.dream.sensing import read_backlog, sync_owners
+from dreamd.memory.forget import finish_pending
 from dreamd.models import BacklogStats, Drives, JobResult, JobSpec
-from dreamd.sensing import read_backlog, sync_owners, sync_tally
 from dreamd.store import queries as q
 from dreamd.store.connect import LockTally, Store
+from dreamd.store.tally import sync_tally
 
 # Drives are rewritten into the self-state only when one moved by more than this, so
 # an idle pass leaves the memory file untouched.

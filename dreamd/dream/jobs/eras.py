@@ -8,12 +8,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from dreamd.config import Config
+from dreamd.dream.jobs.base import JobContext, complete_once
+from dreamd.dream.jobs.pool import run_keyed
+from dreamd.dream.prompts import era_prompt
 from dreamd.errors import OutputInvalid
 from dreamd.ids import era_key
-from dreamd.jobs.base import JobContext, complete_once
-from dreamd.jobs.pool import run_keyed
 from dreamd.models import BacklogStats, Gist, JobResult, JobSpec
-from dreamd.prompts import era_prompt
 from dreamd.store import queries as q
 
 JOB = "eras"

@@ -6,15 +6,15 @@ import sqlite3
 from datetime import datetime
 from typing import Any
 
-from dreamd import drives as drv
 from dreamd.config import Config
-from dreamd.forget import open_journal
+from dreamd.dream import drives as drv
+from dreamd.dream.sensing import read_backlog
 from dreamd.ids import narrative_id, profile_id, self_state_id
-from dreamd.lock import holder_of
-from dreamd.sensing import read_backlog
+from dreamd.memory.forget import open_journal
+from dreamd.memory.users import require_user
+from dreamd.runtime.lock import holder_of
 from dreamd.store import queries as q
 from dreamd.store.connect import Store, has_wal_reset_bug, sqlite_version
-from dreamd.users import require_user
 
 
 def status(store: Store, config: Config, embed_model: str, now: datetime,

@@ -20,16 +20,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dreamd import config as cfg
-from dreamd.app import check_sqlite, ensure_directory, open_store
 from dreamd.backends.factory import make_backends
-from dreamd.cycle import PassResult, run_pass
+from dreamd.dream.cycle import PassResult, run_pass
 from dreamd.errors import EXIT_JOB_FAILED, EXIT_OK, DreamdError, StoreError
-from dreamd.lock import InstanceLock
-from dreamd.log import LoggedProgress
-from dreamd.notify import Notifier
-from dreamd.schedule import in_quiet_hours, next_delay
+from dreamd.runtime.lock import InstanceLock
+from dreamd.runtime.log import LoggedProgress
+from dreamd.runtime.notify import Notifier
+from dreamd.runtime.schedule import in_quiet_hours, next_delay
 from dreamd.store import queries as q
 from dreamd.store.connect import connect, connect_readonly
+from dreamd.store.opening import check_sqlite, ensure_directory, open_store
 
 
 class Flags:

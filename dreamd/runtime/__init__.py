@@ -1,0 +1,1 @@
+"""Running dreamd: the daemon, its schedule, systemd notify, the instance lock, logging."""
