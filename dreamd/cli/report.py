@@ -10,11 +10,11 @@ from dreamd.config import Config
 from dreamd.dream import drives as drv
 from dreamd.dream.sensing import read_backlog
 from dreamd.ids import narrative_id, profile_id, self_state_id
-from dreamd.memory.forget import open_journal
 from dreamd.memory.users import require_user
 from dreamd.runtime.lock import holder_of
 from dreamd.store import queries as q
 from dreamd.store.connect import Store, has_wal_reset_bug, sqlite_version
+from dreamd.store.erasure import pending as pending_forget
 
 
 def status(store: Store, config: Config, embed_model: str, now: datetime,
@@ -25,7 +25,7 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
         unfolded = q.max_exchange_id(conn) - q.tally_watermark(conn)
         recent = q.recent_runs(conn, runs)
         fails = q.failures(conn)
-        forget = open_journal(conn)
+        forget = pending_forget(conn)
         next_pass = q.get_state(conn, "next_pass_at")
     holder = holder_of(store.path)
     return {

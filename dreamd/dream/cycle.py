@@ -16,10 +16,10 @@ from dreamd.dream import drives as drv
 from dreamd.dream.jobs.base import Budget, JobContext, utcnow
 from dreamd.dream.jobs.registry import JOBS, Registry
 from dreamd.dream.sensing import read_backlog, sync_owners
-from dreamd.memory.forget import finish_pending
 from dreamd.models import BacklogStats, Drives, JobResult, JobSpec
 from dreamd.store import queries as q
 from dreamd.store.connect import LockTally, Store
+from dreamd.store.erasure import finish_pending
 from dreamd.store.tally import sync_tally
 
 # Drives are rewritten into the self-state only when one moved by more than this, so

@@ -1,0 +1,177 @@
+"""Erasure and its journal: what a forget deletes, step by step, with `secure_delete` on.
+
+The journal (in `dreamd_state`) holds the scope and a cursor; each step deletes the next
+turns with their vectors and full-text rows and moves the cursor in the same short
+transaction, so a forget cut short is finished by the next pass or forget
+(`finish_pending`). See dreamd.memory.forget for the whole sequence.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from dreamd.store import queries as q
+from dreamd.store.connect import Store
+
+STEP = 500  # turns looked at per deleting transaction: ~35-55 us a turn of write lock
+MERGE_PAGES = 50  # full-text index pages merged per transaction: under ~10 ms
+JOURNAL, JOURNAL_SESSIONS = "forget_pending", "forget_sessions"
+
+
+@dataclass(frozen=True)
+class SessionCut:
+    """One session as a forget would leave it."""
+
+    session_id: str
+    turns: int  # in scope
+    left: int  # not in scope
+    has_gist: bool
+
+
+def _before(cutoff: str | None, created_at: str) -> bool:
+    return cutoff is None or q.iso_utc(created_at) < cutoff
+
+
+def survey(conn: sqlite3.Connection, user: str, session: str | None, before: str | None
+           ) -> tuple[list[SessionCut], set[str]]:
+    """Read only: the user's sessions the scope touches, and the months they span."""
+    sessions = sorted(q.sessions_of(conn, [user]))
+    if session is not None:
+        sessions = [s for s in sessions if s == session]
+    cuts: list[SessionCut] = []
+    months: set[str] = set()
+    for sid in sessions:
+        rows = conn.execute("SELECT id, created_at FROM exchanges WHERE session_id = ?",
+                            (sid,)).fetchall()
+        turns = sum(_before(before, at) for _, at in rows)
+        if not turns and before is not None:
+            continue
+        months |= q.session_months(conn, sid)
+        gist = conn.execute("SELECT 1 FROM summaries WHERE session_id = ?", (sid,)).fetchone()
+        cuts.append(SessionCut(sid, turns, len(rows) - turns, gist is not None))
+    if session is None and before is None:
+        months |= set(q.era_seqs(conn, user))
+    return cuts, months
+
+
+def open_journal(store: Store, user: str, before: str | None, agent_id: str,
+                 sessions: list[str], months: set[str], upto: int) -> list[str] | None:
+    """Drop what was derived from the sessions and open the journal, in one transaction.
+    Returns the tiers dropped, or None when another journal is open (nothing changed)."""
+    job = {"user": user, "before": before, "upto": upto, "next": 0, "after": 0}
+    store.conn.execute("PRAGMA secure_delete = ON")
+    try:
+        with store.write() as conn:
+            if q.get_state(conn, JOURNAL) is not None:
+                return None
+            for session in sessions:
+                q.drop_gist(conn, session)
+            derived = q.drop_tiers(conn, user, agent_id, months)
+            q.bump_vector_epoch(conn)
+            q.set_state(conn, JOURNAL_SESSIONS, json.dumps(sessions))
+            q.set_state(conn, JOURNAL, json.dumps(job))
+    finally:
+        store.conn.execute("PRAGMA secure_delete = OFF")
+    return derived
+
+
+def pending(conn: sqlite3.Connection) -> dict[str, Any] | None:
+    """An unfinished forget, as status shows it: whose, and how many sessions are left."""
+    raw = q.get_state(conn, JOURNAL)
+    if raw is None:
+        return None
+    job: dict[str, Any] = json.loads(raw) if raw != "1" else {"user": None, "next": 0}
+    sessions = len(json.loads(q.get_state(conn, JOURNAL_SESSIONS) or "[]"))
+    return {"user": job["user"], "sessions": sessions,
+            "sessions_left": max(0, sessions - int(job["next"]))}
+
+
+def _delete_ids(conn: sqlite3.Connection, ids: list[int], models: list[str]) -> None:
+    if not ids:
+        return
+    marks = ",".join("?" * len(ids))
+    conn.execute(f"DELETE FROM exchanges WHERE id IN ({marks})", ids)
+    for model in models:  # by the full key: an index seek per turn, not a scan
+        conn.execute(f"DELETE FROM dreamd_exchange_vectors WHERE model = ? "
+                     f"AND exchange_id IN ({marks})", (model, *ids))
+    conn.execute(f"DELETE FROM dreamd_fts WHERE rowid IN ({marks})", ids)
+
+
+def _settle_session(conn: sqlite3.Connection, session: str) -> None:
+    """A session whose turns in scope are gone: forgotten entirely, or recounted."""
+    if conn.execute("SELECT 1 FROM exchanges WHERE session_id = ? LIMIT 1",
+                    (session,)).fetchone() is None:
+        conn.execute("DELETE FROM dreamd_sessions WHERE session_id = ?", (session,))
+        conn.execute("DELETE FROM sessions WHERE id = ?", (session,))
+    else:
+        q.recount_session(conn, session)
+
+
+def _delete_step(conn: sqlite3.Connection, job: dict[str, Any], sessions: list[str],
+                 step: int) -> None:
+    """Inside a write: delete the next turns in scope, looking at `step` at most; move the
+    journal's cursor (session index `next`, last id looked at `after`)."""
+    models = q.vector_models(conn, "dreamd_exchange_vectors")
+    budget = step
+    while budget > 0 and job["next"] < len(sessions):
+        session = sessions[job["next"]]
+        rows = conn.execute(
+            "SELECT id, created_at FROM exchanges WHERE session_id = ? AND id > ? "
+            "AND id <= ? ORDER BY id LIMIT ?", (session, job["after"], job["upto"], budget),
+        ).fetchall()
+        _delete_ids(conn, [int(i) for i, at in rows if _before(job["before"], at)], models)
+        if len(rows) < budget:
+            _settle_session(conn, session)
+            job["next"], job["after"] = job["next"] + 1, 0
+        else:
+            job["after"] = int(rows[-1][0])
+        budget -= len(rows)
+
+
+def finish_pending(store: Store, step: int = STEP) -> bool:
+    """Carry an open forget journal to its end: delete the rest of its turns, a step per
+    transaction, then merge the full-text index. Returns whether there was one."""
+    with store.read() as conn:
+        if q.get_state(conn, JOURNAL) is None:
+            return False
+    secure = store.conn.execute("PRAGMA secure_delete").fetchone()[0]
+    store.conn.execute("PRAGMA secure_delete = ON")
+    try:
+        while True:
+            with store.write() as conn:
+                raw = q.get_state(conn, JOURNAL)
+                if raw is None:  # another dreamd finished it
+                    break
+                # "1": a journal of the first release, whose turns went in one transaction.
+                job = json.loads(raw) if raw != "1" else None
+                sessions = json.loads(q.get_state(conn, JOURNAL_SESSIONS) or "[]")
+                if job is not None and job["next"] < len(sessions):
+                    _delete_step(conn, job, sessions, step)
+                    q.set_state(conn, JOURNAL, json.dumps(job))
+                    continue
+                # Merge the index's segments a few pages at a time (FTS5: a delta of
+                # total_changes under 2 means the merge found nothing left to do) ...
+                before = conn.total_changes
+                conn.execute("INSERT INTO dreamd_fts (dreamd_fts, rank) VALUES ('merge', ?)",
+                             (-MERGE_PAGES,))
+                if conn.total_changes - before >= 2:
+                    continue
+                # ... then `optimize`, nearly free by now, makes sure it is one segment.
+                conn.execute("INSERT INTO dreamd_fts (dreamd_fts) VALUES ('optimize')")
+                conn.execute("DELETE FROM dreamd_state WHERE key IN (?, ?)",
+                             (JOURNAL, JOURNAL_SESSIONS))
+                break
+    finally:
+        store.conn.execute(f"PRAGMA secure_delete = {int(secure)}")
+    # The WAL still holds the forgotten pages' old images: empty it if nobody is using
+    # the file right now (the forget command then tries again, waiting its turn).
+    store.checkpoint_truncate(wait=False)
+    return True
+
+
+def vacuum(store: Store) -> None:
+    """Rewrite the whole file: no stale copy of a deleted row survives in a live page."""
+    store.conn.execute("VACUUM")
