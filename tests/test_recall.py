@@ -13,7 +13,7 @@ from dreamd.backends.local import LocalEmbedder
 from dreamd.config import Config, EmbedConfig
 from dreamd.dream.cycle import run_pass
 from dreamd.memory.api import Memory
-from dreamd.memory.recall import fts_query, fuse, top_k
+from dreamd.memory.recall import fuse, query_words, top_k
 from tests.helpers import RecordingCompleter
 
 CORPUS = {
@@ -97,7 +97,7 @@ def test_index_grows_with_new_turns_and_drops_deleted_ones(tmp_path: Path) -> No
 def test_user_text_is_never_fts_syntax(tmp_path: Path, text: str) -> None:
     memory = build(tmp_path / "m.db", HashingEmbedder())
     memory.recall(text, k=3)  # no sqlite3.OperationalError
-    assert fts_query('say "hi" NEAR(x)') == '"say" OR "hi" OR "near"'
+    assert query_words('say "hi" NEAR(x)') == ["say", "hi", "near"]
     memory.close()
 
 

@@ -87,12 +87,7 @@ def memory(store: Store, config: Config, gists: int = 5, user: str | None = None
         eras = q.eras_for_user(conn, user)
         narrative = q.narrative_row(conn, narrative_id(user))
         state = q.self_state(conn, self_state_id(config.agent.id, user))
-        sources = dict(conn.execute(
-            "SELECT 'profile', dreamd_source FROM profile WHERE id = ? UNION ALL "
-            "SELECT 'narrative', dreamd_source FROM narrative WHERE id = ?",
-            (profile_id(user), narrative_id(user)),
-        ).fetchall())
-        made_by = q.tier_sources(conn, user)
+        made_by = q.tier_sources(conn, user, profile_id(user), narrative_id(user))
     latest = sorted(all_gists, key=lambda g: g.last_exchange_id)[-gists:]
     return {
         "user": user,
@@ -101,10 +96,10 @@ def memory(store: Store, config: Config, gists: int = 5, user: str | None = None
                               "made_by": made_by.get(("gist", g.session_id))}
                              for g in latest]},
         "profile": profile.content if profile else None,
-        "profile_source": sources.get("profile"),
+        "profile_source": made_by.get(("profile", profile_id(user))),
         "eras": [{"month": m, "content": c, "made_by": made_by.get(("era", m))}
                  for m, c, _ in eras],
         "narrative": narrative.content if narrative else None,
-        "narrative_source": sources.get("narrative"),
+        "narrative_source": made_by.get(("narrative", narrative_id(user))),
         "self_state": state[0] if state else None,
     }

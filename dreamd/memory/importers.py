@@ -8,7 +8,6 @@ transaction per file, so a bad file imports nothing and a re-import adds nothing
 from __future__ import annotations
 
 import json
-import sqlite3
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -17,6 +16,7 @@ from typing import Any
 
 from dreamd.errors import DreamdError, StoreError
 from dreamd.ids import DEFAULT_USER
+from dreamd.store import queries as q
 from dreamd.store.connect import Store
 
 
@@ -335,7 +335,7 @@ def write_sessions(store: Store, sessions: list[ImportSession],
         for index, session in enumerate(sessions):
             if session.skip:
                 continue
-            existing = _existing_turns(conn, session.session_id)
+            existing = q.turn_keys(conn, session.session_id)
             if existing - {(t.role, t.content, t.created_at) for t in session.turns}:
                 # Imported before from another branch (the user edited a message since):
                 # adding this one would interleave two versions of the conversation.
@@ -345,12 +345,10 @@ def write_sessions(store: Store, sessions: list[ImportSession],
                 continue
             new += int(not existing)
             first = session.turns[0].created_at if session.turns else _iso(datetime.now(UTC))
-            conn.execute("INSERT OR IGNORE INTO sessions (id, name, created_at, user_id) "
-                         "VALUES (?, ?, ?, ?)", (session.session_id, session.name, first, user))
+            q.add_session(conn, session.session_id, session.name, first, user)
             rows = [(session.session_id, t.role, t.content, t.created_at) for t in session.turns
                     if (t.role, t.content, t.created_at) not in existing]
-            conn.executemany("INSERT INTO exchanges (session_id, role, content, created_at) "
-                             "VALUES (?, ?, ?, ?)", rows)
+            q.add_turns(conn, rows)
             added += len(rows)
             present += len(session.turns) - len(rows)
             if index % 200 == 0:
@@ -364,16 +362,9 @@ def refuse_app_embedded(store: Store) -> None:
     and the app's recall stacks them all: a turn without one, or with a vector of another
     model, would break it, and dreamd cannot make the app's vectors."""
     with store.read() as conn:
-        app_embeds = any(r[1] == "embedding" and r[3]
-                         for r in conn.execute("PRAGMA table_info(exchanges)"))
+        app_embeds = q.app_embeds_turns(conn)
     if app_embeds:
         raise StoreError(
             f"{store.path}: exchanges.embedding is NOT NULL here (the chat app stores its "
             "own embedding with every turn), so dreamd cannot add turns to it; import into "
             "a new memory file, or let the chat app import the history so it embeds each turn")
-
-
-def _existing_turns(conn: sqlite3.Connection, session_id: str) -> set[tuple[str, str, str]]:
-    rows = conn.execute("SELECT role, content, created_at FROM exchanges WHERE session_id = ?",
-                        (session_id,))
-    return {(r[0], r[1], r[2]) for r in rows}

@@ -62,13 +62,7 @@ class VectorIndex:
 
     def _rows(self, conn: sqlite3.Connection, after: int, upto: int | None
               ) -> tuple[np.ndarray, list[str], np.ndarray] | None:
-        sql = ("SELECT v.exchange_id, v.vector, e.session_id FROM dreamd_exchange_vectors v "
-               "JOIN exchanges e ON e.id = v.exchange_id "
-               "WHERE v.model = ? AND v.exchange_id > ?")
-        params: tuple[object, ...] = (self.model, after)
-        if upto is not None:
-            sql, params = sql + " AND v.exchange_id <= ?", (*params, upto)
-        rows = conn.execute(sql + " ORDER BY v.exchange_id", params).fetchall()
+        rows = q.turn_vector_rows(conn, self.model, after, upto)
         if not rows:
             return None
         matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
@@ -145,12 +139,7 @@ class GistIndex:
             epoch = q.get_state(conn, "vector_epoch", "0")
             if epoch != self.epoch:  # dreamd deleted gists: start again
                 self.epoch, self.seq, self.vectors = epoch, 0, {}
-            rows = conn.execute(
-                "SELECT s.session_id, s.dreamd_seq, v.vector FROM summaries s "
-                "JOIN dreamd_vectors v ON v.model = ? AND v.kind = 'summary' "
-                "AND v.key = s.session_id WHERE s.user_id = ? AND s.dreamd_seq > ?",
-                (self.model, self.user_id, self.seq),
-            ).fetchall()
+            rows = q.gist_vector_rows(conn, self.model, self.user_id, self.seq)
         for session_id, seq, blob in rows:
             self.vectors[session_id] = np.frombuffer(blob, dtype=np.float32)
             self.seq = max(self.seq, int(seq))
@@ -164,25 +153,19 @@ class GistIndex:
         return [keys[i] for i in top_k(scores, k)]
 
 
-def fts_query(text: str) -> str:
-    """The query's words as an FTS5 OR-query (quoted: user text is never FTS syntax)."""
+def query_words(text: str) -> list[str]:
+    """The query's words for the lexical side, without stopwords (unless that is all)."""
     words = [w.lower() for w in _FTS_WORD.findall(text)]
-    kept = dict.fromkeys(w for w in words if w not in STOPWORDS) or dict.fromkeys(words)
-    return " OR ".join(f'"{w}"' for w in kept)
+    return list(dict.fromkeys(w for w in words if w not in STOPWORDS) or dict.fromkeys(words))
 
 
 def lexical(store: Store, text: str, limit: int) -> dict[int, float]:
     """exchange id -> BM25 relevance (higher is better) for the best `limit` turns."""
-    query = fts_query(text)
-    if not query:
+    words = query_words(text)
+    if not words:
         return {}
     with store.read() as conn:
-        rows = conn.execute(
-            "SELECT rowid, -bm25(dreamd_fts) FROM dreamd_fts WHERE dreamd_fts MATCH ? "
-            "ORDER BY bm25(dreamd_fts) LIMIT ?",
-            (query, limit),
-        ).fetchall()
-    return {int(r[0]): float(r[1]) for r in rows}
+        return q.search_words(conn, words, limit)
 
 
 def zscores(values: np.ndarray) -> np.ndarray:

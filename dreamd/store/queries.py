@@ -625,13 +625,17 @@ def save_profile(
     return True
 
 
-def tier_sources(conn: sqlite3.Connection, user_id: str) -> dict[tuple[str, str], str]:
-    """Which backend made each of a user's gists and eras: ("gist", session) and
-    ("era", month) -> e.g. "extractive:…" or "llm:gpt-4o-mini"."""
+def tier_sources(conn: sqlite3.Connection, user_id: str, profile_id: str, narrative_id: str
+                 ) -> dict[tuple[str, str], str]:
+    """Which backend made each of a user's tiers: ("gist", session), ("era", month),
+    ("profile", id), ("narrative", id) -> e.g. "extractive:…" or "llm:gpt-4o-mini"."""
     rows = conn.execute(
         "SELECT 'gist', session_id, dreamd_source FROM summaries WHERE user_id = ?1 "
         "AND dreamd_source IS NOT NULL UNION ALL SELECT 'era', month, dreamd_source FROM "
-        "eras WHERE user_id = ?1 AND dreamd_source IS NOT NULL", (user_id,)).fetchall()
+        "eras WHERE user_id = ?1 AND dreamd_source IS NOT NULL UNION ALL "
+        "SELECT 'profile', id, dreamd_source FROM profile WHERE id = ?2 UNION ALL "
+        "SELECT 'narrative', id, dreamd_source FROM narrative WHERE id = ?3",
+        (user_id, profile_id, narrative_id)).fetchall()
     return {(kind, key): source for kind, key, source in rows}
 
 
@@ -829,6 +833,13 @@ def record_failure(
             "SELECT attempts FROM dreamd_failures WHERE job = ? AND item = ?", (job, item)
         ).fetchone()[0]
     )
+
+
+def failure_attempts(conn: sqlite3.Connection, job: str, item: str) -> int:
+    """Attempts recorded so far for an item (0 when it never failed)."""
+    row = conn.execute("SELECT attempts FROM dreamd_failures WHERE job = ? AND item = ?",
+                       (job, item)).fetchone()
+    return int(row[0]) if row else 0
 
 
 def clear_failure(conn: sqlite3.Connection, job: str, item: str) -> None:
@@ -1082,3 +1093,70 @@ def delete_vectors(conn: sqlite3.Connection, kind: str, key: str) -> None:
     for model in vector_models(conn, "dreamd_vectors"):
         conn.execute("DELETE FROM dreamd_vectors WHERE model = ? AND kind = ? AND key = ?",
                      (model, kind, key))
+
+
+# ---------------------------------------------------------------- the read path
+
+
+def turn_vector_rows(conn: sqlite3.Connection, model: str, after_id: int,
+                     upto_id: int | None = None) -> list[tuple[int, bytes, str]]:
+    """(exchange id, vector, session) of this model's turn vectors past `after_id`, in
+    id order; only turns the app still has."""
+    sql = ("SELECT v.exchange_id, v.vector, e.session_id FROM dreamd_exchange_vectors v "
+           "JOIN exchanges e ON e.id = v.exchange_id "
+           "WHERE v.model = ? AND v.exchange_id > ?")
+    params: tuple[object, ...] = (model, after_id)
+    if upto_id is not None:
+        sql, params = sql + " AND v.exchange_id <= ?", (*params, upto_id)
+    return conn.execute(sql + " ORDER BY v.exchange_id", params).fetchall()
+
+
+def gist_vector_rows(conn: sqlite3.Connection, model: str, user_id: str, after_seq: int
+                     ) -> list[tuple[str, int, bytes]]:
+    """(session, seq, vector) of a user's gists newer than `after_seq`."""
+    return conn.execute(
+        "SELECT s.session_id, s.dreamd_seq, v.vector FROM summaries s "
+        "JOIN dreamd_vectors v ON v.model = ? AND v.kind = 'summary' "
+        "AND v.key = s.session_id WHERE s.user_id = ? AND s.dreamd_seq > ?",
+        (model, user_id, after_seq)).fetchall()
+
+
+def search_words(conn: sqlite3.Connection, words: list[str], limit: int) -> dict[int, float]:
+    """exchange id -> BM25 relevance (higher is better) of the best `limit` turns holding
+    any of `words` (each matched as a quoted term: user text is never query syntax)."""
+    if not words:
+        return {}
+    query = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+    rows = conn.execute(
+        "SELECT rowid, -bm25(dreamd_fts) FROM dreamd_fts WHERE dreamd_fts MATCH ? "
+        "ORDER BY bm25(dreamd_fts) LIMIT ?", (query, limit)).fetchall()
+    return {int(r[0]): float(r[1]) for r in rows}
+
+
+# ---------------------------------------------------------------- importing
+
+
+def app_embeds_turns(conn: sqlite3.Connection) -> bool:
+    """Whether the app stores its own embedding with every turn (NOT NULL column)."""
+    return any(r[1] == "embedding" and r[3]
+               for r in conn.execute("PRAGMA table_info(exchanges)"))
+
+
+def add_session(conn: sqlite3.Connection, session_id: str, name: str | None, created_at: str,
+                user_id: str) -> None:
+    """The app's sessions row, unless it has one (an existing session keeps its owner)."""
+    conn.execute("INSERT OR IGNORE INTO sessions (id, name, created_at, user_id) "
+                 "VALUES (?, ?, ?, ?)", (session_id, name, created_at, user_id))
+
+
+def add_turns(conn: sqlite3.Connection, rows: list[tuple[str, str, str, str]]) -> None:
+    """Turns as the app writes them: (session, role, content, created_at), plain text."""
+    conn.executemany("INSERT INTO exchanges (session_id, role, content, created_at) "
+                     "VALUES (?, ?, ?, ?)", rows)
+
+
+def turn_keys(conn: sqlite3.Connection, session_id: str) -> set[tuple[str, str, str]]:
+    """(role, content, created_at) of a session's turns: what a re-import finds present."""
+    rows = conn.execute("SELECT role, content, created_at FROM exchanges WHERE session_id = ?",
+                        (session_id,))
+    return {(r[0], r[1], r[2]) for r in rows}

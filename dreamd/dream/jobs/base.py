@@ -269,10 +269,7 @@ def note_failure(ctx: JobContext, job: str, item: str, error: BaseException) -> 
         ctx.halt(error)
         return f"{item}: {message[:200]} (no attempt counted)"
     with ctx.store.write() as conn:
-        previous = conn.execute(
-            "SELECT attempts FROM dreamd_failures WHERE job = ? AND item = ?", (job, item)
-        ).fetchone()
-        attempts = (int(previous[0]) if previous else 0) + 1
+        attempts = q.failure_attempts(conn, job, item) + 1
         quarantine = isinstance(error, InputRejected) or attempts >= ctx.config.jobs.max_attempts
         next_at = ctx.now() + timedelta(seconds=backoff_seconds(ctx.config, attempts))
         q.record_failure(conn, job, item, message, ctx.now_text(), next_at.isoformat(), quarantine)
