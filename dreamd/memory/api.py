@@ -122,15 +122,9 @@ class Memory:
         when = (created_at or datetime.now(UTC)).astimezone(UTC).isoformat()
         vector = q.to_blob(self.embedder.embed([turn_line(role, content)])[0]) if embed else None
         with self.store.write() as conn:
-            cur = conn.execute(
-                "INSERT INTO exchanges (session_id, role, content, created_at) "
-                "VALUES (?, ?, ?, ?)", (session_id, role, content, when))
-            exchange_id = int(cur.lastrowid or 0)
+            exchange_id = q.add_turn(conn, session_id, role, content, when)
             if vector is not None:
-                # Stored beside the embed job's rows; its watermark still covers the gap.
-                conn.execute("INSERT OR REPLACE INTO dreamd_exchange_vectors "
-                             "(model, exchange_id, vector) VALUES (?, ?, ?)",
-                             (self.embedder.model, exchange_id, vector))
+                q.put_turn_vector(conn, self.embedder.model, exchange_id, vector)
         return exchange_id
 
     @serialized
@@ -168,9 +162,7 @@ class Memory:
         agent = self.config.agent.id
         with self.store.read() as conn:
             user = q.session_owner(conn, session)
-            turns = conn.execute(
-                "SELECT role, content, created_at FROM exchanges WHERE session_id = ? "
-                "ORDER BY id DESC LIMIT ?", (session, recent)).fetchall()[::-1]
+            turns = q.last_turns(conn, session, recent)
             agent_state = q.self_state(conn, agent)
             state = q.self_state(conn, self_state_id(agent, user))
             profile = q.profile_row(conn, profile_id(user))
@@ -201,11 +193,8 @@ class Memory:
         best = self._gists[user].best(vector, 3, exclude=session)
         if not best:
             return []
-        marks = ",".join("?" * len(best))
         with self.store.read() as conn:
-            rows = dict(conn.execute(
-                f"SELECT session_id, COALESCE(dreamd_month, '') || ' ' || content FROM summaries "
-                f"WHERE session_id IN ({marks})", best).fetchall())
+            rows = q.gist_texts(conn, best)
         return [" / ".join(_lines(rows[s])) for s in best if s in rows]
 
     def _allowed(self, users: list[str], session: str | None) -> Callable[[str], bool]:
@@ -221,12 +210,9 @@ class Memory:
         return lambda s: (session is None or s == session) and s in mine
 
     def _within(self, ids: dict[int, float], allowed: Callable[[str], bool]) -> set[int]:
-        marks = ",".join("?" * len(ids))
         with self.store.read() as conn:
-            rows = conn.execute(
-                f"SELECT id, session_id FROM exchanges WHERE id IN ({marks})", tuple(ids)
-            ).fetchall()
-        return {int(r[0]) for r in rows if allowed(r[1])}
+            rows = q.sessions_of_turns(conn, list(ids))
+        return {i for i, session in rows if allowed(session)}
 
     def _hits(self, ranked: list[int], scores: dict[int, float], k: int) -> list[Hit]:
         """Read the rows of the best ids; ids whose turn was deleted are skipped."""
@@ -234,14 +220,12 @@ class Memory:
         with self.store.read() as conn:
             for start in range(0, len(ranked), 100):
                 chunk = ranked[start : start + 100]
-                marks = ",".join("?" * len(chunk))
-                rows = {r[0]: r for r in conn.execute(
-                    f"SELECT id, session_id, role, content, created_at FROM exchanges "
-                    f"WHERE id IN ({marks})", chunk)}
+                rows = q.turns_by_id(conn, chunk)
                 for i in chunk:
                     if i in rows:
-                        r = rows[i]
-                        hits.append(Hit(r[0], r[1], r[2], r[3], r[4], scores[i]))
+                        t = rows[i]
+                        hits.append(Hit(t.id, t.session_id, t.role, t.content, t.created_at,
+                                        scores[i]))
                         if len(hits) == k:
                             return hits
         return hits

@@ -1133,6 +1133,58 @@ def search_words(conn: sqlite3.Connection, words: list[str], limit: int) -> dict
     return {int(r[0]): float(r[1]) for r in rows}
 
 
+def add_turn(conn: sqlite3.Connection, session_id: str, role: str, content: str,
+             created_at: str) -> int:
+    """One turn as the app writes it; its id."""
+    cur = conn.execute("INSERT INTO exchanges (session_id, role, content, created_at) "
+                       "VALUES (?, ?, ?, ?)", (session_id, role, content, created_at))
+    return int(cur.lastrowid or 0)
+
+
+def put_turn_vector(conn: sqlite3.Connection, model: str, exchange_id: int, vector: bytes
+                    ) -> None:
+    """A turn's vector stored at once (the embed job's watermark still covers the gap)."""
+    conn.execute("INSERT OR REPLACE INTO dreamd_exchange_vectors (model, exchange_id, vector) "
+                 "VALUES (?, ?, ?)", (model, exchange_id, vector))
+
+
+def last_turns(conn: sqlite3.Connection, session_id: str, n: int
+               ) -> list[tuple[str, str, str]]:
+    """(role, content, created_at) of a session's last `n` turns, oldest first."""
+    rows = conn.execute("SELECT role, content, created_at FROM exchanges WHERE session_id = ? "
+                        "ORDER BY id DESC LIMIT ?", (session_id, n)).fetchall()
+    return [(r[0], r[1], r[2]) for r in reversed(rows)]
+
+
+def gist_texts(conn: sqlite3.Connection, sessions: list[str]) -> dict[str, str]:
+    """session -> "month gist" for these sessions' gists."""
+    if not sessions:
+        return {}
+    marks = ",".join("?" * len(sessions))
+    return dict(conn.execute(
+        f"SELECT session_id, COALESCE(dreamd_month, '') || ' ' || content FROM summaries "
+        f"WHERE session_id IN ({marks})", sessions).fetchall())
+
+
+def sessions_of_turns(conn: sqlite3.Connection, ids: list[int]) -> list[tuple[int, str]]:
+    """(id, session) of these turns, those the app still has."""
+    if not ids:
+        return []
+    marks = ",".join("?" * len(ids))
+    rows = conn.execute(f"SELECT id, session_id FROM exchanges WHERE id IN ({marks})", ids)
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
+def turns_by_id(conn: sqlite3.Connection, ids: list[int]) -> dict[int, Turn]:
+    """These turns, by id (those the app still has)."""
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    rows = conn.execute(f"SELECT id, session_id, role, content, created_at FROM exchanges "
+                        f"WHERE id IN ({marks})", ids)
+    return {int(r[0]): Turn(*r) for r in rows}
+
+
 # ---------------------------------------------------------------- importing
 
 
