@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 from dreamd.errors import DreamdError
-from dreamd.store.migrations import CORE_TABLES
+from dreamd.store import app_file
 
 ROLES = {"U": "user", "A": "assistant"}
 
@@ -58,37 +58,11 @@ def sample_sessions() -> list[SampleSession]:
 
 def write_sessions(conn: sqlite3.Connection, sessions: list[SampleSession]) -> int:
     """Insert sessions and turns like a chat app: plain text, no embeddings."""
-    count = 0
-    conn.execute("BEGIN IMMEDIATE")
-    for s in sessions:
-        conn.execute(
-            "INSERT OR IGNORE INTO sessions (id, name, created_at) VALUES (?, ?, ?)",
-            (s.session_id, s.name, s.turns[0][2] if s.turns else ""),
-        )
-        conn.executemany(
-            "INSERT INTO exchanges (session_id, role, content, created_at) VALUES (?, ?, ?, ?)",
-            [(s.session_id, role, content, at) for role, content, at in s.turns],
-        )
-        count += len(s.turns)
-    conn.execute("COMMIT")
-    return count
+    return app_file.write_sessions(conn, [
+        (s.session_id, s.name, list(s.turns)) for s in sessions])
 
 
 DEMO_MARK = "dreamd_demo"  # a table only `dreamd demo` creates: the file is the demo's
-
-
-def made_by_demo(path: Path) -> bool:
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error:
-        return False
-    try:
-        return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                            (DEMO_MARK,)).fetchone() is not None
-    except sqlite3.Error:
-        return False
-    finally:
-        conn.close()
 
 
 def build_demo(path: Path, replace: bool = False, default: bool = False) -> int:
@@ -103,7 +77,7 @@ def build_demo(path: Path, replace: bool = False, default: bool = False) -> int:
     if path.exists():
         if not replace:
             raise DreamdError(f"{path} exists; pass --replace to overwrite it")
-        if not made_by_demo(path):
+        if not app_file.has_mark(path, DEMO_MARK):
             raise DreamdError(f"{path} was not made by `dreamd demo`; the demo replaces only "
                               "files it made itself")
     if not path.parent.is_dir():
@@ -114,12 +88,8 @@ def build_demo(path: Path, replace: bool = False, default: bool = False) -> int:
     try:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
-        conn = sqlite3.connect(path, isolation_level=None)
+        conn = app_file.create(path, mark=DEMO_MARK)
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.executescript(CORE_TABLES)
-            conn.execute(f"CREATE TABLE {DEMO_MARK} (made_at TEXT NOT NULL)")
-            conn.execute(f"INSERT INTO {DEMO_MARK} VALUES (datetime('now'))")
             return write_sessions(conn, sample_sessions())
         finally:
             conn.close()
