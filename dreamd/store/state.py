@@ -1,0 +1,85 @@
+"""dreamd's own state: key/value rows, the sequence, vector blobs, the file's layout."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import numpy as np
+
+from dreamd.store.connect import Store
+
+
+def to_blob(vector: np.ndarray) -> bytes:
+    return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+def from_blob(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype=np.float32)
+
+
+def get_state(conn: sqlite3.Connection, key: str, default: str | None = None) -> str | None:
+    row = conn.execute("SELECT value FROM dreamd_state WHERE key = ?", (key,)).fetchone()
+    return row[0] if row else default
+
+
+def set_state(conn: sqlite3.Connection, key: str, value: str) -> None:
+    conn.execute(
+        "INSERT INTO dreamd_state (key, value) VALUES (?, ?) "
+        "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+        (key, value),
+    )
+
+
+def next_seq(conn: sqlite3.Connection) -> int:
+    """A monotonic counter for derived rows; call inside a write transaction."""
+    seq = int(get_state(conn, "seq", "0") or 0) + 1
+    set_state(conn, "seq", str(seq))
+    return seq
+
+
+@dataclass(frozen=True)
+class Layout:
+    """What the core tables of this file require (an adopted file may differ)."""
+
+    summaries_embedding_required: bool
+    eras_embedding_required: bool
+
+
+def read_layout(store: Store) -> Layout:
+    def required(table: str, column: str) -> bool:
+        rows = store.conn.execute(f"PRAGMA table_info({table})").fetchall()
+        return any(r[1] == column and r[3] for r in rows)
+
+    return Layout(required("summaries", "embedding"), required("eras", "embedding"))
+
+
+def core_embedding(required: bool) -> bytes | None:
+    """What dreamd writes into a core table's embedding column.
+
+    dreamd's vectors live in dreamd_vectors per model; the core column keeps the app's
+    model. Where the prior-art layout makes it NOT NULL, an empty blob marks "no vector
+    of the app's model" rather than a vector of another dimension.
+    """
+    return b"" if required else None
+
+
+def iso_utc(text: str) -> str:
+    """A timestamp as ISO-8601 UTC text, so that the tally's times compare as strings.
+
+    The app's text may end in Z, use a space, or carry no zone (taken as UTC); text that
+    is no timestamp at all is kept as it is.
+    """
+    try:
+        moment = datetime.fromisoformat(text)
+    except (TypeError, ValueError):
+        return text
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC).isoformat()
+
+
+def bump_vector_epoch(conn: sqlite3.Connection) -> None:
+    """Tell in-process indexes (recall, gists) that rows they hold may be gone."""
+    set_state(conn, "vector_epoch", str(int(get_state(conn, "vector_epoch", "0") or 0) + 1))

@@ -1,0 +1,327 @@
+"""The app's tables as dreamd reads and writes them: turns, sessions, and the session tally."""
+
+from __future__ import annotations
+
+import sqlite3
+from dataclasses import dataclass
+from typing import Any
+
+from dreamd.ids import (
+    DEFAULT_USER,
+)
+from dreamd.models import Turn
+from dreamd.store.state import get_state, iso_utc, set_state
+
+
+def tally_watermark(conn: sqlite3.Connection) -> int:
+    return int(get_state(conn, "tally_id", "0") or 0)
+
+
+def new_exchange_groups(
+    conn: sqlite3.Connection, after_id: int, upto_id: int
+) -> list[tuple[Any, ...]]:
+    """Per-session counts of exchanges with after_id < id <= upto_id (a rowid range scan)."""
+    return conn.execute(
+        "SELECT e.session_id, COALESCE(MAX(s.user_id), ?), COUNT(*), MIN(e.id), MAX(e.id), "
+        "MIN(e.created_at), MAX(e.created_at) "
+        "FROM exchanges e LEFT JOIN sessions s ON s.id = e.session_id "
+        "WHERE e.id > ? AND e.id <= ? GROUP BY e.session_id",
+        (DEFAULT_USER, after_id, upto_id),
+    ).fetchall()
+
+
+def apply_tally(
+    conn: sqlite3.Connection, groups: list[tuple[Any, ...]], upto_id: int
+) -> None:
+    for session_id, user_id, turns, first_id, last_id, raw_first, raw_last in groups:
+        first_at, last_at = iso_utc(raw_first), iso_utc(raw_last)
+        conn.execute(
+            "INSERT INTO dreamd_sessions (session_id, user_id, turns, first_id, last_id, "
+            "first_at, last_at, month, summarized_id, summarized_turns) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, substr(?, 1, 7), "
+            "COALESCE((SELECT last_exchange_id FROM summaries WHERE session_id = ?), 0), "
+            # An adopted gist: count the turns it already covers (index range, once).
+            "(SELECT COUNT(*) FROM exchanges x WHERE x.session_id = ? AND x.id <= "
+            "COALESCE((SELECT last_exchange_id FROM summaries WHERE session_id = ?), 0))) "
+            "ON CONFLICT(session_id) DO UPDATE SET turns = turns + excluded.turns, "
+            "last_id = MAX(last_id, excluded.last_id), last_at = MAX(last_at, excluded.last_at)",
+            (session_id, user_id, turns, first_id, last_id, first_at, last_at, first_at,
+             session_id, session_id, session_id),
+        )
+    set_state(conn, "tally_id", str(upto_id))
+
+
+@dataclass(frozen=True)
+class TallyRow:
+    turns: int
+    summarized_turns: int
+    summarized_id: int
+    last_at: str
+
+
+def tally_rows(conn: sqlite3.Connection, session_ids: list[str], chunk: int = 500
+               ) -> dict[str, TallyRow]:
+    """The tally of these sessions (those it has), by primary key."""
+    out: dict[str, TallyRow] = {}
+    for start in range(0, len(session_ids), chunk):
+        part = session_ids[start : start + chunk]
+        rows = conn.execute(
+            "SELECT session_id, turns, summarized_turns, summarized_id, last_at FROM "
+            f"dreamd_sessions WHERE session_id IN ({','.join('?' * len(part))})", part)
+        out.update({r[0]: TallyRow(*r[1:]) for r in rows})
+    return out
+
+
+def raw_counts(conn: sqlite3.Connection) -> tuple[int, int]:
+    """Turns and sessions in the app's own table, before dreamd has a tally (one scan)."""
+    row = conn.execute("SELECT COUNT(*), COUNT(DISTINCT session_id) FROM exchanges").fetchone()
+    return int(row[0]), int(row[1])
+
+
+def max_exchange_id(conn: sqlite3.Connection) -> int:
+    return int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM exchanges").fetchone()[0])
+
+
+def count_exchanges_after(conn: sqlite3.Connection, after_id: int,
+                          upto_id: int | None = None) -> int:
+    """Turns with after_id < id (<= upto_id, when given)."""
+    if upto_id is None:
+        row = conn.execute("SELECT COUNT(*) FROM exchanges WHERE id > ?", (after_id,)).fetchone()
+    else:
+        row = conn.execute("SELECT COUNT(*) FROM exchanges WHERE id > ? AND id <= ?",
+                           (after_id, upto_id)).fetchone()
+    return int(row[0])
+
+
+@dataclass(frozen=True)
+class DirtySession:
+    session_id: str
+    user_id: str
+    turns: int
+    last_id: int
+    last_at: str
+    month: str
+    summarized_id: int
+    summarized_turns: int
+
+    @property
+    def unsummarized(self) -> int:
+        return self.turns - self.summarized_turns
+
+
+def dirty_sessions(conn: sqlite3.Connection) -> list[DirtySession]:
+    """Every user's sessions with turns past their gist, through the partial index."""
+    rows = conn.execute(
+        "SELECT session_id, user_id, turns, last_id, last_at, month, summarized_id, "
+        "summarized_turns FROM dreamd_sessions "
+        "WHERE last_id > summarized_id ORDER BY last_at"
+    ).fetchall()
+    return [DirtySession(*r) for r in rows]
+
+
+@dataclass(frozen=True)
+class DirtyTotals:
+    dirty: int
+    unsummarized: int
+    ripe: int
+    idle_ripe: int
+    idle_ripe_turns: int
+
+
+def dirty_totals(conn: sqlite3.Connection, ripe_after: int, idle_before: str) -> DirtyTotals:
+    """Sensing's view of the dirty sessions of every user, aggregated over the partial index."""
+    row = conn.execute(
+        "SELECT COUNT(*), COALESCE(SUM(turns - summarized_turns), 0), "
+        "COALESCE(SUM(ripe), 0), COALESCE(SUM(ripe AND last_at <= ?), 0), "
+        "COALESCE(SUM(CASE WHEN ripe AND last_at <= ? THEN turns - summarized_turns END), 0) "
+        "FROM (SELECT turns, summarized_turns, last_at, "
+        "(summarized_id = 0 OR turns - summarized_turns >= ?) AS ripe FROM dreamd_sessions "
+        "WHERE last_id > summarized_id)",
+        (idle_before, idle_before, ripe_after),
+    ).fetchone()
+    return DirtyTotals(*(int(v) for v in row))
+
+
+def count_sessions(conn: sqlite3.Connection, user_id: str | None = None) -> int:
+    """Sessions in the tally: one user's, or everyone's."""
+    if user_id is None:
+        return int(conn.execute("SELECT COUNT(*) FROM dreamd_sessions").fetchone()[0])
+    return int(
+        conn.execute(
+            "SELECT COUNT(*) FROM dreamd_sessions WHERE user_id = ?", (user_id,)
+        ).fetchone()[0]
+    )
+
+
+def known_users(conn: sqlite3.Connection) -> list[str]:
+    """Users the file knows: named by the app's sessions rows or filed by the tally."""
+    rows = conn.execute("SELECT user_id FROM sessions WHERE user_id IS NOT NULL UNION "
+                        "SELECT user_id FROM dreamd_sessions ORDER BY 1").fetchall()
+    return [str(r[0]) for r in rows]
+
+
+@dataclass(frozen=True)
+class SessionCount:
+    session_id: str
+    user_id: str
+    turns: int
+    unsummarized: int
+    last_at: str | None
+
+
+def session_counts(conn: sqlite3.Connection, user_id: str | None = None
+                   ) -> list[SessionCount]:
+    """Each session with its turns and backlog as of the last pass's tally (sessions the
+    app created that have no turns yet show 0)."""
+    rows = conn.execute(
+        "SELECT session_id, user_id, turns, turns - summarized_turns, last_at "
+        "FROM dreamd_sessions WHERE ?1 IS NULL OR user_id = ?1 UNION ALL "
+        "SELECT id, COALESCE(user_id, ?2), 0, 0, NULL FROM sessions s "
+        "WHERE (?1 IS NULL OR COALESCE(user_id, ?2) = ?1) AND NOT EXISTS "
+        "(SELECT 1 FROM dreamd_sessions t WHERE t.session_id = s.id) "
+        "ORDER BY 2, 5 DESC", (user_id, DEFAULT_USER)).fetchall()
+    return [SessionCount(*r) for r in rows]
+
+
+def session_owner(conn: sqlite3.Connection, session_id: str) -> str:
+    """Whose session this is: its sessions row, else the tally, else the default user."""
+    row = conn.execute(
+        "SELECT COALESCE((SELECT user_id FROM sessions WHERE id = ?1), "
+        "(SELECT user_id FROM dreamd_sessions WHERE session_id = ?1), ?2)",
+        (session_id, DEFAULT_USER),
+    ).fetchone()
+    return str(row[0])
+
+
+def sessions_of(conn: sqlite3.Connection, users: list[str], *, others: bool = False
+                ) -> set[str]:
+    """Sessions known to belong to these users (or, with `others`, to anyone else)."""
+    marks = ",".join("?" * len(users))
+    op = "NOT IN" if others else "IN"
+    rows = conn.execute(
+        f"SELECT id FROM sessions WHERE user_id {op} ({marks}) UNION "
+        f"SELECT session_id FROM dreamd_sessions WHERE user_id {op} ({marks})",
+        (*users, *users)).fetchall()
+    return {r[0] for r in rows}
+
+
+def session_turns(
+    conn: sqlite3.Connection, session_id: str, after_id: int, upto_id: int
+) -> list[Turn]:
+    rows = conn.execute(
+        "SELECT id, session_id, role, content, created_at FROM exchanges "
+        "WHERE session_id = ? AND id > ? AND id <= ? ORDER BY id",
+        (session_id, after_id, upto_id),
+    ).fetchall()
+    return [Turn(*r) for r in rows]
+
+
+def users_with_turns_after(conn: sqlite3.Connection, after_id: int) -> list[str]:
+    """Users with a session that has a turn newer than `after_id`."""
+    rows = conn.execute(
+        "SELECT DISTINCT user_id FROM dreamd_sessions WHERE last_id > ? ORDER BY user_id",
+        (after_id,),
+    ).fetchall()
+    return [r[0] for r in rows]
+
+
+def recent_user_turns(
+    conn: sqlite3.Connection, user_id: str, after_id: int, limit: int
+) -> list[Turn]:
+    rows = conn.execute(
+        "SELECT e.id, e.session_id, e.role, e.content, e.created_at FROM exchanges e "
+        "JOIN dreamd_sessions t ON t.session_id = e.session_id "
+        "WHERE e.id > ? AND t.user_id = ? ORDER BY e.id DESC LIMIT ?",
+        (after_id, user_id, limit),
+    ).fetchall()
+    return [Turn(*r) for r in reversed(rows)]
+
+
+def count_user_turns_after(conn: sqlite3.Connection, user_id: str, after_id: int) -> int:
+    row = conn.execute(
+        "SELECT COUNT(*) FROM exchanges e JOIN dreamd_sessions t ON t.session_id = e.session_id "
+        "WHERE e.id > ? AND t.user_id = ?", (after_id, user_id)).fetchone()
+    return int(row[0])
+
+
+def session_months(conn: sqlite3.Connection, session_id: str) -> set[str]:
+    """The months a session's turns and gist were filed under."""
+    rows = conn.execute(
+        "SELECT month FROM dreamd_sessions WHERE session_id = ?1 UNION "
+        "SELECT dreamd_month FROM summaries WHERE session_id = ?1 AND dreamd_month IS NOT NULL",
+        (session_id,)).fetchall()
+    return {r[0] for r in rows}
+
+
+def recount_session(conn: sqlite3.Connection, session_id: str) -> None:
+    """Rebuild a session's tally row from the turns it has left (after a partial forget)."""
+    row = conn.execute(
+        "SELECT COUNT(*), MIN(id), MAX(id), MIN(created_at), MAX(created_at) FROM exchanges "
+        "WHERE session_id = ?", (session_id,)).fetchone()
+    first_at, last_at = iso_utc(row[3]), iso_utc(row[4])
+    conn.execute(
+        "UPDATE dreamd_sessions SET turns = ?, first_id = ?, last_id = ?, first_at = ?, "
+        "last_at = ?, month = substr(?, 1, 7), summarized_id = 0, summarized_turns = 0 "
+        "WHERE session_id = ?",
+        (row[0], row[1], row[2], first_at, last_at, first_at, session_id))
+
+
+def add_turn(conn: sqlite3.Connection, session_id: str, role: str, content: str,
+             created_at: str) -> int:
+    """One turn as the app writes it; its id."""
+    cur = conn.execute("INSERT INTO exchanges (session_id, role, content, created_at) "
+                       "VALUES (?, ?, ?, ?)", (session_id, role, content, created_at))
+    return int(cur.lastrowid or 0)
+
+
+def last_turns(conn: sqlite3.Connection, session_id: str, n: int
+               ) -> list[tuple[str, str, str]]:
+    """(role, content, created_at) of a session's last `n` turns, oldest first."""
+    rows = conn.execute("SELECT role, content, created_at FROM exchanges WHERE session_id = ? "
+                        "ORDER BY id DESC LIMIT ?", (session_id, n)).fetchall()
+    return [(r[0], r[1], r[2]) for r in reversed(rows)]
+
+
+def sessions_of_turns(conn: sqlite3.Connection, ids: list[int]) -> list[tuple[int, str]]:
+    """(id, session) of these turns, those the app still has."""
+    if not ids:
+        return []
+    marks = ",".join("?" * len(ids))
+    rows = conn.execute(f"SELECT id, session_id FROM exchanges WHERE id IN ({marks})", ids)
+    return [(int(r[0]), str(r[1])) for r in rows]
+
+
+def turns_by_id(conn: sqlite3.Connection, ids: list[int]) -> dict[int, Turn]:
+    """These turns, by id (those the app still has)."""
+    if not ids:
+        return {}
+    marks = ",".join("?" * len(ids))
+    rows = conn.execute(f"SELECT id, session_id, role, content, created_at FROM exchanges "
+                        f"WHERE id IN ({marks})", ids)
+    return {int(r[0]): Turn(*r) for r in rows}
+
+
+def app_embeds_turns(conn: sqlite3.Connection) -> bool:
+    """Whether the app stores its own embedding with every turn (NOT NULL column)."""
+    return any(r[1] == "embedding" and r[3]
+               for r in conn.execute("PRAGMA table_info(exchanges)"))
+
+
+def add_session(conn: sqlite3.Connection, session_id: str, name: str | None, created_at: str,
+                user_id: str) -> None:
+    """The app's sessions row, unless it has one (an existing session keeps its owner)."""
+    conn.execute("INSERT OR IGNORE INTO sessions (id, name, created_at, user_id) "
+                 "VALUES (?, ?, ?, ?)", (session_id, name, created_at, user_id))
+
+
+def add_turns(conn: sqlite3.Connection, rows: list[tuple[str, str, str, str]]) -> None:
+    """Turns as the app writes them: (session, role, content, created_at), plain text."""
+    conn.executemany("INSERT INTO exchanges (session_id, role, content, created_at) "
+                     "VALUES (?, ?, ?, ?)", rows)
+
+
+def turn_keys(conn: sqlite3.Connection, session_id: str) -> set[tuple[str, str, str]]:
+    """(role, content, created_at) of a session's turns: what a re-import finds present."""
+    rows = conn.execute("SELECT role, content, created_at FROM exchanges WHERE session_id = ?",
+                        (session_id,))
+    return {(r[0], r[1], r[2]) for r in rows}
