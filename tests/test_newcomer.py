@@ -151,7 +151,7 @@ def test_quiet_by_default_and_progress_at_a_steady_pace(tmp_path: Path) -> None:
 
     import structlog
 
-    from dreamd.cli.commands import Progress
+    from dreamd.cli.boundary import Progress
     from dreamd.runtime import log as logging_
 
     db = tmp_path / "memory.db"
