@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from bench.generate import turn_text
-from dreamd.backends import quiet
+from dreamd.backends import write_gate
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.config import CompleterConfig, Config, EmbedConfig
@@ -169,12 +169,12 @@ def throughput_run(tmp: Path, server: ServerProcess, workers: int, run: int,
 @contextlib.contextmanager
 def gate_left_open() -> Iterator[None]:
     """For comparison only: writes no longer wait for the workers to stop computing."""
-    closed = quiet.Gate.closed
-    quiet.Gate.closed = lambda self: contextlib.nullcontext()  # type: ignore[assignment,method-assign,return-value]
+    closed = write_gate.Gate.closed
+    write_gate.Gate.closed = lambda self: contextlib.nullcontext()  # type: ignore[assignment,method-assign,return-value]
     try:
         yield
     finally:
-        quiet.Gate.closed = closed  # type: ignore[method-assign]
+        write_gate.Gate.closed = closed  # type: ignore[method-assign]
 
 
 def p99_line(label: str, runs: list[tuple[float, float, float]]) -> str:

@@ -343,11 +343,11 @@ def bench_forget() -> None:
     from dreamd.memory.forget import MERGE_PAGES, STEP, Scope, forget
     from dreamd.runtime.log import configure, get_logger
     from dreamd.store import queries as q
-    from dreamd.store.connect import LockTally
+    from dreamd.store.connect import WriteLockTimes
     from dreamd.store.opening import open_store
     from dreamd.store.tally import sync_tally
 
-    class EachHold(LockTally):
+    class EachHold(WriteLockTimes):
         def __init__(self) -> None:
             super().__init__()
             self.each: list[float] = []
@@ -371,7 +371,7 @@ def bench_forget() -> None:
         with store.write() as conn:           # segments then have the shape a pass leaves
             q.index_text(conn, after, min(top, after + INDEX_CHUNK))
     store.checkpoint_truncate()
-    holds = store.lock_tally = EachHold()
+    holds = store.lock_times = EachHold()
     started = time.perf_counter()
     report = forget(store, Scope("u7"), "assistant")
     wall = time.perf_counter() - started

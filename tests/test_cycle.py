@@ -264,8 +264,8 @@ def test_a_pass_records_how_long_it_held_the_write_lock(demo_store: Store) -> No
         time.sleep(0.05)
     with pytest.raises(RuntimeError), demo_store.write():
         raise RuntimeError("save failed")
-    assert demo_store.lock_tally.longest >= 0.05
-    assert demo_store.lock_tally.writes == lock["writes"] + 1 + 2  # finish_run, then ours
+    assert demo_store.lock_times.longest >= 0.05
+    assert demo_store.lock_times.writes == lock["writes"] + 1 + 2  # finish_run, then ours
 
 
 def test_every_stored_tier_is_bounded_whatever_the_input(db: Path) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import openai
 
-from dreamd.backends import quiet
+from dreamd.backends import write_gate
 from dreamd.backends.llm_output import clean, estimate_tokens
 from dreamd.config import CompleterConfig, Config
 from dreamd.errors import (
@@ -169,7 +169,7 @@ class _Caller:
                 try:
                     result = fn(min(c.read_timeout_seconds, remaining))
                 finally:
-                    quiet.resume()  # an error can skip the response hook
+                    write_gate.resume()  # an error can skip the response hook
             except (openai.APIStatusError, openai.APIConnectionError, openai.APITimeoutError,
                     openai.APIResponseValidationError, ValueError) as exc:
                 error = classify(exc, self.where, self.secret)
@@ -189,7 +189,7 @@ class _Caller:
                     wait = min(30.0, 0.5 * 2 ** (attempt - 1)) * random.uniform(0.5, 1.5)
                 if time.monotonic() + wait >= deadline:
                     raise BackendUnavailable(f"{error}; no time left to retry") from None
-                with quiet.waiting():
+                with write_gate.waiting():
                     self.sleep(wait)
                 continue
             self.breaker.success()
@@ -215,8 +215,8 @@ def client(base_url: str, config: CompleterConfig, environ: dict[str, str] | Non
                                connect=config.connect_timeout_seconds),
         # A pool worker holds no share of the quiet-write gate while its request is out.
         http_client=_HttpClient(event_hooks={
-            "request": [lambda request: quiet.pause()],
-            "response": [lambda response: quiet.resume()],
+            "request": [lambda request: write_gate.pause()],
+            "response": [lambda response: write_gate.resume()],
         }),
     )
 

@@ -18,7 +18,7 @@ from dreamd.dream.jobs.registry import JOBS, Registry
 from dreamd.dream.sensing import read_backlog, sync_owners
 from dreamd.models import BacklogStats, Drives, JobResult, JobSpec
 from dreamd.store import queries as q
-from dreamd.store.connect import LockTally, Store
+from dreamd.store.connect import Store, WriteLockTimes
 from dreamd.store.erasure import finish_pending
 from dreamd.store.tally import sync_tally
 
@@ -98,7 +98,7 @@ def run_pass(
     """Run one pass of `jobs` and record it in dreamd_runs. Job failures are recorded, not
     raised."""
     now = clock()
-    store.lock_tally = LockTally()
+    store.lock_times = WriteLockTimes()
     with store.write() as conn:
         run_id = q.start_run(conn, trigger, os.getpid(), now.isoformat())
     budget = Budget(config.pass_.max_seconds, config.pass_.max_items, stop)
@@ -127,7 +127,7 @@ def run_pass(
                          error=f"{type(exc).__name__}: {exc}"[:500])
         raise
     outcome = outcome_of(results, stop(), budget, stats_after)
-    write_lock = store.lock_tally.as_dict()
+    write_lock = store.lock_times.as_dict()
     with store.write() as conn:
         q.finish_run(
             conn, run_id, ended_at=clock().isoformat(), outcome=outcome,

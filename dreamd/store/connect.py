@@ -34,7 +34,7 @@ def has_wal_reset_bug(version: tuple[int, int, int]) -> bool:
 
 
 @dataclass
-class LockTally:
+class WriteLockTimes:
     """How long dreamd held the file's write lock: the time the chat app may have waited.
 
     Measured from BEGIN IMMEDIATE granted to COMMIT (or ROLLBACK) returned. Now and then
@@ -76,7 +76,7 @@ class Store:
         self.path = path
         self.read_only = read_only
         self._checkpointed = time.monotonic()
-        self.lock_tally = LockTally()
+        self.lock_times = WriteLockTimes()
 
     @property
     def in_transaction(self) -> bool:
@@ -96,10 +96,10 @@ class Store:
             # ROLLBACK would fail with "no transaction is active" and hide the real error.
             if self.conn.in_transaction:
                 self.conn.execute("ROLLBACK")
-            self.lock_tally.add(time.perf_counter() - locked)
+            self.lock_times.add(time.perf_counter() - locked)
             raise
         self.conn.execute("COMMIT")
-        self.lock_tally.add(time.perf_counter() - locked)
+        self.lock_times.add(time.perf_counter() - locked)
         if time.monotonic() - self._checkpointed >= self.CHECKPOINT_EVERY:
             self.checkpoint_passive()
 

@@ -15,7 +15,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from dreamd.backends import quiet
+from dreamd.backends import write_gate
 from dreamd.dream.jobs.base import JobContext, failed_items, note_failure
 from dreamd.models import JobResult
 from dreamd.store import queries as q
@@ -24,7 +24,7 @@ Save = Callable[[sqlite3.Connection, Any, Any], bool]
 
 
 @dataclass
-class Tally:
+class ItemCounts:
     done: int = 0
     failed: int = 0
     skipped: int = 0
@@ -38,23 +38,23 @@ def run_items(
     think: Callable[[Any], Any],
     save: Save,
     on_error: Callable[[Any, BaseException], str],
-    after: Callable[[Tally], None] = lambda tally: None,
-) -> Tally:
+    after: Callable[[ItemCounts], None] = lambda counts: None,
+) -> ItemCounts:
     """Each item: prepare → think → save; errors go to on_error, the rest carry on.
 
     `prepare` returning None skips the item; `think` returning None leaves it unsaved;
     `after` runs on the pass thread once an item is settled, outside any transaction.
     """
-    tally = Tally()
+    counts = ItemCounts()
     # Backend calls run in the pool, so the pass thread can stop waiting for a hung one;
-    # each write waits for the workers to stop computing (see dreamd.backends.quiet).
+    # each write waits for the workers to stop computing (see dreamd.backends.write_gate).
     pooled = ctx.llm or ctx.workers > 1
-    gate = quiet.Gate() if pooled else None
+    gate = write_gate.Gate() if pooled else None
     quiet_write = gate.closed if gate is not None else contextlib.nullcontext
 
     def finish(item: Any, inputs: Any, value: Any, error: BaseException | None) -> None:
         settle(item, inputs, value, error)
-        after(tally)
+        after(counts)
 
     def settle(item: Any, inputs: Any, value: Any, error: BaseException | None) -> None:
         if error is None and value is not None:
@@ -64,16 +64,16 @@ def run_items(
             except Exception as exc:  # a failed write is recorded like a failed call
                 error = exc
             else:
-                tally.done += int(stored)
-                tally.skipped += int(not stored)
+                counts.done += int(stored)
+                counts.skipped += int(not stored)
                 if stored:
                     ctx.budget.spend()
                 return
         if error is None:
-            tally.skipped += 1
+            counts.skipped += 1
             return
-        tally.errors.append(on_error(item, error))
-        tally.failed += 1
+        counts.errors.append(on_error(item, error))
+        counts.failed += 1
 
     if gate is None:
         for item in items:
@@ -88,7 +88,7 @@ def run_items(
                 finish(item, inputs, None, exc)
                 continue
             finish(item, inputs, value, None)
-        return tally
+        return counts
 
     in_flight: dict[Future[Any], tuple[Any, Any]] = {}
     iterator = iter(items)
@@ -125,7 +125,7 @@ def run_items(
                 exhausted = True  # finish what is in flight, start nothing new
     finally:
         pool.shutdown(wait=not ctx.abandoned, cancel_futures=True)
-    return tally
+    return counts
 
 
 HEARTBEAT_SECONDS = 0.5
@@ -163,7 +163,7 @@ def run_keyed(
             q.clear_failure(conn, job, inputs.key)
         return stored
 
-    tally = run_items(
+    counts = run_items(
         ctx,
         (item for item in todo if not failures.get(key(item))),
         prepare=prepare,
@@ -173,7 +173,7 @@ def run_keyed(
         after=(lambda t: ctx.progress(job, t.done + t.failed + t.skipped, len(todo)))
         if progress else (lambda t: None),
     )
-    errors = tuple(tally.errors) + tuple(f"{k}: {failures[k]}" for k in blocked[:5])
-    return JobResult(job, True, reason, done=tally.done, failed=tally.failed,
-                     skipped=tally.skipped + len(blocked), remaining=remaining(),
+    errors = tuple(counts.errors) + tuple(f"{k}: {failures[k]}" for k in blocked[:5])
+    return JobResult(job, True, reason, done=counts.done, failed=counts.failed,
+                     skipped=counts.skipped + len(blocked), remaining=remaining(),
                      errors=errors)

@@ -1,4 +1,4 @@
-"""Quiet writes: the pass thread writes while no LLM worker is running Python.
+"""The write gate ("quiet writes"): the pass thread writes while no LLM worker runs Python.
 
 A worker that builds a request or parses an answer holds the GIL, and the pass thread,
 inside a write transaction, needs the GIL back after every SQL statement. With eight

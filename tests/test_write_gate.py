@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from dreamd.backends import quiet
+from dreamd.backends import write_gate
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.config import CompleterConfig
 from dreamd.dream.jobs.base import Budget, JobContext
@@ -56,9 +56,9 @@ def test_no_save_overlaps_a_worker_computing(tmp_path: Path) -> None:
 
     def think(item: int) -> int:
         compute(0.003)  # build the request
-        quiet.pause()
+        write_gate.pause()
         time.sleep(0.02)  # the network
-        quiet.resume()
+        write_gate.resume()
         compute(0.003)  # parse the answer
         return item
 
@@ -81,7 +81,7 @@ def test_the_openai_backend_holds_no_share_while_it_waits(plan: list[str]) -> No
     server = FakeOpenAI(delay=0.5 if plan == ["ok"] else 0.0).start()
     server.plan(*plan)
     client = completer(server, read_timeout_seconds=2, item_deadline_seconds=6)
-    gate = quiet.Gate(drain_seconds=5.0)
+    gate = write_gate.Gate(drain_seconds=5.0)
     result: list[Completion] = []
     worker = threading.Thread(target=lambda: result.append(gate.run(client.complete, PROMPT)))
     try:
