@@ -35,7 +35,7 @@ from dreamd.dream.jobs.base import Budget, JobContext
 from dreamd.dream.jobs.summarize import gist_for
 from dreamd.ids import DEFAULT_USER
 from dreamd.models import Turn
-from dreamd.runtime.log import configure, get_logger
+from dreamd.runtime.log import configure
 from dreamd.store.migrations import CORE_TABLES
 from dreamd.store.opening import open_store
 from tests.openai_server import FakeOpenAI
@@ -63,7 +63,7 @@ def bench_tokens() -> None:
         db = Path(tmp) / "m.db"
         chat = new_file(db)
         config = config_for(db, server)
-        store = open_store(config, get_logger())
+        store = open_store(config)
         completer = OpenAICompleter(config.completer, environ={})
         ctx = JobContext(store, config, HashingEmbedder(), completer, Budget())
         incremental = whole = 0
@@ -109,7 +109,7 @@ def writer_p99(db: Path, seconds: float | None, stop_when: Path | None = None) -
 
 def timed_pass(db: Path, server: ServerProcess, workers: int, done_flag: Path) -> float:
     config = config_for(db, server, workers)
-    store = open_store(config, get_logger())
+    store = open_store(config)
     completer = OpenAICompleter(config.completer, environ={})
     started = time.perf_counter()
     result = run_pass(store, config, HashingEmbedder(), completer, trigger="bench", force=True)

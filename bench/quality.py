@@ -25,7 +25,7 @@ from dreamd.config import Config
 from dreamd.dream.cycle import run_pass
 from dreamd.memory.api import Memory
 from dreamd.memory.importers import parse_locomo, parse_longmemeval, write_sessions
-from dreamd.runtime.log import configure, get_logger
+from dreamd.runtime.log import configure
 from dreamd.store.opening import open_store
 
 DATA = Path(__file__).parent.parent.parent / "shared" / "data"
@@ -33,7 +33,7 @@ DATA = Path(__file__).parent.parent.parent / "shared" / "data"
 
 def consolidated(db: Path, sessions: list[Any], embedder: LocalEmbedder) -> Memory:
     config = Config(db=str(db))
-    store = open_store(config, get_logger())
+    store = open_store(config)
     write_sessions(store, sessions)
     run_pass(store, config, embedder, ExtractiveCompleter(embedder), trigger="quality",
              force=True)

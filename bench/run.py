@@ -46,12 +46,12 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
 def steady_state(db: Path) -> None:
     """Most sessions consolidated, as in a file dreamd has kept up with for months."""
     from dreamd.config import Config
-    from dreamd.runtime.log import configure, get_logger
+    from dreamd.runtime.log import configure
     from dreamd.store.opening import open_store
     from dreamd.store.tally import sync_tally
 
     configure("warning")
-    store = open_store(Config(db=str(db)), get_logger())
+    store = open_store(Config(db=str(db)))
     started = time.perf_counter()
     sync_tally(store)
     print(f"sensing: first fold of {db.name} into the tally: "
@@ -83,7 +83,6 @@ def steady_state(db: Path) -> None:
 def bench_sensing(users: int = 1) -> None:
     from dreamd.config import Config
     from dreamd.dream.sensing import read_backlog, sync_owners
-    from dreamd.runtime.log import get_logger
     from dreamd.store.opening import open_store
     from dreamd.store.tally import sync_tally
 
@@ -92,7 +91,7 @@ def bench_sensing(users: int = 1) -> None:
         OUT.mkdir(exist_ok=True)
         generate(db, 1_000_000, 20_000, users=users, months=12)
         steady_state(db)
-    store = open_store(Config(db=str(db)), get_logger())
+    store = open_store(Config(db=str(db)))
     now = datetime(2026, 1, 1, tzinfo=UTC)
     stats = read_backlog(store, Config(), now, "m")
 
@@ -172,7 +171,6 @@ def live_pass(db: Path, seconds: float, share: float) -> dict[str, dict[str, int
     from dreamd.backends.extractive import ExtractiveCompleter
     from dreamd.config import Config, EmbedConfig, PassConfig
     from dreamd.dream import cycle
-    from dreamd.runtime.log import get_logger
     from dreamd.store.opening import open_store
 
     stop, report = db.with_suffix(".stop"), db.with_suffix(".writer.json")
@@ -181,7 +179,7 @@ def live_pass(db: Path, seconds: float, share: float) -> dict[str, dict[str, int
                                str(stop), str(report)])
     config = dataclasses.replace(Config(db=str(db), embed=EmbedConfig(backend="hashing")),
                                  pass_=PassConfig(max_seconds=seconds))
-    store = open_store(config, get_logger())
+    store = open_store(config)
     embedder = SlowEmbedder(0.05)
     saved, cycle.JOB_SHARE = cycle.JOB_SHARE, share
     try:
@@ -249,7 +247,6 @@ def bench_import() -> None:
     """A 100k-turn JSONL history into a fresh file: turns/s, and a re-import's cost."""
     from dreamd.config import Config
     from dreamd.memory.importers import read_sessions, write_sessions
-    from dreamd.runtime.log import get_logger
     from dreamd.store.opening import open_store
 
     OUT.mkdir(exist_ok=True)
@@ -265,7 +262,7 @@ def bench_import() -> None:
     conn.close()
     for suffix in ("", "-wal", "-shm"):
         Path(f"{db}{suffix}").unlink(missing_ok=True)
-    store = open_store(Config(db=str(db)), get_logger())
+    store = open_store(Config(db=str(db)))
     started = time.perf_counter()
     result = write_sessions(store, read_sessions("jsonl", source))
     first = time.perf_counter() - started
@@ -283,7 +280,6 @@ def bench_recall() -> None:
     query (the prior art) vs a bare numpy matrix-vector product over the same matrix."""
     from dreamd.config import Config
     from dreamd.memory.recall import VectorIndex, top_k
-    from dreamd.runtime.log import get_logger
     from dreamd.store.opening import open_store
 
     OUT.mkdir(exist_ok=True)
@@ -291,7 +287,7 @@ def bench_recall() -> None:
     rng = np.random.default_rng(3)
     if not db.exists():
         generate(db, 200_000, 4_000, users=1, months=12)
-        store = open_store(Config(db=str(db)), get_logger())
+        store = open_store(Config(db=str(db)))
         with store.write() as conn:
             for start in range(1, 200_001, 20_000):
                 block = rng.standard_normal((20_000, 384)).astype(np.float32)
@@ -303,7 +299,7 @@ def bench_recall() -> None:
             # As the embed job leaves it: every turn embedded up to the last one.
             conn.execute("INSERT INTO dreamd_embed_state VALUES ('bench', 384, 200000)")
         store.close()
-    store = open_store(Config(db=str(db)), get_logger())
+    store = open_store(Config(db=str(db)))
     index = VectorIndex(store, "bench")
     index.refresh()
     query = rng.standard_normal(384).astype(np.float32)
@@ -341,7 +337,7 @@ def bench_forget() -> None:
     from dreamd.config import Config
     from dreamd.dream.jobs.embed import INDEX_CHUNK
     from dreamd.memory.forget import MERGE_PAGES, STEP, Scope, forget
-    from dreamd.runtime.log import configure, get_logger
+    from dreamd.runtime.log import configure
     from dreamd.store import queries as q
     from dreamd.store.connect import WriteLockTimes
     from dreamd.store.opening import open_store
@@ -360,7 +356,7 @@ def bench_forget() -> None:
     db = OUT / "forget-200k.db"
     OUT.mkdir(exist_ok=True)
     generate(db, 200_000, 4_000, users=20, months=12)
-    store = open_store(Config(db=str(db)), get_logger())
+    store = open_store(Config(db=str(db)))
     sync_tally(store)
     vector = q.to_blob(np.ones(384, dtype=np.float32))
     with store.write() as conn:

@@ -20,11 +20,10 @@ def db(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def opened(db: Path) -> Iterator[Store]:
-    from dreamd.runtime.log import get_logger
     from dreamd.store.opening import open_store
     from tests.helpers import config_for, make_chat_file
 
     make_chat_file(db).close()
-    store = open_store(config_for(db), get_logger())
+    store = open_store(config_for(db))
     yield store
     store.close()

@@ -43,7 +43,7 @@ updated_at TEXT NOT NULL);
 
 
 def test_fresh_file_is_wal_with_core_and_dreamd_tables(db: Path) -> None:
-    store = open_store(config_for(db), get_logger())
+    store = open_store(config_for(db))
     conn = store.conn
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -68,7 +68,7 @@ def test_a_failing_migration_leaves_no_trace(db: Path) -> None:
     conn.commit()
     conn.close()
     with pytest.raises(StoreError, match="migration 2"):
-        open_store(config_for(db), get_logger())
+        open_store(config_for(db))
     conn = sqlite3.connect(db)
     assert [r[0] for r in conn.execute("SELECT version FROM dreamd_migrations")] == [1]
     names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
@@ -108,7 +108,7 @@ def test_prior_art_file_is_adopted_in_place(db: Path) -> None:
         "SELECT id, session_id, role, content, embedding, created_at FROM exchanges ORDER BY id"
     ).fetchall()
     config = config_for(db)
-    store = open_store(config, get_logger())
+    store = open_store(config)
     completer = RecordingCompleter(store)
     result = run_pass(store, config, completer.embedder, completer, trigger="test", force=True)
     assert not result.failed, result.jobs
@@ -135,14 +135,14 @@ def test_non_sqlite_file_is_refused_and_unchanged(db: Path) -> None:
     db.write_bytes(b"this is a text file, not a database\n" * 10)
     before = db.read_bytes()
     with pytest.raises(StoreError, match="not an SQLite database"):
-        open_store(config_for(db), get_logger())
+        open_store(config_for(db))
     assert db.read_bytes() == before
     assert not Path(f"{db}-wal").exists()
 
 
 def test_missing_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="does not exist"):
-        open_store(config_for(tmp_path / "nope" / "m.db"), get_logger())
+        open_store(config_for(tmp_path / "nope" / "m.db"))
     assert not (tmp_path / "nope").exists()
 
 
@@ -183,7 +183,7 @@ def test_sqlite_version_is_logged_and_the_bug_warned_once(db: Path) -> None:
     configure("debug")  # an earlier test may have left a stricter level configured
     dreamd.store.opening._warned = False
     with capture_logs() as logs:
-        open_store(config_for(db), get_logger()).close()
+        open_store(config_for(db)).close()
     assert logs == []
     with capture_logs() as logs:
         dreamd.store.opening.check_sqlite(get_logger())

@@ -21,7 +21,6 @@ from dreamd.ids import DEFAULT_USER
 from dreamd.memory.api import Memory
 from dreamd.memory.export import export_user
 from dreamd.memory.forget import Scope, forget
-from dreamd.runtime.log import get_logger
 from dreamd.store.connect import Store
 from dreamd.store.opening import open_store
 from tests.helpers import RecordingCompleter, config_for, make_chat_file
@@ -109,7 +108,7 @@ def test_users_memories_never_mix(steps: list[tuple]) -> None:  # type: ignore[t
         db = Path(tmp) / "m.db"
         app = make_chat_file(db)
         config = config_for(db)
-        store = open_store(config, get_logger())
+        store = open_store(config)
         completer = RecordingCompleter(store)
         try:
             for salt, action in enumerate(steps):
@@ -135,7 +134,7 @@ def test_a_session_filed_before_its_owner_was_known_moves_with_its_memory(db: Pa
     and the owner's memory gets them."""
     app = make_chat_file(db)
     config = config_for(db)
-    store = open_store(config, get_logger())
+    store = open_store(config)
     completer = RecordingCompleter(store)
     add_session(app, "ana", "s1", 6, 0, True, 0)
     app.execute("DELETE FROM sessions")  # the app has not said whose it is yet
@@ -183,7 +182,7 @@ def test_a_session_the_app_moves_in_place_moves_with_its_memory(db: Path) -> Non
 def build(db: Path) -> tuple[sqlite3.Connection, Store, RecordingCompleter, Config]:
     app = make_chat_file(db)
     config = config_for(db)
-    store = open_store(config, get_logger())  # migrated: sessions rows carry a user
+    store = open_store(config)  # migrated: sessions rows carry a user
     for salt, (user, session, month) in enumerate(
             [("ana", "a1", 0), ("ana", "a2", 1), ("ana", "a3", 2), ("bo", "b1", 0),
              ("bo", "b2", 1)]):
@@ -298,7 +297,7 @@ class HalfForgotten:
     def __init__(self, tmp_path: Path) -> None:
         self.db = db = tmp_path / "big.db"
         app = make_chat_file(db)
-        open_store(config_for(db), get_logger()).close()  # sessions rows carry a user
+        open_store(config_for(db)).close()  # sessions rows carry a user
         for s in range(16):
             owner = "ana" if s < 14 else "bo"
             app.execute("INSERT INTO sessions (id, created_at, user_id) VALUES (?, ?, ?)",
@@ -465,14 +464,14 @@ def test_a_forget_during_a_pass_wins(db: Path) -> None:
     gist made from the forgotten turns is not saved, and the pass stops."""
     app = make_chat_file(db)
     config = config_for(db)
-    store = open_store(config, get_logger())
+    store = open_store(config)
     add_session(app, "ana", "a1", 8, 0, False, 0)
     add_session(app, "bo", "b1", 8, 0, False, 1)
 
     class ForgetsMidway(RecordingCompleter):
         def complete(self, prompt):  # type: ignore[no-untyped-def]
             if prompt.task == "summarize" and "anatok" in prompt.user and not self.prompts:
-                other = open_store(config, get_logger())
+                other = open_store(config)
                 forget(other, Scope("ana"), config.agent.id)
                 other.close()
             return super().complete(prompt)

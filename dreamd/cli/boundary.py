@@ -126,10 +126,7 @@ def read_existing(obj: dict[str, Any], build: Any, read_only: bool = True,
 
     config = load_config(obj)
     logging_.configure("warning", config.log.format)  # stderr: stdout is the report's
-    if read_only:
-        store = open_readonly(config, current)
-    else:
-        store = open_store(config, logging_.get_logger(), create=False)
+    store = open_readonly(config, current) if read_only else open_store(config, create=False)
     try:
         return build(store, config)
     finally:

@@ -299,7 +299,7 @@ def import_(obj: dict[str, Any], fmt: str, path: Path, user: str | None) -> None
     logging_.configure("warning", config.log.format)
     progress = Progress(sys.stderr)
     sessions = read_sessions(fmt, path)
-    store = open_store(config, logging_.get_logger())
+    store = open_store(config)
     try:
         result = write_sessions(store, sessions,
                                 lambda done, total: progress("import", done, total),

@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from dreamd.backends.protocols import Completer, Embedder
 from dreamd.config import Config
@@ -16,6 +15,7 @@ from dreamd.dream import drives as drv
 from dreamd.dream.jobs.base import Budget, JobContext, utcnow
 from dreamd.dream.jobs.registry import JOBS, Registry
 from dreamd.dream.sensing import read_backlog, sync_owners
+from dreamd.logger import Logger, silent
 from dreamd.models import BacklogStats, Drives, JobResult, JobSpec
 from dreamd.store import queries as q
 from dreamd.store.connect import Store, WriteLockTimes
@@ -91,12 +91,13 @@ def run_pass(
     force: bool = False,
     stop: Callable[[], bool] = lambda: False,
     clock: Callable[[], datetime] = utcnow,
-    log: Any = None,
+    log: Logger | None = None,
     progress: Callable[[str, int, int], None] = lambda job, done, total: None,
     jobs: Registry = JOBS,
 ) -> PassResult:
     """Run one pass of `jobs` and record it in dreamd_runs. Job failures are recorded, not
     raised."""
+    log = log or silent()
     now = clock()
     store.lock_times = WriteLockTimes()
     with store.write() as conn:
@@ -138,8 +139,7 @@ def run_pass(
             notes=ctx.notes or None, write_lock=write_lock,
         )
     store.checkpoint_passive()
-    if log is not None:
-        log.info("pass_finished", run=run_id, trigger=trigger, outcome=outcome,
+    log.info("pass_finished", run=run_id, trigger=trigger, outcome=outcome,
                  ran=[r.job for r in results if r.ran and r.done],
                  drives=drives_after.as_dict(), write_lock=write_lock)
     return PassResult(run_id, outcome, drives_before, drives_after, stats_before, stats_after,
@@ -153,7 +153,8 @@ JOB_SHARE = 0.5
 MAX_ROUNDS = 8
 
 
-def run_rounds(ctx: JobContext, jobs: Registry, previous: Drives, log: Any) -> list[JobResult]:
+def run_rounds(ctx: JobContext, jobs: Registry, previous: Drives, log: Logger
+               ) -> list[JobResult]:
     """Every job in order, each within its share of the pass; then, while the budget
     lasts and a round made progress on work that remains, another round, in which a job
     runs again if it left work or a job before it did some."""
@@ -187,7 +188,7 @@ def merged(first: JobResult, then: JobResult) -> JobResult:
         errors=(first.errors + then.errors)[:10], seconds=first.seconds + then.seconds)
 
 
-def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Any, share: float = 1.0
+def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Logger, share: float = 1.0
             ) -> JobResult:
     """Re-sense, decide this one job, and run it if due: gists made by summarize raise
     coherence, so integration follows in the same pass."""
@@ -215,7 +216,7 @@ def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Any, share: fl
         result, seconds=time.monotonic() - started,
         tokens_in=ctx.tokens.used_in - used_in, tokens_out=ctx.tokens.used_out - used_out,
     )
-    if log is not None and (result.done or result.failed):
+    if result.done or result.failed:
         log.info("job_finished", job=name, done=result.done, failed=result.failed,
                  skipped=result.skipped, remaining=result.remaining, reason=result.reason)
     return result

@@ -23,6 +23,7 @@ from dreamd import config as cfg
 from dreamd.backends.factory import make_backends
 from dreamd.dream.cycle import PassResult, run_pass
 from dreamd.errors import EXIT_JOB_FAILED, EXIT_OK, DreamdError, StoreError
+from dreamd.logger import Logger
 from dreamd.runtime.lock import InstanceLock
 from dreamd.runtime.log import LoggedProgress
 from dreamd.runtime.notify import Notifier
@@ -138,7 +139,7 @@ def status_line(result: PassResult | None) -> str:
 class Runner:
     """The open memory file, its lock and backends, and the flags: shared by both modes."""
 
-    def __init__(self, config: cfg.Config, log: Any, notifier: Notifier,
+    def __init__(self, config: cfg.Config, log: Logger, notifier: Notifier,
                  create: bool = False) -> None:
         self.config = config
         self.create = create
@@ -161,7 +162,7 @@ class Runner:
         ensure_directory(self.config)
         self.lock.acquire(create=True)
         try:
-            self.store = open_store(self.config, self.log)
+            self.store = open_store(self.config)
         except BaseException:
             self.lock.release()
             raise
@@ -215,7 +216,8 @@ class Runner:
         return result
 
 
-def run_force(config: cfg.Config, log: Any, progress: Any = None, create: bool = False) -> int:
+def run_force(config: cfg.Config, log: Logger, progress: Any = None, create: bool = False
+              ) -> int:
     runner = Runner(config, log, Notifier(), create)
     runner.start()
     try:
@@ -234,7 +236,7 @@ def run_force(config: cfg.Config, log: Any, progress: Any = None, create: bool =
 class Daemon:
     """Passes on an APScheduler 3 schedule until SIGTERM/SIGINT; SIGHUP reloads config."""
 
-    def __init__(self, config: cfg.Config, log: Any, *, config_path: str | None,
+    def __init__(self, config: cfg.Config, log: Logger, *, config_path: str | None,
                  db_flag: str | None, fixed_interval: float | None,
                  notifier: Notifier | None = None, create: bool = False) -> None:
         self.config_path, self.db_flag, self.fixed = config_path, db_flag, fixed_interval

@@ -10,6 +10,8 @@ from typing import Any
 
 import structlog
 
+from dreamd.logger import Logger
+
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING,
            "error": logging.ERROR}
 _SECRET_WORDS = ("key", "token", "secret", "password", "authorization")
@@ -44,7 +46,7 @@ class LoggedProgress:
     """Progress of long jobs as log events at a steady pace (daemon, --loop, journald):
     one `job_progress` line per job at most every `every` seconds."""
 
-    def __init__(self, log: Any, every: float = 30.0,
+    def __init__(self, log: Logger, every: float = 30.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.log, self.every, self.clock = log, every, clock
         self.last: dict[str, float] = {}

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
 
 from dreamd.config import DEFAULT_DB, Config
 from dreamd.errors import StoreError
+from dreamd.logger import Logger
 from dreamd.store.connect import (
     Store,
     connect,
@@ -19,7 +19,7 @@ from dreamd.store.migrations import migrate, require_current
 _warned = False
 
 
-def check_sqlite(log: Any) -> None:
+def check_sqlite(log: Logger) -> None:
     """Log the library version once; warn once when it carries the WAL-reset bug."""
     global _warned
     if _warned:
@@ -47,7 +47,7 @@ def ensure_directory(config: Config) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
 
 
-def open_store(config: Config, log: Any, create: bool = True) -> Store:
+def open_store(config: Config, create: bool = True) -> Store:
     """Open (creating where allowed) and migrate the configured memory file."""
     path = config.db_path
     if create:

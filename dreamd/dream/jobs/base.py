@@ -11,12 +11,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from dreamd.backends.llm_output import bounded, estimate_tokens
 from dreamd.backends.protocols import Completer, Embedder
 from dreamd.config import Config
 from dreamd.errors import PASS_STOPPING, BudgetExhausted, InputRejected
+from dreamd.logger import Logger, silent
 from dreamd.models import Completion, JobSpec, Prompt
 from dreamd.store import queries as q
 from dreamd.store.connect import Store
@@ -101,7 +101,7 @@ class JobContext:
     budget: Budget
     force: bool = False
     clock: Callable[[], datetime] = utcnow
-    log: Any = None
+    log: Logger = field(default_factory=silent)
     progress: Callable[[str, int, int], None] = lambda job, done, total: None
     tokens: Tokens = field(default_factory=Tokens)
     halted: BaseException | None = None
@@ -159,8 +159,7 @@ class JobContext:
         self.abandoned += calls
         self.notes.append(f"stopping: {calls} backend calls still in flight were abandoned "
                           f"after the stop grace; nothing they return is written")
-        if self.log is not None:
-            self.log.warning("calls_abandoned", calls=calls)
+        self.log.warning("calls_abandoned", calls=calls)
 
     def halt(self, error: BaseException) -> None:
         """Stop LLM work for the rest of the pass (configuration, breaker or budget)."""
@@ -168,8 +167,7 @@ class JobContext:
             self.halted = error
             note = f"LLM work stopped for this pass: {type(error).__name__}: {error}"
             self.notes.append(note)
-            if self.log is not None:
-                self.log.error("llm_halted", reason=type(error).__name__, detail=str(error))
+            self.log.error("llm_halted", reason=type(error).__name__, detail=str(error))
 
     def _reserve(self, prompt: Prompt) -> int:
         if not self.llm:
@@ -273,8 +271,7 @@ def note_failure(ctx: JobContext, job: str, item: str, error: BaseException) -> 
         quarantine = isinstance(error, InputRejected) or attempts >= ctx.config.jobs.max_attempts
         next_at = ctx.now() + timedelta(seconds=backoff_seconds(ctx.config, attempts))
         q.record_failure(conn, job, item, message, ctx.now_text(), next_at.isoformat(), quarantine)
-    if ctx.log is not None:
-        ctx.log.warning(
+    ctx.log.warning(
             "job_item_failed", job=job, item=item, attempts=attempts,
             quarantined=quarantine, error=message[:200],
         )
