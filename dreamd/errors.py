@@ -33,6 +33,10 @@ class StoreBusy(StoreError):
     exit_code = EXIT_BUSY
 
 
+class ImportFormatError(DreamdError):
+    """An import file is not in the format it was said to be; names the file and place."""
+
+
 class UnknownUser(DreamdError):
     """A user or session the memory file does not hold (a typo, most often)."""
 

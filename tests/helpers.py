@@ -1,25 +1,35 @@
-"""Test doubles and builders shared by the suite: fakes of our protocols, real files."""
+"""Test doubles and builders shared by the suite: fakes of our protocols, real files,
+the daemon as a subprocess, and the OpenAI-compatible test server's client side."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
+import socket
 import sqlite3
+import subprocess
+import sys
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.hashing import HashingEmbedder
-from dreamd.config import Config, EmbedConfig
+from dreamd.backends.openai_backend import OpenAICompleter
+from dreamd.config import CompleterConfig, Config, EmbedConfig
+from dreamd.dream.prompts import summary_prompt
 from dreamd.models import Completion, Prompt
 from dreamd.store.connect import Store
 from dreamd.store.migrations import CORE_TABLES
+from tests.openai_server import FakeOpenAI
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
 
-def config_for(db: Path, **sections: object) -> Config:
+def config_for(db: Path, **sections: Any) -> Config:
     config = Config(db=str(db), embed=EmbedConfig(backend="hashing"))
     return dataclasses.replace(config, **sections) if sections else config
 
@@ -104,3 +114,108 @@ def derived_digest(path: Path) -> str:
             h.update(repr(row).encode())
     conn.close()
     return h.hexdigest()
+
+
+ROOT = Path(__file__).parent.parent
+
+
+def dreamd_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMD_")}
+    env.update({"DREAMD_EMBED__BACKEND": "hashing", "DREAMD_LOG__FORMAT": "json",
+                "PYTHONPATH": str(ROOT)}, **extra)
+    return env
+
+
+def big_file(db: Path, sessions: int, turns_each: int) -> None:
+    conn = make_chat_file(db)
+    for s in range(sessions):
+        add_turns(conn, f"s{s:05d}", chat_texts(s, turns_each))
+    conn.close()
+
+
+def start(db: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "dreamd", "--db", str(db), *args], cwd=ROOT,
+                            env=env or dreamd_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def query(db: Path, sql: str, default: Any = None) -> Any:
+    conn = sqlite3.connect(db, timeout=10)
+    try:
+        return conn.execute(sql).fetchone()[0]
+    except sqlite3.OperationalError:
+        return default  # not migrated yet
+    finally:
+        conn.close()
+
+
+def wait_for(predicate, timeout: float, step: float = 0.05) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(step)
+    return False
+
+
+def notify_socket(tmp_path: Path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(tmp_path / "notify.sock"))
+    sock.settimeout(0.1)
+    return sock
+
+
+def messages(sock: socket.socket, seconds: float) -> list[tuple[float, str]]:
+    out = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            out.append((time.monotonic(), sock.recv(4096).decode()))
+        except TimeoutError:
+            continue
+    return out
+
+
+PRIOR_ART_DDL = """
+CREATE TABLE IF NOT EXISTS exchanges (
+id INTEGER PRIMARY KEY AUTOINCREMENT,
+session_id TEXT NOT NULL,
+role TEXT NOT NULL,
+content TEXT NOT NULL,
+embedding BLOB NOT NULL,
+created_at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS idx_session_created ON exchanges(session_id, created_at);
+CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, name TEXT, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS summaries (
+session_id TEXT PRIMARY KEY, content TEXT NOT NULL, embedding BLOB NOT NULL,
+last_exchange_id INTEGER NOT NULL, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS profile (
+id TEXT PRIMARY KEY, content TEXT NOT NULL, sessions_covered INTEGER NOT NULL,
+updated_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS eras (
+month TEXT PRIMARY KEY, content TEXT NOT NULL, embedding BLOB NOT NULL,
+session_count INTEGER NOT NULL, created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS narrative (id TEXT PRIMARY KEY, content TEXT NOT NULL,
+updated_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS self_state (id TEXT PRIMARY KEY, data TEXT NOT NULL,
+updated_at TEXT NOT NULL);
+"""
+
+
+KEY = "sk-test-DO-NOT-LEAK-4f1c2b"
+
+
+PROMPT = summary_prompt({"user": "U", "agent": "A"}, None, ["user: hi", "assistant: hello"], 4)
+
+
+def completer_config(server: FakeOpenAI, **changes: Any) -> CompleterConfig:
+    base = CompleterConfig(backend="openai", base_url=server.base_url, model="test-model",
+                           read_timeout_seconds=0.5, connect_timeout_seconds=0.5,
+                           item_deadline_seconds=4, retries=3, retry_after_cap_seconds=5,
+                           breaker_failures=4, breaker_cooldown_seconds=1.0, workers=1)
+    return dataclasses.replace(base, **changes)
+
+
+def completer(server: FakeOpenAI, **changes: Any) -> OpenAICompleter:
+    return OpenAICompleter(completer_config(server, **changes), environ={"OPENAI_API_KEY": KEY})

@@ -16,7 +16,7 @@ from dreamd import config as cfg
 from dreamd.cli.commands import main
 from dreamd.errors import ConfigError
 from dreamd.memory.importers import FORMATS, ImportFormatError, ImportSession, parse
-from tests.test_processes import dreamd_env
+from tests.helpers import dreamd_env
 
 
 def chatgpt(message: Any = None, stamp: Any = 1700000000.0) -> list[dict[str, Any]]:

@@ -24,7 +24,7 @@ def files_digest(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(folder.iterdir())}
 
 
-def invoke(*args: str, env: dict[str, str] | None = None):  # type: ignore[no-untyped-def]
+def invoke(*args: str, env: dict[str, str] | None = None):
     base = {"DREAMD_EMBED__BACKEND": "hashing"}
     return CliRunner().invoke(main, list(args), env={**base, **(env or {})})
 

@@ -42,7 +42,7 @@ def test_unused_share_goes_to_the_other_tiers() -> None:
 
 
 @pytest.fixture
-def demo_memory(tmp_path: Path):  # type: ignore[no-untyped-def]
+def demo_memory(tmp_path: Path):
     db = tmp_path / "m.db"
     conn = make_chat_file(db)
     write_sessions(conn, sample_sessions())

@@ -28,14 +28,14 @@ from tests.helpers import (
 LATER = datetime(2026, 12, 1, tzinfo=UTC)
 
 
-def pass_(store: Store, completer: RecordingCompleter, config=None, force=True, clock=None):  # type: ignore[no-untyped-def]
+def pass_(store: Store, completer: RecordingCompleter, config=None, force=True, clock=None):
     config = config or config_for(store.path)
     return run_pass(store, config, completer.embedder, completer, trigger="test", force=force,
                     clock=clock or (lambda: LATER))
 
 
 @pytest.fixture
-def demo_store(db: Path):  # type: ignore[no-untyped-def]
+def demo_store(db: Path):
     conn = make_chat_file(db)
     write_sessions(conn, sample_sessions())
     conn.close()
@@ -186,7 +186,7 @@ def test_a_stale_write_is_discarded_not_stored_over_newer_state(db: Path) -> Non
     store = open_store(config)
 
     class Racing(RecordingCompleter):
-        def complete(self, prompt):  # type: ignore[no-untyped-def]
+        def complete(self, prompt):
             if prompt.task == "summarize" and not getattr(self, "raced", False):
                 self.raced = True
                 other = sqlite3.connect(db, isolation_level=None)
@@ -303,10 +303,10 @@ def test_a_new_job_is_one_spec_registered_and_its_drive_schedules_it(demo_store:
 
     calls: list[str] = []
 
-    def work(stats, force, config):  # type: ignore[no-untyped-def]
+    def work(stats, force, config):
         return stats.gists > 0, f"{stats.gists} gists to count"
 
-    def run(ctx, reason):  # type: ignore[no-untyped-def]
+    def run(ctx, reason):
         calls.append(reason)
         return JobResult("count", True, reason, done=1)
 

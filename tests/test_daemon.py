@@ -6,7 +6,6 @@ import itertools
 import json
 import shutil
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -15,32 +14,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_processes import ROOT, big_file, dreamd_env
-
-
-def start(db: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "dreamd", "--db", str(db), *args], cwd=ROOT,
-                            env=env or dreamd_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-
-
-def query(db: Path, sql: str, default: object = None) -> object:
-    conn = sqlite3.connect(db, timeout=10)
-    try:
-        return conn.execute(sql).fetchone()[0]
-    except sqlite3.OperationalError:
-        return default  # not migrated yet
-    finally:
-        conn.close()
-
-
-def wait_for(predicate, timeout: float, step: float = 0.05) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(step)
-    return False
+from tests.helpers import (
+    ROOT,
+    big_file,
+    dreamd_env,
+    messages,
+    notify_socket,
+    query,
+    start,
+    wait_for,
+)
 
 
 def consistent(db: Path) -> None:
@@ -160,24 +143,6 @@ def test_sighup_reloads_a_valid_config_and_keeps_the_old_on_error(tmp_path: Path
     assert len(reloaded) == 1 and reloaded[0]["changed"] == ["schedule"]
     assert len(failed) == 1 and "max_interval_sekonds is not a known" in failed[0]["error"]
     assert proc.returncode == 0
-
-
-def notify_socket(tmp_path: Path) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-    sock.bind(str(tmp_path / "notify.sock"))
-    sock.settimeout(0.1)
-    return sock
-
-
-def messages(sock: socket.socket, seconds: float) -> list[tuple[float, str]]:
-    out = []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        try:
-            out.append((time.monotonic(), sock.recv(4096).decode()))
-        except TimeoutError:
-            continue
-    return out
 
 
 def test_notify_ready_status_watchdog_and_a_stuck_pass(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ from dreamd.memory.importers import ImportFormatError, parse_chatgpt, parse_json
 DATA = Path(__file__).parent / "data"
 
 
-def invoke(db: Path, *args: str):  # type: ignore[no-untyped-def]
+def invoke(db: Path, *args: str):
     return CliRunner().invoke(main, ["--db", str(db), "import", *args])
 
 
@@ -156,7 +156,7 @@ def test_malformed_benchmark_file_names_the_session(tmp_path: Path) -> None:
 def test_import_into_a_file_whose_app_embeds_every_turn_is_refused(tmp_path: Path) -> None:
     """The prior-art layout (exchanges.embedding NOT NULL, stacked by the app's recall):
     refused up front with why and what to do; the file is left as it was."""
-    from tests.test_store import PRIOR_ART_DDL
+    from tests.helpers import PRIOR_ART_DDL
 
     db = tmp_path / "m.db"
     conn = sqlite3.connect(db)

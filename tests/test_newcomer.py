@@ -9,11 +9,10 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from dreamd.cli.commands import main
-from tests.helpers import add_turns, chat_texts, make_chat_file
-from tests.test_processes import dreamd_env
+from tests.helpers import add_turns, chat_texts, dreamd_env, make_chat_file
 
 
-def run(db: Path, *args: str):  # type: ignore[no-untyped-def]
+def run(db: Path, *args: str):
     return CliRunner().invoke(main, ["--db", str(db), *args], env=dreamd_env())
 
 
@@ -102,7 +101,7 @@ def test_status_tells_the_truth_between_passes(tmp_path: Path) -> None:
     import sys
     import time
 
-    from tests.test_processes import ROOT
+    from tests.helpers import ROOT
 
     db = tmp_path / "memory.db"
     conn = make_chat_file(db)

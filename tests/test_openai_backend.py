@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,6 @@ from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.openai_backend import Breaker, OpenAICompleter, api_key
 from dreamd.config import BudgetConfig, CompleterConfig, Config
 from dreamd.dream.cycle import run_pass
-from dreamd.dream.prompts import summary_prompt
 from dreamd.errors import (
     BackendMisconfigured,
     BackendUnavailable,
@@ -30,12 +30,20 @@ from dreamd.errors import (
 from dreamd.runtime.log import get_logger
 from dreamd.store.connect import Store
 from dreamd.store.opening import open_store
-from tests.helpers import add_turns, chat_texts, config_for, derived_digest, make_chat_file
+from tests.helpers import (
+    KEY,
+    PROMPT,
+    add_turns,
+    chat_texts,
+    completer,
+    completer_config,
+    config_for,
+    derived_digest,
+    make_chat_file,
+)
 from tests.openai_server import FakeOpenAI
 
 ROOT = Path(__file__).parent.parent
-KEY = "sk-test-DO-NOT-LEAK-4f1c2b"
-PROMPT = summary_prompt({"user": "U", "agent": "A"}, None, ["user: hi", "assistant: hello"], 4)
 
 
 @pytest.fixture
@@ -43,18 +51,6 @@ def server() -> Iterator[FakeOpenAI]:
     fake = FakeOpenAI().start()
     yield fake
     fake.stop()
-
-
-def completer_config(server: FakeOpenAI, **changes: object) -> CompleterConfig:
-    base = CompleterConfig(backend="openai", base_url=server.base_url, model="test-model",
-                           read_timeout_seconds=0.5, connect_timeout_seconds=0.5,
-                           item_deadline_seconds=4, retries=3, retry_after_cap_seconds=5,
-                           breaker_failures=4, breaker_cooldown_seconds=1.0, workers=1)
-    return dataclasses.replace(base, **changes)
-
-
-def completer(server: FakeOpenAI, **changes: object) -> OpenAICompleter:
-    return OpenAICompleter(completer_config(server, **changes), environ={"OPENAI_API_KEY": KEY})
 
 
 @pytest.mark.parametrize(
@@ -146,7 +142,7 @@ def test_api_key_from_env_or_credentials_directory(tmp_path: Path) -> None:
 # ------------------------------------------------------------------ passes through the server
 
 
-def llm_config(db: Path, server: FakeOpenAI, **sections: object) -> Config:
+def llm_config(db: Path, server: FakeOpenAI, **sections: Any) -> Config:
     config = config_for(db)
     config = dataclasses.replace(config, completer=completer_config(server))
     return dataclasses.replace(config, **sections) if sections else config
@@ -159,7 +155,7 @@ def chat_file(db: Path, sessions: int = 3, turns: int = 6) -> None:
     conn.close()
 
 
-def llm_pass(store: Store, config: Config, server: FakeOpenAI, **kw: object):  # type: ignore[no-untyped-def]
+def llm_pass(store: Store, config: Config, server: FakeOpenAI, **kw: object):
     client = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY})
     return run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True,
                     **kw)  # type: ignore[arg-type]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import sqlite3
@@ -14,23 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import add_turns, chat_texts, make_chat_file
-
-ROOT = Path(__file__).parent.parent
-
-
-def dreamd_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMD_")}
-    env.update({"DREAMD_EMBED__BACKEND": "hashing", "DREAMD_LOG__FORMAT": "json",
-                "PYTHONPATH": str(ROOT)}, **extra)
-    return env
-
-
-def big_file(db: Path, sessions: int, turns_each: int) -> None:
-    conn = make_chat_file(db)
-    for s in range(sessions):
-        add_turns(conn, f"s{s:05d}", chat_texts(s, turns_each))
-    conn.close()
+from tests.helpers import ROOT, add_turns, big_file, chat_texts, dreamd_env
 
 
 def test_live_writer_during_a_force_pass(tmp_path: Path) -> None:

@@ -10,8 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from dreamd.cli.commands import main
-from tests.helpers import add_turns, chat_texts
-from tests.test_processes import dreamd_env
+from tests.helpers import add_turns, chat_texts, dreamd_env
 
 READ_ONLY = [
     ["status"],
@@ -31,7 +30,7 @@ def digest(path: Path) -> dict[str, str]:
             for p in sorted(path.parent.glob(path.name + "*")) if not p.name.endswith("-shm")}
 
 
-def invoke(db: Path, *args: str):  # type: ignore[no-untyped-def]
+def invoke(db: Path, *args: str):
     env = dreamd_env()
     return CliRunner().invoke(main, ["--db", str(db), *args], env=env)
 

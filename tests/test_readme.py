@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.test_processes import ROOT, dreamd_env
+from tests.helpers import ROOT, dreamd_env
 
 
 def readme_block(heading: str) -> str:

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import ROOT, big_file, dreamd_env
 from tests.openai_server import FakeOpenAI
-from tests.test_processes import ROOT, big_file, dreamd_env
 
 GRACE = 4.0
 
@@ -85,7 +85,7 @@ def test_a_slow_answer_inside_its_deadline_keeps_the_watchdog_fed(tmp_path: Path
     pings never stop (a stuck pass going silent is tested in test_daemon)."""
     import itertools
 
-    from tests.test_daemon import messages, notify_socket
+    from tests.helpers import messages, notify_socket
 
     slow = FakeOpenAI(delay=3.0).start()
     db = tmp_path / "memory.db"

@@ -13,33 +13,7 @@ from dreamd.runtime.log import get_logger
 from dreamd.store.connect import Store, connect, has_wal_reset_bug
 from dreamd.store.migrations import MIGRATIONS, migrate
 from dreamd.store.opening import open_store
-from tests.helpers import config_for
-
-PRIOR_ART_DDL = """
-CREATE TABLE IF NOT EXISTS exchanges (
-id INTEGER PRIMARY KEY AUTOINCREMENT,
-session_id TEXT NOT NULL,
-role TEXT NOT NULL,
-content TEXT NOT NULL,
-embedding BLOB NOT NULL,
-created_at TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS idx_session_created ON exchanges(session_id, created_at);
-CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, name TEXT, created_at TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS summaries (
-session_id TEXT PRIMARY KEY, content TEXT NOT NULL, embedding BLOB NOT NULL,
-last_exchange_id INTEGER NOT NULL, created_at TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS profile (
-id TEXT PRIMARY KEY, content TEXT NOT NULL, sessions_covered INTEGER NOT NULL,
-updated_at TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS eras (
-month TEXT PRIMARY KEY, content TEXT NOT NULL, embedding BLOB NOT NULL,
-session_count INTEGER NOT NULL, created_at TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS narrative (id TEXT PRIMARY KEY, content TEXT NOT NULL,
-updated_at TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS self_state (id TEXT PRIMARY KEY, data TEXT NOT NULL,
-updated_at TEXT NOT NULL);
-"""
+from tests.helpers import PRIOR_ART_DDL, config_for
 
 
 def test_fresh_file_is_wal_with_core_and_dreamd_tables(db: Path) -> None:
@@ -162,7 +136,7 @@ def test_wal_reset_bug_versions(version: tuple[int, int, int], affected: bool) -
     assert has_wal_reset_bug(version) is affected
 
 
-def test_write_is_begin_immediate(opened) -> None:  # type: ignore[no-untyped-def]
+def test_write_is_begin_immediate(opened) -> None:
     """A write takes the write lock at BEGIN: a second writer waits, no upgrade deadlock."""
     other = sqlite3.connect(opened.path, isolation_level=None, timeout=0.05)
     with opened.write(), pytest.raises(sqlite3.OperationalError, match="locked"):

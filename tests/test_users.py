@@ -11,6 +11,7 @@ import sys
 import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -103,7 +104,7 @@ def check_isolation(store: Store, completer: RecordingCompleter, config: Config)
 @settings(max_examples=100, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(step, min_size=1, max_size=12))
-def test_users_memories_never_mix(steps: list[tuple]) -> None:  # type: ignore[type-arg]
+def test_users_memories_never_mix(steps: list[tuple]) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "m.db"
         app = make_chat_file(db)
@@ -380,7 +381,7 @@ def test_forget_dry_run_changes_nothing(db: Path) -> None:
     app.close()
 
 
-def rows_of(conn: sqlite3.Connection, user: str) -> dict[str, set[object]]:
+def rows_of(conn: sqlite3.Connection, user: str) -> dict[str, set[Any]]:
     """Every row the file holds for `user`, found independently of dreamd.export."""
     sessions = {s for (s,) in conn.execute("SELECT id FROM sessions WHERE user_id = ?", (user,))}
     marks = ",".join("?" * len(sessions))
@@ -469,7 +470,7 @@ def test_a_forget_during_a_pass_wins(db: Path) -> None:
     add_session(app, "bo", "b1", 8, 0, False, 1)
 
     class ForgetsMidway(RecordingCompleter):
-        def complete(self, prompt):  # type: ignore[no-untyped-def]
+        def complete(self, prompt):
             if prompt.task == "summarize" and "anatok" in prompt.user and not self.prompts:
                 other = open_store(config)
                 forget(other, Scope("ana"), config.agent.id)

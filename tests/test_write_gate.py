@@ -16,9 +16,8 @@ from dreamd.dream.jobs.base import Budget, JobContext
 from dreamd.dream.jobs.pool import run_items
 from dreamd.models import Completion, Prompt
 from dreamd.store.opening import open_store
-from tests.helpers import config_for
+from tests.helpers import PROMPT, completer, config_for
 from tests.openai_server import FakeOpenAI
-from tests.test_openai_backend import PROMPT, completer
 
 
 class NetworkCompleter:

@@ -6,7 +6,7 @@ whole decision is a table a test can read.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from datetime import datetime
 
 from dreamd.config import Config
@@ -109,7 +109,7 @@ def decide(
     previous: Drives,
     config: Config,
     now: datetime,
-    jobs: Sequence[JobSpec],
+    jobs: Iterable[JobSpec],
     *,
     force: bool = False,
 ) -> Decision:

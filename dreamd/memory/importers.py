@@ -14,14 +14,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from dreamd.errors import DreamdError, StoreError
+from dreamd.errors import ImportFormatError, StoreError
 from dreamd.ids import DEFAULT_USER
 from dreamd.store import queries as q
 from dreamd.store.connect import Store
-
-
-class ImportFormatError(DreamdError):
-    """An import file is not in the format it was said to be; names the file and place."""
 
 
 @dataclass(frozen=True)
