@@ -102,7 +102,9 @@ def test_a_slow_answer_inside_its_deadline_keeps_the_watchdog_fed(tmp_path: Path
         pings = [t for t, m in seen if m == "WATCHDOG=1"]
         assert chat_calls(slow) >= 2  # the pass was inside slow calls the whole time
         assert len(pings) >= 10
-        assert max(b - a for a, b in itertools.pairwise(pings)) <= 1.0, pings
+        # pings every 0.5 s; a gap under 1.5 s leaves systemd (2 s) satisfied even on a busy
+        # machine, where the old pass went silent for 2.5 s
+        assert max(b - a for a, b in itertools.pairwise(pings)) < 1.5, pings
     finally:
         proc.kill()
         proc.communicate(timeout=30)
