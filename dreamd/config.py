@@ -63,7 +63,8 @@ class CompleterConfig:
     backend: str = field(
         default="extractive", metadata=_check("choice", choices=("extractive", "openai"))
     )
-    base_url: str = field(default="https://api.openai.com/v1", metadata=_check("str"))
+    # "" = the SDK's own $OPENAI_BASE_URL, else OpenAI's API (see server_url).
+    base_url: str = field(default="", metadata=_check("optstr"))
     model: str = field(default="gpt-4o-mini", metadata=_check("str"))
     summarize_model: str = field(default="", metadata=_check("optstr"))
     profile_model: str = field(default="", metadata=_check("optstr"))
@@ -82,6 +83,15 @@ class CompleterConfig:
     workers: int = field(default=4, metadata=_check("int", min=1, max=64))
     temperature: float = field(default=0.2, metadata=_check("float", min=0, max=2))
     max_output_tokens: int = field(default=600, metadata=_check("int", min=16))
+
+
+OPENAI_API = "https://api.openai.com/v1"
+
+
+def server_url(base_url: str, environ: dict[str, str] | None = None) -> str:
+    """The completer's server: `base_url`, else the SDK's $OPENAI_BASE_URL, else OpenAI."""
+    env = os.environ if environ is None else environ
+    return base_url or env.get("OPENAI_BASE_URL") or OPENAI_API
 
 
 @dataclass(frozen=True)

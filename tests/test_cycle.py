@@ -324,3 +324,28 @@ def test_a_new_job_is_one_spec_registered_and_its_drive_schedules_it(demo_store:
                       clock=lambda: LATER, jobs=jobs)
     # memory is caught up: coherence is below its threshold, so the job waits
     assert not {r.job: r for r in second.jobs}["count"].ran and len(calls) == 1
+
+
+def test_the_pass_log_names_every_job_that_ran_and_counts_read_as_words(db: Path) -> None:
+    """pass_finished lists the jobs that ran (status lists the same), and those that
+    stored something; an era of one session says "1 conversation"."""
+    from structlog.testing import capture_logs
+
+    from dreamd.runtime.log import configure, get_logger
+
+    conn = make_chat_file(db)
+    add_turns(conn, "only", chat_texts(0, 6))
+    conn.close()
+    store = open_store(config_for(db))
+    configure("info")
+    completer = RecordingCompleter(store)
+    with capture_logs() as logs:
+        result = run_pass(store, config_for(db), completer.embedder, completer,
+                          trigger="test", force=True, clock=lambda: LATER, log=get_logger())
+    era = store.conn.execute("SELECT content FROM eras").fetchone()[0]
+    store.close()
+    assert era.startswith("2026-03: 1 conversation.\n")
+    [finished] = [e for e in logs if e["event"] == "pass_finished"]
+    assert finished["ran"] == [r.job for r in result.jobs if r.ran] == [
+        "embed", "summarize", "profile", "eras", "narrative", "reflect"]
+    assert finished["stored"] == [r.job for r in result.jobs if r.done]

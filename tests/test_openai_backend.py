@@ -436,3 +436,25 @@ def test_each_job_uses_its_own_model(db: Path, server: FakeOpenAI) -> None:
         r for r in server.requests if r["path"].endswith("/chat/completions")], strict=True)}
     assert ("reflect", "big-model") in models
     assert all(model == "test-model" for task, model in models if task != "reflect")
+
+
+def test_the_sdks_base_url_variable_is_honoured_when_base_url_is_unset(
+        db: Path, server: FakeOpenAI) -> None:
+    """$OPENAI_BASE_URL points the completer at the server when [completer] base_url is
+    "" (the default); status names the server in use."""
+    from dreamd.cli.report import backends
+
+    config = dataclasses.replace(completer_config(server), base_url="")
+    environ = {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.base_url}
+    answer = OpenAICompleter(config, environ=environ).complete(PROMPT)
+    assert answer.text and len(server.requests) == 1
+    old = os.environ.get("OPENAI_BASE_URL")
+    os.environ["OPENAI_BASE_URL"] = server.base_url
+    try:
+        shown = backends(dataclasses.replace(config_for(db), completer=config), "m")
+    finally:
+        if old is None:
+            del os.environ["OPENAI_BASE_URL"]
+        else:
+            os.environ["OPENAI_BASE_URL"] = old
+    assert shown["completer"] == f"openai-compatible: test-model at {server.base_url}"

@@ -22,7 +22,7 @@ import openai
 
 from dreamd.backends import write_gate
 from dreamd.backends.llm_output import clean, estimate_tokens
-from dreamd.config import CompleterConfig, Config
+from dreamd.config import CompleterConfig, Config, server_url
 from dreamd.errors import (
     BackendError,
     BackendMisconfigured,
@@ -230,9 +230,10 @@ class OpenAICompleter:
         self.config = config
         self.model = config.model
         self.breaker = Breaker(config.breaker_failures, config.breaker_cooldown_seconds)
-        self._caller = _Caller(config, self.breaker, sleep, stop, where=config.base_url,
+        url = server_url(config.base_url, environ)
+        self._caller = _Caller(config, self.breaker, sleep, stop, where=url,
                                secret=api_key(config, environ))
-        self._client = client(config.base_url, config, environ)
+        self._client = client(url, config, environ)
 
     def model_for(self, prompt: Prompt) -> str:
         """The job's own model (its spec's model key names the [completer] key), else
@@ -273,7 +274,7 @@ class OpenAIEmbedder:
         self._name = config.embed.model
         c = config.completer
         self.breaker = Breaker(c.breaker_failures, c.breaker_cooldown_seconds)
-        base_url = config.embed.base_url or c.base_url
+        base_url = config.embed.base_url or server_url(c.base_url, environ)
         self._caller = _Caller(c, self.breaker, stop=stop, where=base_url,
                                secret=api_key(c, environ))
         self._client = client(base_url, c, environ)

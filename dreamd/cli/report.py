@@ -6,7 +6,7 @@ import sqlite3
 from datetime import datetime
 from typing import Any
 
-from dreamd.config import Config
+from dreamd.config import Config, server_url
 from dreamd.dream import drives as drv
 from dreamd.dream.sensing import read_backlog
 from dreamd.ids import narrative_id, profile_id, self_state_id
@@ -58,7 +58,7 @@ def backends(config: Config, embed_model: str) -> dict[str, str]:
     """Which backends a pass would use, in words (never a key)."""
     c = config.completer
     completer = ("extractive (offline, no LLM)" if c.backend == "extractive"
-                 else f"openai-compatible: {c.model} at {c.base_url}")
+                 else f"openai-compatible: {c.model} at {server_url(c.base_url)}")
     where = "offline" if config.embed.backend != "openai" else "remote"
     return {"completer": completer, "embedder": f"{embed_model} ({where})"}
 

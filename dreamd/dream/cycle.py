@@ -140,8 +140,9 @@ def run_pass(
         )
     store.checkpoint_passive()
     log.info("pass_finished", run=run_id, trigger=trigger, outcome=outcome,
-                 ran=[r.job for r in results if r.ran and r.done],
-                 drives=drives_after.as_dict(), write_lock=write_lock)
+             ran=[r.job for r in results if r.ran],
+             stored=[r.job for r in results if r.done],
+             drives=drives_after.as_dict(), write_lock=write_lock)
     return PassResult(run_id, outcome, drives_before, drives_after, stats_before, stats_after,
                       tuple(results), tuple(ctx.notes), ctx.tokens.used_in, ctx.tokens.used_out,
                       write_lock)

@@ -55,7 +55,8 @@ def think(ctx: JobContext, work: Work) -> tuple[str, str, str, np.ndarray]:
     body = completion.text.strip()
     if not body:
         raise OutputInvalid(f"empty digest for {work.month}")
-    content = f"{work.month}: {len(work.gists)} conversations.\n{body}"
+    count = len(work.gists)
+    content = f"{work.month}: {count} conversation{'' if count == 1 else 's'}.\n{body}"
     return content, digest, completion.text, ctx.embedder.embed([content])[0]
 
 
