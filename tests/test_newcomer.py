@@ -187,3 +187,30 @@ def test_quiet_by_default_and_progress_at_a_steady_pace(tmp_path: Path) -> None:
     drawn, _, line = screen.getvalue().partition("\r" + " " * len("\rsummarize: 3/10   "))
     assert drawn == "\rsummarize: 3/10   " and line.startswith('\r{"job": "embed"'), repr(
         screen.getvalue())
+
+
+def test_retry_releases_quarantined_items_and_status_says_how(tmp_path: Path) -> None:
+    from dreamd.store import queries as q
+    from dreamd.store.opening import open_store
+    from tests.helpers import config_for
+
+    db = tmp_path / "memory.db"
+    two_users(db)
+    store = open_store(config_for(db))
+    with store.write() as conn:
+        for item in ("b1", "c1"):
+            q.record_failure(conn, "summarize", item, "InputRejected: the server rejected it",
+                             "2026-03-01T00:00:00+00:00", "2026-03-01T01:00:00+00:00", True)
+    store.close()
+    shown = run(db, "status").output
+    assert "quarantined:" in shown and "`dreamd retry [JOB [ITEM]]` releases them" in shown
+    unknown = run(db, "retry", "sumarize")
+    assert unknown.exit_code == 2 and "no job 'sumarize'; the jobs are embed" in unknown.output
+    one = run(db, "retry", "summarize", "b1")
+    assert one.exit_code == 0, one.output
+    assert one.output.strip() == ("released 1 item of job 'summarize' item 'b1'; the next "
+                                  "pass tries again")
+    assert run(db, "retry", "summarize", "b1").exit_code == 2  # nothing left of it
+    rest = run(db, "retry")
+    assert rest.exit_code == 0 and "released 1 item of every job" in rest.output
+    assert "quarantined:" not in run(db, "status").output

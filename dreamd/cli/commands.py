@@ -268,6 +268,38 @@ def sessions(obj: dict[str, Any], user: str | None, as_json: bool) -> None:
         click.echo(f"(and {data['uncounted_turns']} newer turns the next pass will count)")
 
 
+@main.command()
+@click.argument("job", required=False)
+@click.argument("item", required=False)
+@file_options
+@click.pass_obj
+def retry(obj: dict[str, Any], job: str | None, item: str | None) -> None:
+    """Release quarantined and backing-off items (all, one JOB's, or one ITEM of it): the
+    next pass tries them again.
+
+    \b
+    Examples:
+      dreamd --db ~/chat/memory.db retry                 everything that failed
+      dreamd --db ~/chat/memory.db retry profile         the profile job's items
+      dreamd --db ~/chat/memory.db retry summarize s-42  one session's gist
+    """
+    from dreamd.dream.jobs.registry import JOBS
+    from dreamd.store import queries as q
+
+    if job is not None and job not in JOBS.names:
+        raise fail(f"no job {job!r}; the jobs are {', '.join(JOBS.names)}")
+
+    def release(store: Any, config: Any) -> int:
+        with store.write() as conn:
+            return int(q.release_failures(conn, job, item))
+
+    released = read_existing(obj, release, read_only=False)
+    what = f"job {job!r}" + (f" item {item!r}" if item else "") if job else "every job"
+    if not released:
+        raise fail(f"nothing of {what} is quarantined or backing off")
+    click.echo(f"released {plural(released, 'item')} of {what}; the next pass tries again")
+
+
 @main.command(name="import")
 @click.argument("fmt", metavar="FORMAT", type=click.Choice(["chatgpt", "jsonl", "locomo",
                                                              "longmemeval"]))

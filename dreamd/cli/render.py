@@ -85,6 +85,8 @@ def render_status(data: dict[str, Any]) -> str:
                 out.append(
                     f"  {f['job']} {f['item']}: {f['attempts']} attempts, last {f['last_error']}"
                 )
+            if key == "quarantined":
+                out.append("  (fix the cause, then `dreamd retry [JOB [ITEM]]` releases them)")
     return "\n".join(out)
 
 

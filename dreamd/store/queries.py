@@ -17,6 +17,7 @@ from dreamd.store.runbook import (  # noqa: F401
     finish_run,
     recent_runs,
     record_failure,
+    release_failures,
     save_output,
     start_run,
     tokens_since,

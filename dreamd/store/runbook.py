@@ -86,6 +86,15 @@ def clear_failure(conn: sqlite3.Connection, job: str, item: str) -> None:
     conn.execute("DELETE FROM dreamd_failures WHERE job = ? AND item = ?", (job, item))
 
 
+def release_failures(conn: sqlite3.Connection, job: str | None, item: str | None) -> int:
+    """Forget the failure records of a job (or one item of it, or every job's): released
+    items are tried again by the next pass. Returns how many."""
+    cur = conn.execute(
+        "DELETE FROM dreamd_failures WHERE (?1 IS NULL OR job = ?1) AND (?2 IS NULL OR item = ?2)",
+        (job, item))
+    return cur.rowcount
+
+
 def start_run(conn: sqlite3.Connection, trigger: str, pid: int, now: str) -> int:
     cur = conn.execute(
         "INSERT INTO dreamd_runs (trigger, pid, started_at, outcome) VALUES (?, ?, ?, 'running')",
