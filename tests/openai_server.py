@@ -3,7 +3,8 @@
     server = FakeOpenAI(); server.start(); ... server.plan("429:1", "ok"); ... server.stop()
 
 POST /v1/chat/completions and /v1/embeddings. Each request takes the next behaviour from
-the plan (default "ok"): ok, 429:SECONDS (Retry-After), 500, 503, 400, 401, 404, 413,
+the plan (default "ok"): ok, 429:SECONDS (Retry-After), 500, 503, 400, 401, 404, 413
+(any status, optionally with the server's message: "500:MESSAGE"),
 hang:SECONDS, malformed, empty, nousage, badjson. `delay` adds latency to every call.
 Answers are deterministic and say which task they answer; usage is counted and summed.
 """
@@ -103,9 +104,11 @@ class FakeOpenAI:
                 with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                     self.wfile.write(body)  # the client may have timed out and gone
 
-            def error(self, status: int, headers: dict[str, str] | None = None) -> None:
-                body = json.dumps({"error": {"message": f"told to fail with {status}",
-                                             "type": "test", "code": status}}).encode()
+            def error(self, status: int, headers: dict[str, str] | None = None,
+                      message: str | None = None) -> None:
+                said = message or f"told to fail with {status}"
+                body = json.dumps({"error": {"message": said, "type": "test",
+                                             "code": status}}).encode()
                 self.reply(status, body, headers)
 
             def do_POST(self) -> None:
@@ -125,7 +128,7 @@ class FakeOpenAI:
                 if kind == "429":
                     return self.error(429, {"Retry-After": arg or "1"})
                 if kind.isdigit():
-                    return self.error(int(kind))
+                    return self.error(int(kind), message=arg or None)
                 if kind == "malformed":
                     return self.reply(200, b'{"id": "x", "choices": [ {not json')
                 if self.path.endswith("/embeddings"):

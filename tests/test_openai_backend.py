@@ -458,3 +458,35 @@ def test_the_sdks_base_url_variable_is_honoured_when_base_url_is_unset(
         else:
             os.environ["OPENAI_BASE_URL"] = old
     assert shown["completer"] == f"openai-compatible: test-model at {server.base_url}"
+
+
+def test_an_endpoint_that_cannot_work_is_permanent_and_recall_says_so(
+        tmp_path: Path, server: FakeOpenAI) -> None:
+    """llama.cpp without embeddings answers 500 "must be created with embedding=True":
+    one request, no retries, a configuration error with the server's words; recall on
+    the command line prints one line and exits 2."""
+    from click.testing import CliRunner
+
+    from dreamd.backends.openai_backend import OpenAIEmbedder
+    from dreamd.cli import main
+
+    cannot = "500:Llama model must be created with embedding=True"
+    server.plan(cannot)
+    config = dataclasses.replace(Config(), completer=completer_config(server),
+                                 embed=dataclasses.replace(Config().embed, backend="openai"))
+    with pytest.raises(BackendMisconfigured, match="must be created with embedding=True"):
+        OpenAIEmbedder(config, environ={"OPENAI_API_KEY": KEY}).embed(["hello"])
+    assert len(server.requests) == 1
+
+    db = tmp_path / "memory.db"
+    chat_file(db)
+    assert CliRunner().invoke(main, ["--db", str(db), "--force"],
+                              env={"DREAMD_EMBED__BACKEND": "hashing"}).exit_code == 0
+    toml = tmp_path / "dreamd.toml"
+    toml.write_text(f'[embed]\nbackend = "openai"\n[completer]\nbase_url = "{server.base_url}"\n')
+    server.plan(*[cannot] * 10)
+    result = CliRunner().invoke(main, ["--db", str(db), "--config", str(toml), "recall", "hi",
+                                       "--user", "default"], env={"OPENAI_API_KEY": KEY})
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "cannot do this as configured" in lines[0], result.output

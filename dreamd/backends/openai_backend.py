@@ -11,6 +11,7 @@ import contextlib
 import email.utils
 import os
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -103,6 +104,12 @@ def retry_after(exc: BaseException) -> float | None:
         return max(0.0, parsed.timestamp() - time.time()) if parsed else None
 
 
+# Words with which servers say an endpoint cannot work at all, whatever the retry.
+_CANNOT_WORK = re.compile(
+    r"must be created with|not supported|does not support|unsupported|not enabled|"
+    r"no such model|model not found|embedding=true", re.IGNORECASE)
+
+
 def reason(exc: BaseException, where: str, secret: str | None = None) -> str:
     """What went wrong, in the server's or the network's own words, never quoting the key:
     "connection refused at http://…", "503 from http://…: model is loading"."""
@@ -138,6 +145,10 @@ def classify(exc: BaseException, where: str = "the server", secret: str | None =
                 403: "permission denied for this key or model",
                 404: "not found: check base_url and the model name"}[status]
         return BackendMisconfigured(f"{hint} ({why})")
+    if status is not None and status >= 500 and _CANNOT_WORK.search(why):
+        # A server error that says the endpoint cannot work as configured (llama.cpp:
+        # "Llama model must be created with embedding=True"): retrying cannot help.
+        return BackendMisconfigured(f"the server cannot do this as configured ({why})")
     return BackendUnavailable(f"transient failure ({why})")
 
 
