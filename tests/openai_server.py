@@ -4,7 +4,8 @@
 
 POST /v1/chat/completions and /v1/embeddings. Each request takes the next behaviour from
 the plan (default "ok"): ok, 429:SECONDS (Retry-After), 500, 503, 400, 401, 404, 413
-(any status, optionally with the server's message: "500:MESSAGE"),
+(any status, optionally with the server's message: "500:MESSAGE"), say:TEXT (answer
+exactly TEXT, "\\n" for a newline: a weak model's junk),
 hang:SECONDS, malformed, empty, nousage, badjson. `delay` adds latency to every call.
 Answers are deterministic and say which task they answer; usage is counted and summed.
 """
@@ -133,7 +134,7 @@ class FakeOpenAI:
                     return self.reply(200, b'{"id": "x", "choices": [ {not json')
                 if self.path.endswith("/embeddings"):
                     return self.embeddings(body)
-                return self.chat(body, kind)
+                return self.chat(body, kind, arg)
 
             def embeddings(self, body: dict[str, Any]) -> None:
                 texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
@@ -148,7 +149,7 @@ class FakeOpenAI:
                                             "usage": {"prompt_tokens": tokens,
                                                       "total_tokens": tokens}}).encode())
 
-            def chat(self, body: dict[str, Any], kind: str) -> None:
+            def chat(self, body: dict[str, Any], kind: str, arg: str = "") -> None:
                 system = body["messages"][0]["content"]
                 user = body["messages"][-1]["content"]
                 content = answer(system, user)
@@ -156,7 +157,9 @@ class FakeOpenAI:
                     content = (content + " Filler sentence of a longer gist.") * (
                         fake.pad // (len(content) + 34) + 1)
                     content = content[: fake.pad]
-                if kind == "empty":
+                if kind == "say":  # answer like a weak model: exactly this text
+                    content = arg.replace("\\n", "\n")
+                elif kind == "empty":
                     content = ""
                 elif kind == "badjson":
                     content = "I feel fine, thanks for asking!"

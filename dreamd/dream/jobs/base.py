@@ -14,8 +14,9 @@ from datetime import UTC, datetime, timedelta
 
 from dreamd.backends.llm_output import bounded, estimate_tokens
 from dreamd.backends.protocols import Completer, Embedder
+from dreamd.backends.validate import junk
 from dreamd.config import Config
-from dreamd.errors import PASS_STOPPING, BudgetExhausted, InputRejected
+from dreamd.errors import PASS_STOPPING, BudgetExhausted, InputRejected, OutputInvalid
 from dreamd.logger import Logger, silent
 from dreamd.models import Completion, JobSpec, Prompt
 from dreamd.store import queries as q
@@ -193,13 +194,28 @@ class JobContext:
 
     def complete(self, prompt: Prompt) -> Completion:
         """Call the Completer: never inside a transaction, within the token budget, with
-        the sending job's model and output bound."""
+        the sending job's model and output bound. An LLM's answer that is junk (see
+        backends.validate) is asked for once more, firmly; junk twice is an error, never
+        memory."""
         if threading.get_ident() == self.owner and self.store.in_transaction:
             raise RuntimeError("internal: backend call inside a transaction")
         spec = self.tasks.get(prompt.task)
         if spec is not None:
             prompt = dataclasses.replace(prompt, model_key=spec.model_key,
                                          max_chars=spec.bounds[prompt.task])
+        completion = self._call(prompt)
+        if not self.llm:
+            return completion
+        problem = junk(completion.text, prompt)
+        if problem is None:
+            return completion
+        completion = self._call(dataclasses.replace(prompt, system=prompt.system + FIRMER))
+        again = junk(completion.text, prompt)
+        if again is not None:
+            raise OutputInvalid(f"{again} (asked twice; first: {problem})")
+        return completion
+
+    def _call(self, prompt: Prompt) -> Completion:
         estimate = self._reserve(prompt)
         try:
             completion = self.completer.complete(prompt)
@@ -215,6 +231,11 @@ class JobContext:
         # Every backend's answer is bounded here, before any job sees it.
         return dataclasses.replace(completion, text=bounded(completion.text, prompt.max_chars,
                                                             prompt.task))
+
+
+# Added to the instructions when an answer came back as junk.
+FIRMER = (" Answer with the text itself and nothing else: no markup or tags, no line twice,"
+          " do not repeat these instructions and do not copy the material line by line.")
 
 
 def input_hash(prompt: Prompt) -> str:

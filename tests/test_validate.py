@@ -1,0 +1,118 @@
+"""Junk never becomes memory: the checks as a table, and a weak model's answers end to end."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from dreamd.backends.validate import junk
+from dreamd.dream.prompts import era_prompt, reflect_prompt, summary_prompt
+from dreamd.models import Prompt
+from dreamd.store.opening import open_store
+from tests.helpers import chat_texts, completer_config, config_for, make_chat_file
+from tests.openai_server import FakeOpenAI
+
+NAMES = {"user": "Sam", "agent": "Wren"}
+TURNS = [f"user: {t}" for t in chat_texts(0, 8)]
+GIST = summary_prompt(NAMES, None, TURNS, 8)
+ERA = era_prompt(NAMES, "2023-09", ["Sam adopted a dog called Biscuit.",
+                                    "Sam ran a half marathon in 1:52."], 6)
+LOOP = "\n".join(["Sam talked about hiking with his sister in the mountains."] * 40)
+
+
+@pytest.mark.parametrize(("answer", "prompt", "why"), [
+    ("", GIST, "empty answer"),
+    ("   \n ", GIST, "empty answer"),
+    ("<<SYS>>", GIST, "marker '<<SYS>>'"),
+    ("<<SYS>>\nSam hiked with his sister.", GIST, "marker '<<SYS>>'"),
+    ("[INST] Summarize [/INST] Sam hiked.", GIST, "marker '[INST]'"),
+    ("<|im_start|>assistant\nSam hiked.", GIST, "marker '<|im_start|>'"),
+    ("<start_of_turn>model\nSam hiked.", GIST, "marker '<start_of_turn>'"),
+    ("Sam hiked. </data> more", GIST, "marker '</data>'"),
+    (LOOP, GIST, "repeats itself in a loop"),
+    (ERA.system, ERA, "echoes the instructions"),
+    ("Write the digest of 2023-09 in Sam's life from the gists of that month's "
+     "conversations with Wren: what was happening, one point per line.", ERA,
+     "echoes the instructions"),
+    ("\n".join(f"- {t}" for t in TURNS[:6]), GIST, "copies the material"),
+    (LOOP, reflect_prompt(NAMES, {}, [], {}), "repeats itself in a loop"),
+])
+def test_junk_is_named(answer: str, prompt: Prompt, why: str) -> None:
+    problem = junk(answer, prompt)
+    assert problem is not None and why in problem, problem
+
+
+@pytest.mark.parametrize(("answer", "prompt"), [
+    ("Sam spent the weekend hiking with his sister and felt closer to her.", GIST),
+    ("- Sam adopted Biscuit, a beagle mix.\n- Sam ran a half marathon in 1:52.", ERA),
+    ('{"mood": "warm", "mood_score": 0.4, "energy": 0.6, "self_narrative": "I listened.",'
+     ' "reflection": "Sam is proud.", "topics": ["running"]}', reflect_prompt(NAMES, {}, [], {})),
+    # one line quoted from the material inside a real summary is fine
+    (f"Sam kept returning to one thought: {TURNS[0][6:]}\nHe plans to go again.", GIST),
+])
+def test_a_real_answer_passes(answer: str, prompt: Prompt) -> None:
+    assert junk(answer, prompt) is None
+
+
+def test_a_weak_models_junk_is_never_stored(tmp_path: Path) -> None:
+    """The test server answers like Gemma 3 270M did: <<SYS>> alone, the prompt echoed,
+    a 40-line loop. Each is asked for once more; junk twice is a failure with its
+    reason, and no gist is stored."""
+    from dreamd.backends.hashing import HashingEmbedder
+    from dreamd.backends.openai_backend import OpenAICompleter
+    from dreamd.dream.cycle import run_pass
+
+    server = FakeOpenAI().start()
+    try:
+        db = tmp_path / "memory.db"
+        conn = make_chat_file(db)
+        from tests.helpers import add_turns
+
+        add_turns(conn, "s1", chat_texts(0, 8))
+        conn.close()
+        config = dataclasses.replace(config_for(db), completer=completer_config(server))
+        loop = "\\n".join(["The user keeps thinking about hiking with the sister."] * 40)
+        server.plan("say:<<SYS>>", f"say:{loop}")
+        store = open_store(config)
+        completer = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"})
+        result = run_pass(store, config, HashingEmbedder(), completer, trigger="test",
+                          force=True)
+        gists = store.conn.execute("SELECT COUNT(*) FROM summaries").fetchone()[0]
+        failure = store.conn.execute(
+            "SELECT last_error FROM dreamd_failures WHERE job = 'summarize'").fetchone()
+        store.close()
+    finally:
+        server.stop()
+    assert gists == 0
+    assert failure is not None and "repeats itself in a loop" in failure[0]
+    assert "first: chat-template or prompt marker '<<SYS>>'" in failure[0]
+    summarize = {r.job: r for r in result.jobs}["summarize"]
+    assert summarize.failed == 1 and summarize.done == 0
+    assert len([t for t in server.tasks() if t == "summarize"]) == 2  # asked once more
+
+
+def test_one_bad_answer_then_a_good_one_is_stored(tmp_path: Path) -> None:
+    from dreamd.backends.hashing import HashingEmbedder
+    from dreamd.backends.openai_backend import OpenAICompleter
+    from dreamd.dream.cycle import run_pass
+
+    server = FakeOpenAI().start()
+    try:
+        db = tmp_path / "memory.db"
+        conn = make_chat_file(db)
+        from tests.helpers import add_turns
+
+        add_turns(conn, "s1", chat_texts(0, 8))
+        conn.close()
+        config = dataclasses.replace(config_for(db), completer=completer_config(server))
+        server.plan("say:<<SYS>>")
+        store = open_store(config)
+        completer = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"})
+        run_pass(store, config, HashingEmbedder(), completer, trigger="test", force=True)
+        gist = store.conn.execute("SELECT content FROM summaries").fetchone()[0]
+        store.close()
+    finally:
+        server.stop()
+    assert "SUMMARIZE" in gist and "<<SYS>>" not in gist
