@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from dreamd.backends.hashing import HashingEmbedder
+from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.backends.validate import junk
+from dreamd.dream.cycle import PassResult, run_pass
 from dreamd.dream.prompts import era_prompt, reflect_prompt, summary_prompt
 from dreamd.models import Prompt
 from dreamd.store.opening import open_store
-from tests.helpers import chat_texts, completer_config, config_for, make_chat_file
+from tests.helpers import add_turns, chat_texts, completer_config, config_for, make_chat_file
 from tests.openai_server import FakeOpenAI
 
 NAMES = {"user": "Sam", "agent": "Wren"}
@@ -56,63 +59,46 @@ def test_a_real_answer_passes(answer: str, prompt: Prompt) -> None:
     assert junk(answer, prompt) is None
 
 
-def test_a_weak_models_junk_is_never_stored(tmp_path: Path) -> None:
-    """The test server answers like Gemma 3 270M did: <<SYS>> alone, the prompt echoed,
-    a 40-line loop. Each is asked for once more; junk twice is a failure with its
-    reason, and no gist is stored."""
-    from dreamd.backends.hashing import HashingEmbedder
-    from dreamd.backends.openai_backend import OpenAICompleter
-    from dreamd.dream.cycle import run_pass
-
+def pass_against(tmp_path: Path, *plan: str) -> tuple[PassResult, list[str], list[str],
+                                                     list[str]]:
+    """One forced pass over a one-session file with the test server answering `plan`
+    first: the result, the gists stored, summarize's failure records, the tasks asked."""
     server = FakeOpenAI().start()
     try:
         db = tmp_path / "memory.db"
         conn = make_chat_file(db)
-        from tests.helpers import add_turns
-
         add_turns(conn, "s1", chat_texts(0, 8))
         conn.close()
         config = dataclasses.replace(config_for(db), completer=completer_config(server))
-        loop = "\\n".join(["The user keeps thinking about hiking with the sister."] * 40)
-        server.plan("say:<<SYS>>", f"say:{loop}")
+        server.plan(*plan)
         store = open_store(config)
         completer = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"})
         result = run_pass(store, config, HashingEmbedder(), completer, trigger="test",
                           force=True)
-        gists = store.conn.execute("SELECT COUNT(*) FROM summaries").fetchone()[0]
-        failure = store.conn.execute(
-            "SELECT last_error FROM dreamd_failures WHERE job = 'summarize'").fetchone()
+        gists = [r[0] for r in store.conn.execute("SELECT content FROM summaries")]
+        failures = [r[0] for r in store.conn.execute(
+            "SELECT last_error FROM dreamd_failures WHERE job = 'summarize'")]
         store.close()
     finally:
         server.stop()
-    assert gists == 0
-    assert failure is not None and "repeats itself in a loop" in failure[0]
-    assert "first: chat-template or prompt marker '<<SYS>>'" in failure[0]
+    return result, gists, failures, server.tasks()
+
+
+def test_a_weak_models_junk_is_never_stored(tmp_path: Path) -> None:
+    """The test server answers like Gemma 3 270M did: <<SYS>> alone, then a 40-line loop.
+    Junk is asked for once more; junk twice is a failure with its reasons, and no gist
+    is stored."""
+    loop = "\\n".join(["The user keeps thinking about hiking with the sister."] * 40)
+    result, gists, failures, tasks = pass_against(tmp_path, "say:<<SYS>>", f"say:{loop}")
+    assert gists == []
+    assert len(failures) == 1 and "repeats itself in a loop" in failures[0]
+    assert "first: chat-template or prompt marker '<<SYS>>'" in failures[0]
     summarize = {r.job: r for r in result.jobs}["summarize"]
     assert summarize.failed == 1 and summarize.done == 0
-    assert len([t for t in server.tasks() if t == "summarize"]) == 2  # asked once more
+    assert tasks.count("summarize") == 2  # asked once more, then given up
 
 
 def test_one_bad_answer_then_a_good_one_is_stored(tmp_path: Path) -> None:
-    from dreamd.backends.hashing import HashingEmbedder
-    from dreamd.backends.openai_backend import OpenAICompleter
-    from dreamd.dream.cycle import run_pass
-
-    server = FakeOpenAI().start()
-    try:
-        db = tmp_path / "memory.db"
-        conn = make_chat_file(db)
-        from tests.helpers import add_turns
-
-        add_turns(conn, "s1", chat_texts(0, 8))
-        conn.close()
-        config = dataclasses.replace(config_for(db), completer=completer_config(server))
-        server.plan("say:<<SYS>>")
-        store = open_store(config)
-        completer = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"})
-        run_pass(store, config, HashingEmbedder(), completer, trigger="test", force=True)
-        gist = store.conn.execute("SELECT content FROM summaries").fetchone()[0]
-        store.close()
-    finally:
-        server.stop()
-    assert "SUMMARIZE" in gist and "<<SYS>>" not in gist
+    _, gists, failures, _ = pass_against(tmp_path, "say:<<SYS>>")
+    assert len(gists) == 1 and "SUMMARIZE" in gists[0] and "<<SYS>>" not in gists[0]
+    assert failures == []
