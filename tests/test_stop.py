@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -110,3 +111,62 @@ def test_a_slow_answer_inside_its_deadline_keeps_the_watchdog_fed(tmp_path: Path
         proc.communicate(timeout=30)
         sock.close()
         slow.stop()
+
+
+def test_sigterm_during_a_hung_embedding_call_on_the_pass_thread(
+        tmp_path: Path, hanging: FakeOpenAI) -> None:
+    """Embeddings are called on the pass thread itself, so the pool cannot abandon them:
+    the grace timer ends the process (exit 0) and marks the pass interrupted."""
+    db = tmp_path / "memory.db"
+    big_file(db, 3, 4)
+    config = llm_config(tmp_path, hanging)
+    config.write_text(config.read_text() + '\n[embed]\nbackend = "openai"\n')
+    env = dreamd_env(OPENAI_API_KEY="sk-test")
+    del env["DREAMD_EMBED__BACKEND"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dreamd", "--db", str(db), "--config", str(config), "--force"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not hanging.requests and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert hanging.requests and hanging.requests[0]["path"].endswith("/embeddings")
+    signalled = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err[-2000:]
+    assert time.monotonic() - signalled <= GRACE + 2
+    assert len(hanging.requests) == 1  # no retry after the signal
+    assert '"event": "stop_grace_over"' in out
+    conn = sqlite3.connect(db)
+    outcome, error = conn.execute(
+        "SELECT outcome, error FROM dreamd_runs ORDER BY id DESC LIMIT 1").fetchone()
+    conn.close()
+    assert outcome == "interrupted" and "still in flight" in error
+
+
+def test_an_embedding_call_counts_as_progress_until_its_deadline() -> None:
+    """The watchdog's view while the pass thread waits in an embedding call: healthy until
+    the call's own deadline, though no beat comes meanwhile."""
+    import threading
+
+    from dreamd.backends.hashing import HashingEmbedder
+    from dreamd.runtime.daemon import Health, WatchedEmbedder
+
+    class Slow(HashingEmbedder):
+        def embed(self, texts: list[str]) -> Any:
+            inside.set()
+            release.wait(10)
+            return super().embed(texts)
+
+    inside, release = threading.Event(), threading.Event()
+    health = Health(running=True)
+    watched = WatchedEmbedder(Slow(), health, deadline=60)
+    worker = threading.Thread(target=watched.embed, args=(["hello"],))
+    worker.start()
+    assert inside.wait(10)
+    time.sleep(0.3)
+    assert health.healthy(limit=0.1)  # no beat for 0.3 s, but inside a bounded call
+    release.set()
+    worker.join(10)
+    health.last_beat -= 1.0
+    assert not health.healthy(limit=0.1)  # the call is over: beats are due again

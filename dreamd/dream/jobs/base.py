@@ -113,7 +113,8 @@ class JobContext:
     epoch: str | None = None
     # The newest turn when the pass sensed its backlog: jobs work up to it, and turns the
     # app writes meanwhile are the next pass's, so a busy app cannot starve later jobs.
-    horizon: int = 0
+    # None outside a pass: the newest turn when a job starts.
+    horizon: int | None = None
     # Backend calls still in flight when the stop grace ran out: left to finish unheard.
     abandoned: int = 0
     # Prompt task -> the job that sends it: its model key and output bound.

@@ -18,11 +18,12 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     done = failed = 0
     errors: list[str] = []
     failures = failed_items(ctx, JOB)
+    upto = horizon(ctx)
     while not ctx.budget.exhausted() and not ctx.invalidated:
         with ctx.store.read() as conn:
             watermark = q.embed_watermark(conn, model)
-            turns = q.turns_after(conn, watermark, batch, ctx.horizon)
-            remaining = q.count_exchanges_after(conn, watermark, ctx.horizon)
+            turns = q.turns_after(conn, watermark, batch, upto)
+            remaining = q.count_exchanges_after(conn, watermark, upto)
         if not turns:
             break
         item = f"after:{watermark}"
@@ -51,19 +52,28 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         ctx.progress(JOB, done, done + remaining - len(turns))
     if not failed:
         done += embed_derived(ctx, errors)
-    index_text(ctx)
+    index_text(ctx, upto)
     with ctx.store.read() as conn:
-        left = q.count_exchanges_after(conn, q.embed_watermark(conn, model), ctx.horizon)
+        left = q.count_exchanges_after(conn, q.embed_watermark(conn, model), upto)
     return JobResult(JOB, True, reason, done=done, failed=failed, remaining=left,
                      errors=tuple(errors))
 
 
-def index_text(ctx: JobContext, chunk: int = INDEX_CHUNK) -> None:
-    """Bring the full-text index up to the pass's horizon, in short chunks."""
+def horizon(ctx: JobContext) -> int:
+    """The newest turn this job works up to: the pass's horizon, or (outside a pass) the
+    newest turn now."""
+    if ctx.horizon is not None:
+        return ctx.horizon
+    with ctx.store.read() as conn:
+        return q.max_exchange_id(conn)
+
+
+def index_text(ctx: JobContext, upto: int, chunk: int = INDEX_CHUNK) -> None:
+    """Bring the full-text index up to turn `upto`, in short chunks."""
     while not ctx.budget.exhausted():
         with ctx.store.read() as conn:
             after = q.fts_watermark(conn)
-            newest = min(q.max_exchange_id(conn), ctx.horizon)
+            newest = min(q.max_exchange_id(conn), upto)
         if newest <= after:
             return
         with ctx.store.write() as conn:
