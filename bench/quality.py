@@ -125,9 +125,10 @@ def locomo(path: Path, embedder: LocalEmbedder) -> None:
 def dia_ids(memory: Memory, conv: dict[str, Any]) -> dict[str, int]:
     """dia_id -> exchange id, by the importer's order (one row per turn, in order)."""
     by_session: dict[str, list[int]] = defaultdict(list)
-    for exchange_id, session_id in memory.store.conn.execute(
-            "SELECT id, session_id FROM exchanges ORDER BY id"):
-        by_session[session_id].append(exchange_id)
+    with memory.store.read() as conn:
+        for exchange_id, session_id in conn.execute(
+                "SELECT id, session_id FROM exchanges ORDER BY id"):
+            by_session[session_id].append(exchange_id)
     ids = {}
     for key, turns in conv["conversation"].items():
         if key.startswith("session_") and key.count("_") == 1:

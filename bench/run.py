@@ -310,9 +310,9 @@ def bench_recall() -> None:
         return index.ids[top_k(index.scores(query), 10)].tolist()
 
     def prior_art() -> list[int]:
-        rows = store.conn.execute(
-            "SELECT exchange_id, vector FROM dreamd_exchange_vectors WHERE model = 'bench'"
-        ).fetchall()
+        with store.read() as conn:
+            rows = conn.execute("SELECT exchange_id, vector FROM dreamd_exchange_vectors "
+                                "WHERE model = 'bench'").fetchall()
         matrix = np.stack([np.frombuffer(r[1], dtype=np.float32) for r in rows])
         scores = (matrix @ query) / (np.linalg.norm(matrix, axis=1) * np.linalg.norm(query))
         return [rows[i][0] for i in np.argsort(scores)[::-1][:10]]
@@ -366,7 +366,7 @@ def bench_forget() -> None:
     for after in range(0, top, INDEX_CHUNK):  # as the embed job builds it: the index's
         with store.write() as conn:           # segments then have the shape a pass leaves
             q.index_text(conn, after, min(top, after + INDEX_CHUNK))
-    store.checkpoint_truncate()
+    store.purge_log()
     holds = store.lock_times = EachHold()
     started = time.perf_counter()
     report = forget(store, Scope("u7"), "assistant")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from dreamd.store.connect import Store
+from dreamd.store.connect import SqliteStore
 
 # Tests never read a developer's own config or DREAMD_* settings.
 for _name in [n for n in os.environ if n.startswith("DREAMD_")]:
@@ -19,11 +19,10 @@ def db(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def opened(db: Path) -> Iterator[Store]:
-    from dreamd.store.opening import open_store
-    from tests.helpers import config_for, make_chat_file
+def opened(db: Path) -> Iterator[SqliteStore]:
+    from tests.helpers import config_for, make_chat_file, open_sqlite
 
     make_chat_file(db).close()
-    store = open_store(config_for(db))
+    store = open_sqlite(config_for(db))
     yield store
     store.close()

@@ -22,11 +22,23 @@ from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.config import CompleterConfig, Config, EmbedConfig
 from dreamd.dream.prompts import summary_prompt
 from dreamd.models import Completion, Prompt
-from dreamd.store.connect import Store
+from dreamd.store.connect import SqliteStore
+from dreamd.store.interface import Store
 from dreamd.store.migrations import CORE_TABLES
+from dreamd.store.opening import open_store
 from tests.openai_server import FakeOpenAI
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+
+
+def sqlite(store: Store) -> SqliteStore:
+    """The SQLite engine behind a store, for tests that look at the file's rows."""
+    assert isinstance(store, SqliteStore), store
+    return store
+
+
+def open_sqlite(config: Config, create: bool = True) -> SqliteStore:
+    return sqlite(open_store(config, create=create))
 
 
 def config_for(db: Path, **sections: Any) -> Config:
@@ -56,7 +68,7 @@ class RecordingCompleter:
         self.model = self.inner.model
 
     def complete(self, prompt: Prompt) -> Completion:
-        if self.store is not None and self.store.conn.in_transaction:
+        if self.store is not None and self.store.in_transaction:
             raise InTransactionError(f"complete({prompt.task}) called inside a transaction")
         self.prompts.append(prompt)
         for marker in self.fail_on:

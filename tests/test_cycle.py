@@ -14,8 +14,7 @@ from dreamd.cli.demo import sample_sessions, write_sessions
 from dreamd.config import JobsConfig, PassConfig, SummarizeConfig
 from dreamd.dream.cycle import run_pass
 from dreamd.store import queries as q
-from dreamd.store.connect import Store
-from dreamd.store.opening import open_store
+from dreamd.store.connect import SqliteStore as Store
 from tests.helpers import (
     RecordingCompleter,
     add_turns,
@@ -23,6 +22,7 @@ from tests.helpers import (
     config_for,
     derived_digest,
     make_chat_file,
+    open_sqlite,
 )
 
 LATER = datetime(2026, 12, 1, tzinfo=UTC)
@@ -39,7 +39,7 @@ def demo_store(db: Path):
     conn = make_chat_file(db)
     write_sessions(conn, sample_sessions())
     conn.close()
-    store = open_store(config_for(db))
+    store = open_sqlite(config_for(db))
     yield store
     store.close()
 
@@ -110,7 +110,7 @@ def test_long_first_summary_is_chunked_and_merged(db: Path) -> None:
     add_turns(conn, "long", texts)
     conn.close()
     config = config_for(db, summarize=SummarizeConfig(chunk_turns=12, gist_lines=4))
-    store = open_store(config)
+    store = open_sqlite(config)
     completer = RecordingCompleter(store)
     result = pass_(store, completer, config)
     assert not result.failed
@@ -129,7 +129,7 @@ def test_idle_gating_waits_for_a_quiet_chat(db: Path) -> None:
     add_turns(conn, "live", chat_texts(1, 30), start=start - timedelta(minutes=30))
     add_turns(conn, "quiet", chat_texts(2, 30), start=start - timedelta(hours=5))
     conn.close()
-    store = open_store(config_for(db))
+    store = open_sqlite(config_for(db))
     completer = RecordingCompleter(store)
     result = pass_(store, completer, force=False, clock=lambda: start + timedelta(minutes=1))
     summarized = {r[0] for r in store.conn.execute("SELECT session_id FROM summaries")}
@@ -149,7 +149,7 @@ def test_failures_back_off_then_quarantine_and_the_pass_goes_on(db: Path) -> Non
     add_turns(conn, "bad", ["POISON turn that the backend refuses", "reply"] * 3)
     conn.close()
     config = config_for(db, jobs=JobsConfig(max_attempts=2, backoff_seconds=60))
-    store = open_store(config)
+    store = open_sqlite(config)
     completer = RecordingCompleter(store, fail_on={"POISON"})
     clock = [LATER]
     result = pass_(store, completer, config, force=False, clock=lambda: clock[0])
@@ -183,7 +183,7 @@ def test_a_stale_write_is_discarded_not_stored_over_newer_state(db: Path) -> Non
     add_turns(conn, "s", chat_texts(0, 6))
     conn.close()
     config = config_for(db)
-    store = open_store(config)
+    store = open_sqlite(config)
 
     class Racing(RecordingCompleter):
         def complete(self, prompt):
@@ -208,7 +208,7 @@ def test_pass_budget_leaves_the_rest_for_the_next_pass(db: Path) -> None:
         add_turns(conn, f"s{i}", chat_texts(i, 4), start=LATER - timedelta(days=30 - i))
     conn.close()
     config = config_for(db, pass_=PassConfig(max_seconds=0, max_items=3))
-    store = open_store(config)
+    store = open_sqlite(config)
     completer = RecordingCompleter(store)
     first = pass_(store, completer, config)
     assert first.outcome == "partial"
@@ -278,7 +278,7 @@ def test_every_stored_tier_is_bounded_whatever_the_input(db: Path) -> None:
     huge = "I keep talking about my garden and " * 30_000 + "x" * 100_000
     add_turns(conn, "big", [huge, "Tell me more.", huge + " and again.", "Sure."])
     conn.close()
-    store = open_store(config_for(db))
+    store = open_sqlite(config_for(db))
     result = pass_(store, RecordingCompleter(store))
     assert result.outcome == "ok", result.jobs
     sizes = {table: store.conn.execute(f"SELECT MAX(LENGTH(content)) FROM {table}").fetchone()[0]
@@ -336,7 +336,7 @@ def test_the_pass_log_names_every_job_that_ran_and_counts_read_as_words(db: Path
     conn = make_chat_file(db)
     add_turns(conn, "only", chat_texts(0, 6))
     conn.close()
-    store = open_store(config_for(db))
+    store = open_sqlite(config_for(db))
     configure("info")
     completer = RecordingCompleter(store)
     with capture_logs() as logs:

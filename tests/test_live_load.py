@@ -16,8 +16,7 @@ import numpy as np
 
 from dreamd.config import PassConfig
 from dreamd.dream.cycle import run_pass
-from dreamd.store.opening import open_store
-from tests.helpers import T0, RecordingCompleter, config_for, make_chat_file
+from tests.helpers import T0, RecordingCompleter, config_for, make_chat_file, open_sqlite
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,7 +70,7 @@ def test_a_busy_app_does_not_starve_the_jobs_after_embed(tmp_path: Path) -> None
     try:
         time.sleep(0.5)
         config = config_for(db, pass_=PassConfig(max_seconds=8.0))
-        store = open_store(config)
+        store = open_sqlite(config)
         embedder = SlowEmbedder()
         completer = RecordingCompleter(store, embedder=embedder.inner)
         result = run_pass(store, config, embedder, completer, trigger="test", force=True)
@@ -111,7 +110,7 @@ def test_embed_stops_when_a_forget_lands_mid_pass(tmp_path: Path) -> None:
             forgot.append(call)
 
     config = config_for(db, pass_=PassConfig(max_seconds=4.0))
-    store = open_store(config)
+    store = open_sqlite(config)
     embedder = SlowEmbedder(delay=0.01, on_call=forget_from_outside)
     result = run_pass(store, config, embedder, RecordingCompleter(store, embedder=embedder.inner),
                       trigger="test", force=True)

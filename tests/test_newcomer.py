@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from dreamd.cli.commands import main
-from tests.helpers import add_turns, chat_texts, dreamd_env, make_chat_file
+from tests.helpers import add_turns, chat_texts, dreamd_env, make_chat_file, open_sqlite
 
 
 def run(db: Path, *args: str):
@@ -191,12 +191,11 @@ def test_quiet_by_default_and_progress_at_a_steady_pace(tmp_path: Path) -> None:
 
 def test_retry_releases_quarantined_items_and_status_says_how(tmp_path: Path) -> None:
     from dreamd.store import queries as q
-    from dreamd.store.opening import open_store
     from tests.helpers import config_for
 
     db = tmp_path / "memory.db"
     two_users(db)
-    store = open_store(config_for(db))
+    store = open_sqlite(config_for(db))
     with store.write() as conn:
         for item in ("b1", "c1"):
             q.record_failure(conn, "summarize", item, "InputRejected: the server rejected it",

@@ -28,8 +28,7 @@ from dreamd.errors import (
     OutputInvalid,
 )
 from dreamd.runtime.log import get_logger
-from dreamd.store.connect import Store
-from dreamd.store.opening import open_store
+from dreamd.store.connect import SqliteStore as Store
 from tests.helpers import (
     KEY,
     PROMPT,
@@ -40,6 +39,7 @@ from tests.helpers import (
     config_for,
     derived_digest,
     make_chat_file,
+    open_sqlite,
 )
 from tests.openai_server import FakeOpenAI
 
@@ -164,7 +164,7 @@ def llm_pass(store: Store, config: Config, server: FakeOpenAI, **kw: object):
 def test_end_to_end_pass_builds_every_tier_from_the_server(db: Path, server: FakeOpenAI) -> None:
     chat_file(db)
     config = llm_config(db, server)
-    store = open_store(config)
+    store = open_sqlite(config)
     result = llm_pass(store, config, server)
     assert result.outcome == "ok", result.jobs
     conn = store.conn
@@ -192,7 +192,7 @@ def test_configuration_error_stops_llm_work_and_burns_no_attempts(
 ) -> None:
     chat_file(db)
     config = llm_config(db, server)
-    store = open_store(config)
+    store = open_sqlite(config)
     before = derived_digest(db)
     server.plan("401")
     result = llm_pass(store, config, server)
@@ -213,7 +213,7 @@ def test_configuration_error_stops_llm_work_and_burns_no_attempts(
 def test_rejected_input_is_split_once_then_quarantined(db: Path, server: FakeOpenAI) -> None:
     chat_file(db, sessions=1, turns=10)
     config = llm_config(db, server)
-    store = open_store(config)
+    store = open_sqlite(config)
     server.plan("400", "400")  # the whole session, then its first half after the split
     result = llm_pass(store, config, server)
     job = next(j for j in result.jobs if j.job == "summarize")
@@ -230,7 +230,7 @@ def test_rejected_input_that_fits_after_splitting_is_summarized(
 ) -> None:
     chat_file(db, sessions=1, turns=10)
     config = llm_config(db, server)
-    store = open_store(config)
+    store = open_sqlite(config)
     server.plan("400")
     llm_pass(store, config, server)
     assert server.tasks()[:4] == ["summarize", "summarize", "summarize", "merge"]
@@ -243,7 +243,7 @@ def test_invalid_reflection_gets_one_repair_then_the_old_state_stays(
 ) -> None:
     chat_file(db, sessions=1)
     config = llm_config(db, server)
-    store = open_store(config)
+    store = open_sqlite(config)
     server.plan("ok", "ok", "ok", "ok", "badjson", "ok")  # repaired on the second try
     llm_pass(store, config, server)
     state = json.loads(store.conn.execute("SELECT data FROM self_state").fetchone()[0])
@@ -265,7 +265,7 @@ def test_invalid_reflection_gets_one_repair_then_the_old_state_stays(
 def test_token_budget_stops_llm_work_before_it_is_exceeded(db: Path, server: FakeOpenAI) -> None:
     chat_file(db, sessions=4)
     config = llm_config(db, server, budget=BudgetConfig(tokens_per_pass=1500))
-    store = open_store(config)
+    store = open_sqlite(config)
     result = llm_pass(store, config, server)
     assert any("budget.tokens_per_pass" in n for n in result.notes)
     assert result.tokens_in + result.tokens_out <= 1500
@@ -278,7 +278,7 @@ def test_token_budget_stops_llm_work_before_it_is_exceeded(db: Path, server: Fak
 def test_daily_budget_counts_earlier_passes(db: Path, server: FakeOpenAI) -> None:
     chat_file(db, sessions=2)
     config = llm_config(db, server)
-    store = open_store(config)
+    store = open_sqlite(config)
     first = llm_pass(store, config, server)
     used = first.tokens_in + first.tokens_out
     add_turns(sqlite3.connect(db, isolation_level=None), "s0", ["more", "news"])
@@ -293,7 +293,7 @@ def test_daily_budget_counts_earlier_passes(db: Path, server: FakeOpenAI) -> Non
 def test_unchanged_inputs_cost_no_tokens(db: Path, server: FakeOpenAI) -> None:
     chat_file(db, sessions=2)
     config = llm_config(db, server)
-    store = open_store(config)
+    store = open_sqlite(config)
     llm_pass(store, config, server)
     era = store.conn.execute("SELECT content FROM eras").fetchone()[0]
     # An era marked stale whose gists did not change (as after a gist re-saved as is).
@@ -315,7 +315,7 @@ def test_a_pool_of_workers_summarizes_concurrently(db: Path) -> None:
         config = dataclasses.replace(
             config, completer=dataclasses.replace(config.completer, workers=8,
                                                   read_timeout_seconds=2))
-        store = open_store(config)
+        store = open_sqlite(config)
         started = time.monotonic()
         result = llm_pass(store, config, fake)
         elapsed = time.monotonic() - started
@@ -361,7 +361,7 @@ def test_status_says_degraded_while_the_breaker_is_open(db: Path, server: FakeOp
     config = llm_config(db, server)
     config = dataclasses.replace(config, completer=dataclasses.replace(
         config.completer, retries=0, breaker_failures=2, breaker_cooldown_seconds=60))
-    store = open_store(config)
+    store = open_sqlite(config)
     server.plan(*["503"] * 10)
     result = llm_pass(store, config, server)
     assert any("BreakerOpen" in n for n in result.notes)
@@ -383,7 +383,7 @@ def test_embeddings_over_the_api_are_stored_under_their_own_model(
     config = llm_config(db, server)
     config = dataclasses.replace(config, embed=dataclasses.replace(
         config.embed, backend="openai", model="test-embed"))
-    store = open_store(config)
+    store = open_sqlite(config)
     embedder = OpenAIEmbedder(config, environ={"OPENAI_API_KEY": KEY})
     client = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY})
     result = run_pass(store, config, embedder, client, trigger="test", force=True)
@@ -409,7 +409,7 @@ def test_a_server_that_is_down_is_named_with_its_cause(db: Path) -> None:
     config = llm_config(db, down)
     config = dataclasses.replace(config, completer=dataclasses.replace(
         config.completer, breaker_failures=2, retries=1))
-    store = open_store(config)
+    store = open_sqlite(config)
     with capture_logs() as logs:
         result = llm_pass(store, config, down, log=get_logger())
     cause = f"cannot reach {down.base_url} (ConnectionRefusedError: [Errno 111] Connection refused)"
@@ -429,7 +429,7 @@ def test_each_job_uses_its_own_model(db: Path, server: FakeOpenAI) -> None:
     config = llm_config(db, server)
     config = dataclasses.replace(config, completer=dataclasses.replace(
         config.completer, reflect_model="big-model"))
-    store = open_store(config)
+    store = open_sqlite(config)
     llm_pass(store, config, server)
     store.close()
     models = {(task, r["body"]["model"]) for task, r in zip(server.tasks(), [

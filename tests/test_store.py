@@ -10,14 +10,15 @@ import pytest
 
 from dreamd.errors import StoreError
 from dreamd.runtime.log import get_logger
-from dreamd.store.connect import Store, connect, has_wal_reset_bug
+from dreamd.store.connect import SqliteStore as Store
+from dreamd.store.connect import connect, has_wal_reset_bug
 from dreamd.store.migrations import MIGRATIONS, migrate
 from dreamd.store.opening import open_store
-from tests.helpers import PRIOR_ART_DDL, config_for
+from tests.helpers import PRIOR_ART_DDL, config_for, open_sqlite, sqlite
 
 
 def test_fresh_file_is_wal_with_core_and_dreamd_tables(db: Path) -> None:
-    store = open_store(config_for(db))
+    store = open_sqlite(config_for(db))
     conn = store.conn
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
@@ -82,7 +83,7 @@ def test_prior_art_file_is_adopted_in_place(db: Path) -> None:
         "SELECT id, session_id, role, content, embedding, created_at FROM exchanges ORDER BY id"
     ).fetchall()
     config = config_for(db)
-    store = open_store(config)
+    store = open_sqlite(config)
     completer = RecordingCompleter(store)
     result = run_pass(store, config, completer.embedder, completer, trigger="test", force=True)
     assert not result.failed, result.jobs
@@ -250,7 +251,7 @@ def test_one_memory_shared_by_a_threaded_chat_server(db: Path) -> None:
         t.start()
     for t in threads:
         t.join()
-    turns = memory.store.conn.execute("SELECT COUNT(*) FROM exchanges").fetchone()[0]
+    turns = sqlite(memory.store).conn.execute("SELECT COUNT(*) FROM exchanges").fetchone()[0]
     memory.close()
     assert errors == []
     assert turns == 4 * 100

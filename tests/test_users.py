@@ -22,9 +22,9 @@ from dreamd.ids import DEFAULT_USER
 from dreamd.memory.api import Memory
 from dreamd.memory.export import export_user
 from dreamd.memory.forget import Scope, forget
-from dreamd.store.connect import Store
+from dreamd.store.connect import SqliteStore as Store
 from dreamd.store.opening import open_store
-from tests.helpers import RecordingCompleter, config_for, make_chat_file
+from tests.helpers import RecordingCompleter, config_for, make_chat_file, open_sqlite
 
 ROOT = Path(__file__).resolve().parent.parent
 USERS = (DEFAULT_USER, "ana", "bo")
@@ -109,7 +109,7 @@ def test_users_memories_never_mix(steps: list[tuple]) -> None:
         db = Path(tmp) / "m.db"
         app = make_chat_file(db)
         config = config_for(db)
-        store = open_store(config)
+        store = open_sqlite(config)
         completer = RecordingCompleter(store)
         try:
             for salt, action in enumerate(steps):
@@ -135,7 +135,7 @@ def test_a_session_filed_before_its_owner_was_known_moves_with_its_memory(db: Pa
     and the owner's memory gets them."""
     app = make_chat_file(db)
     config = config_for(db)
-    store = open_store(config)
+    store = open_sqlite(config)
     completer = RecordingCompleter(store)
     add_session(app, "ana", "s1", 6, 0, True, 0)
     app.execute("DELETE FROM sessions")  # the app has not said whose it is yet
@@ -183,7 +183,7 @@ def test_a_session_the_app_moves_in_place_moves_with_its_memory(db: Path) -> Non
 def build(db: Path) -> tuple[sqlite3.Connection, Store, RecordingCompleter, Config]:
     app = make_chat_file(db)
     config = config_for(db)
-    store = open_store(config)  # migrated: sessions rows carry a user
+    store = open_sqlite(config)  # migrated: sessions rows carry a user
     for salt, (user, session, month) in enumerate(
             [("ana", "a1", 0), ("ana", "a2", 1), ("ana", "a3", 2), ("bo", "b1", 0),
              ("bo", "b2", 1)]):
@@ -465,7 +465,7 @@ def test_a_forget_during_a_pass_wins(db: Path) -> None:
     gist made from the forgotten turns is not saved, and the pass stops."""
     app = make_chat_file(db)
     config = config_for(db)
-    store = open_store(config)
+    store = open_sqlite(config)
     add_session(app, "ana", "a1", 8, 0, False, 0)
     add_session(app, "bo", "b1", 8, 0, False, 1)
 

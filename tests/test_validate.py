@@ -13,8 +13,14 @@ from dreamd.backends.validate import junk
 from dreamd.dream.cycle import PassResult, run_pass
 from dreamd.dream.prompts import era_prompt, reflect_prompt, summary_prompt
 from dreamd.models import Prompt
-from dreamd.store.opening import open_store
-from tests.helpers import add_turns, chat_texts, completer_config, config_for, make_chat_file
+from tests.helpers import (
+    add_turns,
+    chat_texts,
+    completer_config,
+    config_for,
+    make_chat_file,
+    open_sqlite,
+)
 from tests.openai_server import FakeOpenAI
 
 NAMES = {"user": "Sam", "agent": "Wren"}
@@ -71,7 +77,7 @@ def pass_against(tmp_path: Path, *plan: str) -> tuple[PassResult, list[str], lis
         conn.close()
         config = dataclasses.replace(config_for(db), completer=completer_config(server))
         server.plan(*plan)
-        store = open_store(config)
+        store = open_sqlite(config)
         completer = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"})
         result = run_pass(store, config, HashingEmbedder(), completer, trigger="test",
                           force=True)

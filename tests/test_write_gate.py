@@ -15,8 +15,7 @@ from dreamd.config import CompleterConfig
 from dreamd.dream.jobs.base import Budget, JobContext
 from dreamd.dream.jobs.pool import run_items
 from dreamd.models import Completion, Prompt
-from dreamd.store.opening import open_store
-from tests.helpers import PROMPT, completer, config_for
+from tests.helpers import PROMPT, completer, config_for, open_sqlite
 from tests.openai_server import FakeOpenAI
 
 
@@ -38,7 +37,7 @@ def spin(seconds: float) -> None:
 
 def test_no_save_overlaps_a_worker_computing(tmp_path: Path) -> None:
     config = config_for(tmp_path / "m.db", completer=CompleterConfig(workers=4))
-    store = open_store(config)
+    store = open_sqlite(config)
     ctx = JobContext(store, config, HashingEmbedder(), NetworkCompleter(), Budget(),
                      epoch="0")  # as a pass begins: nothing forgotten yet
     assert ctx.workers == 4

@@ -4,15 +4,15 @@ memory file, and the terminal's progress line."""
 from __future__ import annotations
 
 import math
-import sqlite3
 import time
 from typing import Any
 
 import click
 
 from dreamd import config as cfg
-from dreamd.errors import EXIT_BAD_INPUT, EXIT_BUSY, EXIT_INTERNAL, DreamdError
+from dreamd.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, DreamdError
 from dreamd.runtime import log as logging_
+from dreamd.store.interface import engine_failure
 
 
 def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> click.ClickException:
@@ -48,14 +48,10 @@ class Dreamd(click.Group):
             raise
         except DreamdError as exc:
             raise fail(str(exc), exc.exit_code) from None
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise fail(f"the memory file stayed locked by another process past the "
-                              f"busy timeout ({exc}); try again", EXIT_BUSY) from None
-            raise fail(f"the memory file: {exc}") from None
-        except sqlite3.DatabaseError as exc:
-            raise fail(f"the memory file: {exc}") from None
         except Exception as exc:
+            failure = engine_failure(exc)
+            if failure is not None:
+                raise fail(str(failure), failure.exit_code) from None
             raise fail(f"internal error, please report it: {type(exc).__name__}: {exc}",
                           EXIT_INTERNAL) from None
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from importlib import resources
@@ -10,6 +9,7 @@ from pathlib import Path
 
 from dreamd.errors import DreamdError
 from dreamd.store import app_file
+from dreamd.store.interface import Conn
 
 ROLES = {"U": "user", "A": "assistant"}
 
@@ -56,7 +56,7 @@ def sample_sessions() -> list[SampleSession]:
     return parse_samples(text)
 
 
-def write_sessions(conn: sqlite3.Connection, sessions: list[SampleSession]) -> int:
+def write_sessions(conn: Conn, sessions: list[SampleSession]) -> int:
     """Insert sessions and turns like a chat app: plain text, no embeddings."""
     return app_file.write_sessions(conn, [
         (s.session_id, s.name, list(s.turns)) for s in sessions])
@@ -88,10 +88,7 @@ def build_demo(path: Path, replace: bool = False, default: bool = False) -> int:
     try:
         for suffix in ("", "-wal", "-shm"):
             Path(f"{path}{suffix}").unlink(missing_ok=True)
-        conn = app_file.create(path, mark=DEMO_MARK)
-        try:
+        with app_file.created(path, mark=DEMO_MARK) as conn:
             return write_sessions(conn, sample_sessions())
-        finally:
-            conn.close()
     finally:
         lock.release()

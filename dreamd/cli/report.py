@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import sqlite3
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from dreamd.config import Config, server_url
@@ -13,8 +13,8 @@ from dreamd.ids import narrative_id, profile_id, self_state_id
 from dreamd.memory.users import require_user
 from dreamd.runtime.lock import holder_of
 from dreamd.store import queries as q
-from dreamd.store.connect import Store, has_wal_reset_bug, sqlite_version
 from dreamd.store.erasure import pending as pending_forget
+from dreamd.store.interface import Store
 
 
 def status(store: Store, config: Config, embed_model: str, now: datetime,
@@ -27,11 +27,10 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
         fails = q.failures(conn)
         forget = pending_forget(conn)
         next_pass = q.get_state(conn, "next_pass_at")
-    holder = holder_of(store.path)
+    holder = holder_of(Path(store.where)) if store.engine == "sqlite" else None
     return {
-        "db": str(store.path),
-        "sqlite": {"version": sqlite3.sqlite_version,
-                   "wal_reset_bug": has_wal_reset_bug(sqlite_version())},
+        "db": store.where,
+        store.engine: store.facts(),
         "daemon": {"pid": holder, "next_pass_at": next_pass if holder else None},
         "backends": backends(config, embed_model),
         "llm": llm_state(recent[0] if recent else None) if config.completer.backend == "openai"
@@ -50,7 +49,7 @@ def before_first_pass(store: Store) -> dict[str, Any]:
     """All `status` can say of a file dreamd has not set up: what waits for it."""
     with store.read() as conn:
         turns, sessions = q.raw_counts(conn)
-    return {"db": str(store.path), "dreamd_has_run": False, "turns": turns,
+    return {"db": store.where, "dreamd_has_run": False, "turns": turns,
             "sessions": sessions}
 
 

@@ -18,8 +18,8 @@ from dreamd.dream.sensing import read_backlog, sync_owners
 from dreamd.logger import Logger, silent
 from dreamd.models import BacklogStats, Drives, JobResult, JobSpec
 from dreamd.store import queries as q
-from dreamd.store.connect import Store, WriteLockTimes
 from dreamd.store.erasure import finish_pending
+from dreamd.store.interface import Store, WriteLockTimes
 from dreamd.store.tally import sync_tally
 
 # Drives are rewritten into the self-state only when one moved by more than this, so
@@ -138,7 +138,7 @@ def run_pass(
             tokens_in=ctx.tokens.used_in, tokens_out=ctx.tokens.used_out,
             notes=ctx.notes or None, write_lock=write_lock,
         )
-    store.checkpoint_passive()
+    store.settle()
     log.info("pass_finished", run=run_id, trigger=trigger, outcome=outcome,
              ran=[r.job for r in results if r.ran],
              stored=[r.job for r in results if r.done],

@@ -8,7 +8,7 @@ from typing import Any
 from dreamd.config import Config
 from dreamd.models import BacklogStats
 from dreamd.store import queries as q
-from dreamd.store.connect import Store
+from dreamd.store.interface import Store
 
 
 def is_idle(last_at: str, cutoff: datetime) -> bool:

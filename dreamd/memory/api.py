@@ -36,8 +36,8 @@ from dreamd.memory.forget import Report as ForgetReport
 from dreamd.memory.forget import Scope, forget, parse_before
 from dreamd.memory.recall import CANDIDATES, GistIndex, Hit, VectorIndex, fuse, lexical, top_k
 from dreamd.store import queries as q
-from dreamd.store.connect import Store, connect, connect_readonly
-from dreamd.store.migrations import migrate, require_current
+from dreamd.store.interface import Store
+from dreamd.store.opening import open_readonly, open_store
 
 T = TypeVar("T")
 
@@ -69,15 +69,9 @@ class Memory:
         self.config = config or load_config(None, db=str(path))
         self._lock = threading.RLock()
         if read_only:
-            self.store: Store = connect_readonly(path, self.config.store.busy_timeout_ms)
-            try:
-                require_current(self.store)
-            except BaseException:
-                self.store.close()
-                raise
+            self.store: Store = open_readonly(self.config, path=path)
         else:
-            self.store = connect(path, self.config.store.busy_timeout_ms, create=create)
-            migrate(self.store)
+            self.store = open_store(self.config, create=create, path=path)
         self._embedder = embedder
         self._index: VectorIndex | None = None
         self._gists: dict[str, GistIndex] = {}

@@ -16,7 +16,7 @@ from dreamd import __version__
 from dreamd.ids import era_key, narrative_id, profile_id, self_state_id
 from dreamd.memory.users import require_user
 from dreamd.store import queries as q
-from dreamd.store.connect import Store
+from dreamd.store.interface import Store
 from dreamd.store.provenance import (
     gist_record,
     session_record,

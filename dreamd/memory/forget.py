@@ -37,8 +37,8 @@ from dreamd.errors import ConfigError
 from dreamd.memory.users import require_user
 from dreamd.store import erasure
 from dreamd.store import queries as q
-from dreamd.store.connect import Store
 from dreamd.store.erasure import MERGE_PAGES, STEP, finish_pending
+from dreamd.store.interface import Store
 from dreamd.store.tally import sync_tally
 
 __all__ = ["MERGE_PAGES", "STEP", "Report", "Scope", "finish_pending", "forget",
@@ -126,9 +126,9 @@ def forget(store: Store, scope: Scope, agent_id: str, *, dry_run: bool = False,
     if dry_run:
         return report
     finish_pending(store, step)
-    report.wal_truncated = store.checkpoint_truncate()
+    report.wal_truncated = store.purge_log()
     if vacuum:
         erasure.vacuum(store)
         report.vacuumed = True
-        report.wal_truncated = store.checkpoint_truncate()
+        report.wal_truncated = store.purge_log()
     return report

@@ -17,7 +17,7 @@ from typing import Any
 from dreamd.errors import ImportFormatError, StoreError
 from dreamd.ids import DEFAULT_USER
 from dreamd.store import queries as q
-from dreamd.store.connect import Store
+from dreamd.store.interface import Store
 
 
 @dataclass(frozen=True)
@@ -361,6 +361,6 @@ def refuse_app_embedded(store: Store) -> None:
         app_embeds = q.app_embeds_turns(conn)
     if app_embeds:
         raise StoreError(
-            f"{store.path}: exchanges.embedding is NOT NULL here (the chat app stores its "
+            f"{store.where}: exchanges.embedding is NOT NULL here (the chat app stores its "
             "own embedding with every turn), so dreamd cannot add turns to it; import into "
             "a new memory file, or let the chat app import the history so it embeds each turn")

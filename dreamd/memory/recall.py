@@ -1,6 +1,6 @@
 """Recall: turns most relevant to a query, by vector and by words, fused.
 
-The vectors live in an in-process matrix that grows with new rows (read by rowid range)
+The vectors live in an in-process matrix that grows with new rows (read by id range)
 and reloads when rows disappear, so a query never reloads every embedding from SQLite.
 Lexical scores come from SQLite's FTS5 (BM25). Fusion is by z-scores: reciprocal-rank
 fusion threw most of the lexical gain away in our measurements (RETRIEVAL.md).
@@ -9,14 +9,13 @@ fusion threw most of the lexical gain away in our measurements (RETRIEVAL.md).
 from __future__ import annotations
 
 import re
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from dreamd.store import queries as q
-from dreamd.store.connect import Store
+from dreamd.store.interface import Conn, Store
 from dreamd.text import STOPWORDS
 
 VECTOR_WEIGHT, LEXICAL_WEIGHT = 0.65, 0.35
@@ -60,7 +59,7 @@ class VectorIndex:
         self._matrix = np.zeros((0, 0), dtype=np.float32)
         self._extra: tuple[np.ndarray, list[str], np.ndarray] | None = None
 
-    def _rows(self, conn: sqlite3.Connection, after: int, upto: int | None
+    def _rows(self, conn: Conn, after: int, upto: int | None
               ) -> tuple[np.ndarray, list[str], np.ndarray] | None:
         rows = q.turn_vector_rows(conn, self.model, after, upto)
         if not rows:

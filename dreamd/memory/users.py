@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from dreamd.errors import UnknownUser
 from dreamd.store import queries as q
-from dreamd.store.connect import Store
+from dreamd.store.interface import Conn, Store
 
 SHOWN = 20  # known users listed in an error
 
 
-def require_user(conn: sqlite3.Connection, user: str, session: str | None = None) -> None:
+def require_user(conn: Conn, user: str, session: str | None = None) -> None:
     """Refuse a user (or one of their sessions) the file does not know, naming the known
     ones: a privacy request with a typo must not quietly do nothing."""
     known = q.known_users(conn)

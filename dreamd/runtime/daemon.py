@@ -11,7 +11,6 @@ import dataclasses
 import logging
 import os
 import signal
-import sqlite3
 import sys
 import threading
 import time
@@ -29,8 +28,8 @@ from dreamd.runtime.log import LoggedProgress
 from dreamd.runtime.notify import Notifier
 from dreamd.runtime.schedule import in_quiet_hours, next_delay
 from dreamd.store import queries as q
-from dreamd.store.connect import connect, connect_readonly
-from dreamd.store.opening import check_sqlite, ensure_directory, open_store
+from dreamd.store.interface import ENGINE_ERRORS
+from dreamd.store.opening import check_sqlite, ensure_directory, open_brief, open_store
 
 
 class Flags:
@@ -120,7 +119,7 @@ def lingering_threads() -> bool:
 
 def mark_interrupted(config: cfg.Config, pid: int) -> None:
     """From a connection of its own: this process's unfinished pass ended by a stop."""
-    store = connect(config.db_path, busy_timeout_ms=1000)
+    store = open_brief(config)
     try:
         with store.write() as conn:
             q.end_stopped_runs(conn, pid, datetime.now(UTC).isoformat())
@@ -305,14 +304,16 @@ class Daemon:
         try:
             # A connection of its own for each look: one kept open across looks was seen
             # to keep a stale view of the WAL once another process's connection closed.
-            watcher = connect_readonly(self.config.db_path, 1000)
+            watcher = open_brief(self.config, read_only=True)
             try:
                 with watcher.read() as conn:
                     newest = q.max_exchange_id(conn)
             finally:
                 watcher.close()
-        except (DreamdError, sqlite3.Error):
+        except DreamdError:
             return  # the schedule still runs; the next look may work
+        except ENGINE_ERRORS:
+            return
         if newest <= last.stats_before.max_exchange_id:
             return
         wake = self.last_end + timedelta(seconds=wait)

@@ -3,22 +3,29 @@ plain text. For the demo (which stands in for a chat app) and nothing of dreamd'
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+from collections.abc import Iterator
 from pathlib import Path
 
+from dreamd.store.interface import Conn
 from dreamd.store.migrations import CORE_TABLES
 
 
-def create(path: Path, mark: str | None = None) -> sqlite3.Connection:
+@contextlib.contextmanager
+def created(path: Path, mark: str | None = None) -> Iterator[Conn]:
     """A new file with the core tables, in WAL mode; `mark` names a table that says who
-    made it. Returns the app's connection (autocommit)."""
+    made it. Yields the app's connection (autocommit) and closes it."""
     conn = sqlite3.connect(path, isolation_level=None)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.executescript(CORE_TABLES)
-    if mark is not None:
-        conn.execute(f'CREATE TABLE "{mark}" (made_at TEXT NOT NULL)')
-        conn.execute(f"INSERT INTO \"{mark}\" VALUES (datetime('now'))")
-    return conn
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(CORE_TABLES)
+        if mark is not None:
+            conn.execute(f'CREATE TABLE "{mark}" (made_at TEXT NOT NULL)')
+            conn.execute(f"INSERT INTO \"{mark}\" VALUES (datetime('now'))")
+        yield conn
+    finally:
+        conn.close()
 
 
 def has_mark(path: Path, mark: str) -> bool:
@@ -36,7 +43,7 @@ def has_mark(path: Path, mark: str) -> bool:
         conn.close()
 
 
-def write_sessions(conn: sqlite3.Connection,
+def write_sessions(conn: Conn,
                    sessions: list[tuple[str, str, list[tuple[str, str, str]]]]) -> int:
     """(session, name, [(role, content, created_at)]) in one transaction, as a chat app
     writes them: plain text, no embeddings. Returns the turns written."""

@@ -7,10 +7,10 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from dreamd.errors import StoreBusy, StoreError
+from dreamd.store.interface import WriteLockTimes, engine_failure
 
 # The WAL-reset bug (sqlite.org/wal.html#walresetbug) can corrupt a WAL database when
 # two connections write and checkpoint at the same moment — exactly dreamd's setting.
@@ -33,30 +33,8 @@ def has_wal_reset_bug(version: tuple[int, int, int]) -> bool:
     return not any(version[:2] == fix[:2] and version >= fix for fix in _WAL_RESET_BACKPORTS)
 
 
-@dataclass
-class WriteLockTimes:
-    """How long dreamd held the file's write lock: the time the chat app may have waited.
-
-    Measured from BEGIN IMMEDIATE granted to COMMIT (or ROLLBACK) returned. Now and then
-    a COMMIT also runs SQLite's automatic checkpoint after releasing the lock, so this is
-    an upper bound."""
-
-    writes: int = 0
-    held: float = 0.0  # seconds
-    longest: float = 0.0
-
-    def add(self, seconds: float) -> None:
-        self.writes += 1
-        self.held += seconds
-        self.longest = max(self.longest, seconds)
-
-    def as_dict(self) -> dict[str, float]:
-        return {"writes": self.writes, "held_ms": round(self.held * 1000, 1),
-                "longest_ms": round(self.longest * 1000, 2)}
-
-
-class Store:
-    """One sqlite3 connection with dreamd's rules attached.
+class SqliteStore:
+    """The embedded engine: one sqlite3 connection with dreamd's rules attached.
 
     Autocommit mode (isolation_level=None) so that no transaction is ever opened
     implicitly; writes go through `write()`, which is BEGIN IMMEDIATE: a deferred
@@ -71,9 +49,12 @@ class Store:
     # of that work fall on the app's commits.)
     CHECKPOINT_EVERY = 0.2
 
+    engine = "sqlite"
+
     def __init__(self, conn: sqlite3.Connection, path: Path, read_only: bool = False) -> None:
         self.conn = conn
         self.path = path
+        self.where = str(path)
         self.read_only = read_only
         self._checkpointed = time.monotonic()
         self.lock_times = WriteLockTimes()
@@ -101,7 +82,7 @@ class Store:
         self.conn.execute("COMMIT")
         self.lock_times.add(time.perf_counter() - locked)
         if time.monotonic() - self._checkpointed >= self.CHECKPOINT_EVERY:
-            self.checkpoint_passive()
+            self.settle()
 
     @contextlib.contextmanager
     def read(self) -> Iterator[sqlite3.Connection]:
@@ -115,13 +96,13 @@ class Store:
             if self.conn.in_transaction:
                 self.conn.execute("COMMIT")
 
-    def checkpoint_passive(self) -> None:
+    def settle(self) -> None:
         """Copy what it can of the WAL into the database without waiting for anyone:
         keeps the WAL bounded and never blocks the chat app's writes."""
         self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         self._checkpointed = time.monotonic()
 
-    def checkpoint_truncate(self, wait: bool = True) -> bool:
+    def purge_log(self, wait: bool = True) -> bool:
         """Copy the whole WAL into the database and empty it, waiting (within the busy
         timeout) for readers — and meanwhile holding off the app's writes. Returns whether
         the WAL is now empty: with another connection mid-read it is not, and its old
@@ -137,8 +118,15 @@ class Store:
         self._checkpointed = time.monotonic()
         return busy == 0
 
+    def facts(self) -> dict[str, object]:
+        return {"version": sqlite3.sqlite_version,
+                "wal_reset_bug": has_wal_reset_bug(sqlite_version())}
+
     def close(self) -> None:
         self.conn.close()
+
+
+Store = SqliteStore  # the engine's class; `interface.Store` is the Protocol it implements
 
 
 def _check_sqlite_file(path: Path) -> None:
@@ -158,9 +146,9 @@ def _check_sqlite_file(path: Path) -> None:
 def _opening_error(path: Path, exc: sqlite3.DatabaseError) -> StoreError:
     if "file is not a database" in str(exc):
         return StoreError(f"{path} is not an SQLite database file")
-    if "locked" in str(exc) or "busy" in str(exc):
-        return StoreBusy(f"the memory file stayed locked by another process past the busy "
-                         f"timeout ({exc}); try again")
+    failure = engine_failure(exc)
+    if isinstance(failure, StoreBusy):
+        return failure
     return StoreError(f"{path} cannot be opened as an SQLite database: {exc}")
 
 
@@ -180,7 +168,7 @@ def connect_readonly(path: str | Path, busy_timeout_ms: int = 5000) -> Store:
         conn.execute("PRAGMA schema_version").fetchone()  # reads the header: is it SQLite?
     except sqlite3.DatabaseError as exc:
         raise _opening_error(path, exc) from None
-    return Store(conn, path, read_only=True)
+    return SqliteStore(conn, path, read_only=True)
 
 
 def connect(path: str | Path, busy_timeout_ms: int = 5000, create: bool = False) -> Store:
@@ -222,4 +210,4 @@ def connect(path: str | Path, busy_timeout_ms: int = 5000, create: bool = False)
     if str(mode).lower() != "wal":
         conn.close()
         raise StoreError(f"{path} could not be put in WAL mode (journal_mode is {mode!r})")
-    return Store(conn, path)
+    return SqliteStore(conn, path)

@@ -9,12 +9,13 @@ transaction, so a forget cut short is finished by the next pass or forget
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+from dreamd.errors import StoreError
 from dreamd.store import queries as q
-from dreamd.store.connect import Store
+from dreamd.store.connect import SqliteStore
+from dreamd.store.interface import Conn, Store
 
 STEP = 500  # turns looked at per deleting transaction: ~35-55 us a turn of write lock
 MERGE_PAGES = 50  # full-text index pages merged per transaction: under ~10 ms
@@ -35,7 +36,7 @@ def _before(cutoff: str | None, created_at: str) -> bool:
     return cutoff is None or q.iso_utc(created_at) < cutoff
 
 
-def survey(conn: sqlite3.Connection, user: str, session: str | None, before: str | None
+def survey(conn: Conn, user: str, session: str | None, before: str | None
            ) -> tuple[list[SessionCut], set[str]]:
     """Read only: the user's sessions the scope touches, and the months they span."""
     sessions = sorted(q.sessions_of(conn, [user]))
@@ -57,12 +58,20 @@ def survey(conn: sqlite3.Connection, user: str, session: str | None, before: str
     return cuts, months
 
 
+def sqlite_of(store: Store) -> SqliteStore:
+    """Erasure is written for SQLite's pages, index segments and WAL."""
+    if not isinstance(store, SqliteStore):
+        raise StoreError(f"internal: erasure on the {store.engine} engine is not written yet")
+    return store
+
+
 def open_journal(store: Store, user: str, before: str | None, agent_id: str,
                  sessions: list[str], months: set[str], upto: int) -> list[str] | None:
     """Drop what was derived from the sessions and open the journal, in one transaction.
     Returns the tiers dropped, or None when another journal is open (nothing changed)."""
     job = {"user": user, "before": before, "upto": upto, "next": 0, "after": 0}
-    store.conn.execute("PRAGMA secure_delete = ON")
+    engine = sqlite_of(store)
+    engine.conn.execute("PRAGMA secure_delete = ON")
     try:
         with store.write() as conn:
             if q.get_state(conn, JOURNAL) is not None:
@@ -74,11 +83,11 @@ def open_journal(store: Store, user: str, before: str | None, agent_id: str,
             q.set_state(conn, JOURNAL_SESSIONS, json.dumps(sessions))
             q.set_state(conn, JOURNAL, json.dumps(job))
     finally:
-        store.conn.execute("PRAGMA secure_delete = OFF")
+        engine.conn.execute("PRAGMA secure_delete = OFF")
     return derived
 
 
-def pending(conn: sqlite3.Connection) -> dict[str, Any] | None:
+def pending(conn: Conn) -> dict[str, Any] | None:
     """An unfinished forget, as status shows it: whose, and how many sessions are left."""
     raw = q.get_state(conn, JOURNAL)
     if raw is None:
@@ -89,7 +98,7 @@ def pending(conn: sqlite3.Connection) -> dict[str, Any] | None:
             "sessions_left": max(0, sessions - int(job["next"]))}
 
 
-def _delete_ids(conn: sqlite3.Connection, ids: list[int], models: list[str]) -> None:
+def _delete_ids(conn: Conn, ids: list[int], models: list[str]) -> None:
     if not ids:
         return
     marks = ",".join("?" * len(ids))
@@ -100,7 +109,7 @@ def _delete_ids(conn: sqlite3.Connection, ids: list[int], models: list[str]) -> 
     conn.execute(f"DELETE FROM dreamd_fts WHERE rowid IN ({marks})", ids)
 
 
-def _settle_session(conn: sqlite3.Connection, session: str) -> None:
+def _settle_session(conn: Conn, session: str) -> None:
     """A session whose turns in scope are gone: forgotten entirely, or recounted."""
     if conn.execute("SELECT 1 FROM exchanges WHERE session_id = ? LIMIT 1",
                     (session,)).fetchone() is None:
@@ -110,7 +119,7 @@ def _settle_session(conn: sqlite3.Connection, session: str) -> None:
         q.recount_session(conn, session)
 
 
-def _delete_step(conn: sqlite3.Connection, job: dict[str, Any], sessions: list[str],
+def _delete_step(conn: Conn, job: dict[str, Any], sessions: list[str],
                  step: int) -> None:
     """Inside a write: delete the next turns in scope, looking at `step` at most; move the
     journal's cursor (session index `next`, last id looked at `after`)."""
@@ -137,11 +146,12 @@ def finish_pending(store: Store, step: int = STEP) -> bool:
     with store.read() as conn:
         if q.get_state(conn, JOURNAL) is None:
             return False
-    secure = store.conn.execute("PRAGMA secure_delete").fetchone()[0]
-    store.conn.execute("PRAGMA secure_delete = ON")
+    engine = sqlite_of(store)
+    secure = engine.conn.execute("PRAGMA secure_delete").fetchone()[0]
+    engine.conn.execute("PRAGMA secure_delete = ON")
     try:
         while True:
-            with store.write() as conn:
+            with engine.write() as conn:
                 raw = q.get_state(conn, JOURNAL)
                 if raw is None:  # another dreamd finished it
                     break
@@ -165,13 +175,13 @@ def finish_pending(store: Store, step: int = STEP) -> bool:
                              (JOURNAL, JOURNAL_SESSIONS))
                 break
     finally:
-        store.conn.execute(f"PRAGMA secure_delete = {int(secure)}")
+        engine.conn.execute(f"PRAGMA secure_delete = {int(secure)}")
     # The WAL still holds the forgotten pages' old images: empty it if nobody is using
     # the file right now (the forget command then tries again, waiting its turn).
-    store.checkpoint_truncate(wait=False)
+    store.purge_log(wait=False)
     return True
 
 
 def vacuum(store: Store) -> None:
     """Rewrite the whole file: no stale copy of a deleted row survives in a live page."""
-    store.conn.execute("VACUUM")
+    sqlite_of(store).conn.execute("VACUUM")

@@ -1,19 +1,23 @@
-"""Opening a memory file for dreamd: connect, migrate, and check the SQLite library."""
+"""Opening the memory store for dreamd: connect, migrate, and check the SQLite library.
+
+Code above `dreamd.store` opens memory only through these functions and holds what they
+return as an `interface.Store`."""
 
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 from dreamd.config import DEFAULT_DB, Config
 from dreamd.errors import StoreError
 from dreamd.logger import Logger
 from dreamd.store.connect import (
-    Store,
     connect,
     connect_readonly,
     has_wal_reset_bug,
     sqlite_version,
 )
+from dreamd.store.interface import Store
 from dreamd.store.migrations import migrate, require_current
 
 _warned = False
@@ -47,11 +51,13 @@ def ensure_directory(config: Config) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
 
 
-def open_store(config: Config, create: bool = True) -> Store:
-    """Open (creating where allowed) and migrate the configured memory file."""
-    path = config.db_path
-    if create:
-        ensure_directory(config)
+def open_store(config: Config, create: bool = True, path: str | Path | None = None) -> Store:
+    """Open (creating where allowed) and migrate the configured memory file — or `path`,
+    which a program names (its directories are created with it)."""
+    if path is None:
+        path = config.db_path
+        if create:
+            ensure_directory(config)
     store = connect(path, config.store.busy_timeout_ms, create=create)
     try:
         migrate(store)
@@ -64,10 +70,12 @@ def open_store(config: Config, create: bool = True) -> Store:
     return store
 
 
-def open_readonly(config: Config, current: bool = True) -> Store:
-    """Open the configured memory file for reading only: nothing is migrated or written,
-    and (with `current`) a file dreamd has not set up yet is named as such."""
-    store = connect_readonly(config.db_path, config.store.busy_timeout_ms)
+def open_readonly(config: Config, current: bool = True, path: str | Path | None = None
+                  ) -> Store:
+    """Open the configured memory file (or `path`) for reading only: nothing is migrated
+    or written, and (with `current`) a file dreamd has not set up yet is named as such."""
+    store = connect_readonly(config.db_path if path is None else path,
+                             config.store.busy_timeout_ms)
     if not current:
         return store
     try:
@@ -76,3 +84,11 @@ def open_readonly(config: Config, current: bool = True) -> Store:
         store.close()
         raise
     return store
+
+
+def open_brief(config: Config, read_only: bool = False) -> Store:
+    """A connection for one short look or write beside a running pass: a 1 s busy timeout,
+    nothing migrated."""
+    if read_only:
+        return connect_readonly(config.db_path, 1000)
+    return connect(config.db_path, busy_timeout_ms=1000)

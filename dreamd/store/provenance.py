@@ -3,13 +3,13 @@ row with when, by what, and from which turns it was made."""
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from dreamd.store import queries as q
+from dreamd.store.interface import Conn
 
 
-def turn_ids_of(conn: sqlite3.Connection, inputs: dict[str, int]) -> list[int]:
+def turn_ids_of(conn: Conn, inputs: dict[str, int]) -> list[int]:
     """The turns a tier was built from: each input session's turns up to its mark."""
     ids: list[int] = []
     for session, last_id in sorted(inputs.items()):
@@ -19,21 +19,21 @@ def turn_ids_of(conn: sqlite3.Connection, inputs: dict[str, int]) -> list[int]:
     return ids
 
 
-def vector_models_of(conn: sqlite3.Connection, kind: str, key: str) -> list[str]:
+def vector_models_of(conn: Conn, kind: str, key: str) -> list[str]:
     """Models that hold a vector of this derived row."""
     return [r[0] for r in conn.execute(
         "SELECT model FROM dreamd_vectors WHERE kind = ? AND key = ? ORDER BY model",
         (kind, key))]
 
 
-def stored_output(conn: sqlite3.Connection, job: str, item: str) -> str | None:
+def stored_output(conn: Conn, job: str, item: str) -> str | None:
     """The raw LLM output stored for an item, if any."""
     row = conn.execute("SELECT output FROM dreamd_outputs WHERE job = ? AND item = ?",
                        (job, item)).fetchone()
     return row[0] if row else None
 
 
-def session_record(conn: sqlite3.Connection, session_id: str) -> dict[str, Any]:
+def session_record(conn: Conn, session_id: str) -> dict[str, Any]:
     """A session with its turns, their vectors' models and index rows, and its tally."""
     meta = conn.execute("SELECT name, created_at FROM sessions WHERE id = ?",
                         (session_id,)).fetchone()
@@ -64,7 +64,7 @@ def session_record(conn: sqlite3.Connection, session_id: str) -> dict[str, Any]:
     }
 
 
-def gist_record(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | None:
+def gist_record(conn: Conn, session_id: str) -> dict[str, Any] | None:
     """A session's gist with its provenance, if it has one."""
     row = conn.execute(
         "SELECT content, last_exchange_id, created_at, dreamd_source, dreamd_month, dreamd_seq "
@@ -79,7 +79,7 @@ def gist_record(conn: sqlite3.Connection, session_id: str) -> dict[str, Any] | N
     }
 
 
-def tier_record(conn: sqlite3.Connection, table: str, where: str, args: tuple[Any, ...],
+def tier_record(conn: Conn, table: str, where: str, args: tuple[Any, ...],
                 content_cols: str) -> dict[str, Any] | None:
     """A profile, era or narrative row with its provenance, if there is one."""
     row = conn.execute(f"SELECT {content_cols}, dreamd_source, dreamd_seq FROM {table} "

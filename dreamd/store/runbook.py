@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
+from dreamd.store.interface import Conn
 
-def cached_output(conn: sqlite3.Connection, job: str, item: str) -> tuple[str, str] | None:
+
+def cached_output(conn: Conn, job: str, item: str) -> tuple[str, str] | None:
     """(input_hash, output) of the last output stored for this job item."""
     row = conn.execute(
         "SELECT input_hash, output FROM dreamd_outputs WHERE job = ? AND item = ?", (job, item)
@@ -16,7 +17,7 @@ def cached_output(conn: sqlite3.Connection, job: str, item: str) -> tuple[str, s
     return (row[0], row[1]) if row else None
 
 
-def save_output(conn: sqlite3.Connection, job: str, item: str, input_hash: str,
+def save_output(conn: Conn, job: str, item: str, input_hash: str,
                 output: str) -> None:
     conn.execute(
         "INSERT INTO dreamd_outputs (job, item, input_hash, output) VALUES (?, ?, ?, ?) "
@@ -26,7 +27,7 @@ def save_output(conn: sqlite3.Connection, job: str, item: str, input_hash: str,
     )
 
 
-def tokens_since(conn: sqlite3.Connection, started_at: str) -> int:
+def tokens_since(conn: Conn, started_at: str) -> int:
     """Tokens (in + out) recorded by passes that started at or after `started_at`."""
     row = conn.execute(
         "SELECT COALESCE(SUM(tokens_in + tokens_out), 0) FROM dreamd_runs WHERE started_at >= ?",
@@ -46,7 +47,7 @@ class Failure:
     quarantined: bool
 
 
-def failures(conn: sqlite3.Connection, job: str | None = None) -> list[Failure]:
+def failures(conn: Conn, job: str | None = None) -> list[Failure]:
     sql = (
         "SELECT job, item, attempts, last_error, last_failed_at, next_attempt_at, quarantined "
         "FROM dreamd_failures"
@@ -57,7 +58,7 @@ def failures(conn: sqlite3.Connection, job: str | None = None) -> list[Failure]:
 
 
 def record_failure(
-    conn: sqlite3.Connection, job: str, item: str, error: str, now: str, next_at: str,
+    conn: Conn, job: str, item: str, error: str, now: str, next_at: str,
     quarantine: bool,
 ) -> int:
     conn.execute(
@@ -75,18 +76,18 @@ def record_failure(
     )
 
 
-def failure_attempts(conn: sqlite3.Connection, job: str, item: str) -> int:
+def failure_attempts(conn: Conn, job: str, item: str) -> int:
     """Attempts recorded so far for an item (0 when it never failed)."""
     row = conn.execute("SELECT attempts FROM dreamd_failures WHERE job = ? AND item = ?",
                        (job, item)).fetchone()
     return int(row[0]) if row else 0
 
 
-def clear_failure(conn: sqlite3.Connection, job: str, item: str) -> None:
+def clear_failure(conn: Conn, job: str, item: str) -> None:
     conn.execute("DELETE FROM dreamd_failures WHERE job = ? AND item = ?", (job, item))
 
 
-def release_failures(conn: sqlite3.Connection, job: str | None, item: str | None) -> int:
+def release_failures(conn: Conn, job: str | None, item: str | None) -> int:
     """Forget the failure records of a job (or one item of it, or every job's): released
     items are tried again by the next pass. Returns how many."""
     cur = conn.execute(
@@ -95,7 +96,7 @@ def release_failures(conn: sqlite3.Connection, job: str | None, item: str | None
     return cur.rowcount
 
 
-def start_run(conn: sqlite3.Connection, trigger: str, pid: int, now: str) -> int:
+def start_run(conn: Conn, trigger: str, pid: int, now: str) -> int:
     cur = conn.execute(
         "INSERT INTO dreamd_runs (trigger, pid, started_at, outcome) VALUES (?, ?, ?, 'running')",
         (trigger, pid, now),
@@ -103,7 +104,7 @@ def start_run(conn: sqlite3.Connection, trigger: str, pid: int, now: str) -> int
     return int(cur.lastrowid or 0)
 
 
-def end_crashed_runs(conn: sqlite3.Connection) -> int:
+def end_crashed_runs(conn: Conn) -> int:
     """Runs still 'running' when a dreamd starts on the file (it holds the file's lock,
     so their process is gone): mark them as ended by a crash. Returns how many."""
     cur = conn.execute(
@@ -113,7 +114,7 @@ def end_crashed_runs(conn: sqlite3.Connection) -> int:
     return cur.rowcount
 
 
-def end_stopped_runs(conn: sqlite3.Connection, pid: int, now: str) -> None:
+def end_stopped_runs(conn: Conn, pid: int, now: str) -> None:
     """The unfinished runs of `pid`, which is leaving on a stop with a call in flight."""
     conn.execute(
         "UPDATE dreamd_runs SET outcome = 'interrupted', ended_at = ?, "
@@ -121,7 +122,7 @@ def end_stopped_runs(conn: sqlite3.Connection, pid: int, now: str) -> None:
         "WHERE outcome = 'running' AND pid = ?", (now, pid))
 
 
-def finish_run(conn: sqlite3.Connection, run_id: int, **fields: Any) -> None:
+def finish_run(conn: Conn, run_id: int, **fields: Any) -> None:
     names = sorted(fields)
     values = [
         json.dumps(fields[n], sort_keys=True) if isinstance(fields[n], dict | list) else fields[n]
@@ -131,7 +132,7 @@ def finish_run(conn: sqlite3.Connection, run_id: int, **fields: Any) -> None:
     conn.execute(f"UPDATE dreamd_runs SET {assignments} WHERE id = ?", (*values, run_id))
 
 
-def recent_runs(conn: sqlite3.Connection, limit: int) -> list[dict[str, Any]]:
+def recent_runs(conn: Conn, limit: int) -> list[dict[str, Any]]:
     conn_rows = conn.execute(
         "SELECT id, trigger, pid, started_at, ended_at, outcome, drives_before, drives_after, "
         "stats_before, stats_after, jobs, tokens_in, tokens_out, error, notes, write_lock "
@@ -152,7 +153,7 @@ def recent_runs(conn: sqlite3.Connection, limit: int) -> list[dict[str, Any]]:
     return out
 
 
-def drop_outputs(conn: sqlite3.Connection, job: str, item: str) -> None:
+def drop_outputs(conn: Conn, job: str, item: str) -> None:
     """A job item's stored LLM output and failure record (both may quote its inputs)."""
     conn.execute("DELETE FROM dreamd_outputs WHERE job = ? AND item = ?", (job, item))
     conn.execute("DELETE FROM dreamd_failures WHERE job = ? AND item = ?", (job, item))

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import numpy as np
 
-from dreamd.store.connect import Store
+from dreamd.store.interface import Conn, Store
 
 
 def to_blob(vector: np.ndarray) -> bytes:
@@ -19,12 +18,12 @@ def from_blob(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype=np.float32)
 
 
-def get_state(conn: sqlite3.Connection, key: str, default: str | None = None) -> str | None:
+def get_state(conn: Conn, key: str, default: str | None = None) -> str | None:
     row = conn.execute("SELECT value FROM dreamd_state WHERE key = ?", (key,)).fetchone()
     return row[0] if row else default
 
 
-def set_state(conn: sqlite3.Connection, key: str, value: str) -> None:
+def set_state(conn: Conn, key: str, value: str) -> None:
     conn.execute(
         "INSERT INTO dreamd_state (key, value) VALUES (?, ?) "
         "ON CONFLICT(key) DO UPDATE SET value = excluded.value",
@@ -32,7 +31,7 @@ def set_state(conn: sqlite3.Connection, key: str, value: str) -> None:
     )
 
 
-def next_seq(conn: sqlite3.Connection) -> int:
+def next_seq(conn: Conn) -> int:
     """A monotonic counter for derived rows; call inside a write transaction."""
     seq = int(get_state(conn, "seq", "0") or 0) + 1
     set_state(conn, "seq", str(seq))
@@ -48,11 +47,13 @@ class Layout:
 
 
 def read_layout(store: Store) -> Layout:
-    def required(table: str, column: str) -> bool:
-        rows = store.conn.execute(f"PRAGMA table_info({table})").fetchall()
+    def required(conn: Conn, table: str, column: str) -> bool:
+        rows = conn.execute(f"PRAGMA table_info({table})").fetchall()
         return any(r[1] == column and r[3] for r in rows)
 
-    return Layout(required("summaries", "embedding"), required("eras", "embedding"))
+    with store.read() as conn:
+        return Layout(required(conn, "summaries", "embedding"),
+                      required(conn, "eras", "embedding"))
 
 
 def core_embedding(required: bool) -> bytes | None:
@@ -80,6 +81,6 @@ def iso_utc(text: str) -> str:
     return moment.astimezone(UTC).isoformat()
 
 
-def bump_vector_epoch(conn: sqlite3.Connection) -> None:
+def bump_vector_epoch(conn: Conn) -> None:
     """Tell in-process indexes (recall, gists) that rows they hold may be gone."""
     set_state(conn, "vector_epoch", str(int(get_state(conn, "vector_epoch", "0") or 0) + 1))

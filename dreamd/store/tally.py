@@ -4,7 +4,7 @@ date from new rows only (a rowid range), so sensing never scans `exchanges`."""
 from __future__ import annotations
 
 from dreamd.store import queries as q
-from dreamd.store.connect import Store
+from dreamd.store.interface import Store
 
 TALLY_CHUNK = 50_000
 

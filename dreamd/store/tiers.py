@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,13 +13,14 @@ from dreamd.ids import (
     self_state_id,
 )
 from dreamd.models import Gist
+from dreamd.store.interface import Conn
 from dreamd.store.runbook import drop_outputs
 from dreamd.store.state import bump_vector_epoch, get_state, next_seq, set_state
 from dreamd.store.turns import DirtySession
 from dreamd.store.vectors import delete_vectors, put_vector
 
 
-def summary_row(conn: sqlite3.Connection, session_id: str) -> tuple[str, int] | None:
+def summary_row(conn: Conn, session_id: str) -> tuple[str, int] | None:
     row = conn.execute(
         "SELECT content, last_exchange_id FROM summaries WHERE session_id = ?", (session_id,)
     ).fetchone()
@@ -28,7 +28,7 @@ def summary_row(conn: sqlite3.Connection, session_id: str) -> tuple[str, int] | 
 
 
 def save_gist(
-    conn: sqlite3.Connection,
+    conn: Conn,
     *,
     session: DirtySession,
     content: str,
@@ -70,7 +70,7 @@ def save_gist(
     return True
 
 
-def gists_for_user(conn: sqlite3.Connection, user_id: str) -> list[Gist]:
+def gists_for_user(conn: Conn, user_id: str) -> list[Gist]:
     rows = conn.execute(
         "SELECT session_id, content, last_exchange_id, COALESCE(dreamd_month, ''), dreamd_seq "
         "FROM summaries WHERE user_id = ? ORDER BY dreamd_month, last_exchange_id",
@@ -79,7 +79,7 @@ def gists_for_user(conn: sqlite3.Connection, user_id: str) -> list[Gist]:
     return [Gist(*r) for r in rows]
 
 
-def gists_for_month(conn: sqlite3.Connection, user_id: str, month: str) -> list[Gist]:
+def gists_for_month(conn: Conn, user_id: str, month: str) -> list[Gist]:
     rows = conn.execute(
         "SELECT session_id, content, last_exchange_id, dreamd_month, dreamd_seq "
         "FROM summaries WHERE user_id = ? AND dreamd_month = ? ORDER BY last_exchange_id",
@@ -88,7 +88,7 @@ def gists_for_month(conn: sqlite3.Connection, user_id: str, month: str) -> list[
     return [Gist(*r) for r in rows]
 
 
-def max_gist_seq(conn: sqlite3.Connection, user_id: str | None) -> int:
+def max_gist_seq(conn: Conn, user_id: str | None) -> int:
     """The newest gist's seq: one user's, or (user_id None) anyone's."""
     if user_id is None:
         return int(conn.execute(
@@ -99,7 +99,7 @@ def max_gist_seq(conn: sqlite3.Connection, user_id: str | None) -> int:
     return int(row[0])
 
 
-def count_gists(conn: sqlite3.Connection, user_id: str | None = None) -> int:
+def count_gists(conn: Conn, user_id: str | None = None) -> int:
     if user_id is None:
         return int(conn.execute("SELECT COUNT(*) FROM summaries").fetchone()[0])
     return int(
@@ -107,7 +107,7 @@ def count_gists(conn: sqlite3.Connection, user_id: str | None = None) -> int:
     )
 
 
-def count_gists_after(conn: sqlite3.Connection, user_id: str | None, seq: int) -> int:
+def count_gists_after(conn: Conn, user_id: str | None, seq: int) -> int:
     """Gists newer than `seq`: one user's, or (user_id None) everyone's."""
     if user_id is None:
         return int(conn.execute(
@@ -119,7 +119,7 @@ def count_gists_after(conn: sqlite3.Connection, user_id: str | None, seq: int) -
     )
 
 
-def users_with_gists(conn: sqlite3.Connection) -> list[str]:
+def users_with_gists(conn: Conn) -> list[str]:
     """Every user who has a gist, by a skip-scan of the (user, seq) index: one seek each."""
     rows = conn.execute(
         "WITH RECURSIVE u(id) AS (SELECT MIN(user_id) FROM summaries "
@@ -137,7 +137,7 @@ def inputs_of(gists: list[Gist], previous: dict[str, int] | None = None) -> dict
     return out
 
 
-def tier_inputs(conn: sqlite3.Connection, table: str, where: str, args: tuple[Any, ...]
+def tier_inputs(conn: Conn, table: str, where: str, args: tuple[Any, ...]
                 ) -> dict[str, int]:
     row = conn.execute(f"SELECT dreamd_inputs FROM {table} WHERE {where}", args).fetchone()
     try:
@@ -147,7 +147,7 @@ def tier_inputs(conn: sqlite3.Connection, table: str, where: str, args: tuple[An
     return {str(k): int(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def month_gist_seqs(conn: sqlite3.Connection, user_id: str) -> dict[str, int]:
+def month_gist_seqs(conn: Conn, user_id: str) -> dict[str, int]:
     """month -> newest gist seq, by a skip-scan of the (user, month, seq) index.
 
     One index seek per month instead of a pass over every gist: sensing stays cheap when a
@@ -165,13 +165,13 @@ def month_gist_seqs(conn: sqlite3.Connection, user_id: str) -> dict[str, int]:
     return {r[0]: int(r[1]) for r in rows}
 
 
-def era_seqs(conn: sqlite3.Connection, user_id: str) -> dict[str, int]:
+def era_seqs(conn: Conn, user_id: str) -> dict[str, int]:
     """month -> the newest gist seq the era was built from."""
     rows = conn.execute("SELECT month, dreamd_seq FROM eras WHERE user_id = ?", (user_id,))
     return {r[0]: int(r[1]) for r in rows}
 
 
-def stale_months(conn: sqlite3.Connection, user_id: str) -> list[str]:
+def stale_months(conn: Conn, user_id: str) -> list[str]:
     """Months with a gist newer than their era, or with no era yet."""
     eras = era_seqs(conn, user_id)
     return sorted(m for m, seq in month_gist_seqs(conn, user_id).items() if eras.get(m, -1) < seq)
@@ -187,7 +187,7 @@ class Tier:
     source: str | None
 
 
-def profile_row(conn: sqlite3.Connection, profile_id: str) -> Tier | None:
+def profile_row(conn: Conn, profile_id: str) -> Tier | None:
     row = conn.execute(
         "SELECT content, dreamd_seq, updated_at, dreamd_source FROM profile WHERE id = ?",
         (profile_id,),
@@ -196,7 +196,7 @@ def profile_row(conn: sqlite3.Connection, profile_id: str) -> Tier | None:
 
 
 def save_profile(
-    conn: sqlite3.Connection, *, profile_id: str, user_id: str, content: str,
+    conn: Conn, *, profile_id: str, user_id: str, content: str,
     sessions_covered: int, seq: int, expected_seq: int | None, source: str, now: str,
     inputs: dict[str, int],
 ) -> bool:
@@ -216,7 +216,7 @@ def save_profile(
     return True
 
 
-def tier_sources(conn: sqlite3.Connection, user_id: str, profile_id: str, narrative_id: str
+def tier_sources(conn: Conn, user_id: str, profile_id: str, narrative_id: str
                  ) -> dict[tuple[str, str], str]:
     """Which backend made each of a user's tiers: ("gist", session), ("era", month),
     ("profile", id), ("narrative", id) -> e.g. "extractive:…" or "llm:gpt-4o-mini"."""
@@ -230,7 +230,7 @@ def tier_sources(conn: sqlite3.Connection, user_id: str, profile_id: str, narrat
     return {(kind, key): source for kind, key, source in rows}
 
 
-def eras_for_user(conn: sqlite3.Connection, user_id: str) -> list[tuple[str, str, int]]:
+def eras_for_user(conn: Conn, user_id: str) -> list[tuple[str, str, int]]:
     """(month, content, seq) for every era, oldest first."""
     rows = conn.execute(
         "SELECT month, content, dreamd_seq FROM eras WHERE user_id = ? ORDER BY month",
@@ -240,7 +240,7 @@ def eras_for_user(conn: sqlite3.Connection, user_id: str) -> list[tuple[str, str
 
 
 def save_era(
-    conn: sqlite3.Connection, *, month: str, user_id: str, content: str, session_count: int,
+    conn: Conn, *, month: str, user_id: str, content: str, session_count: int,
     seq: int, expected_seq: int | None, source: str, now: str, embedding: bytes | None,
     vector: bytes | None, model: str, inputs: dict[str, int],
 ) -> bool:
@@ -264,7 +264,7 @@ def save_era(
     return True
 
 
-def narrative_row(conn: sqlite3.Connection, narrative_id: str) -> Tier | None:
+def narrative_row(conn: Conn, narrative_id: str) -> Tier | None:
     row = conn.execute(
         "SELECT content, dreamd_seq, updated_at, dreamd_source FROM narrative WHERE id = ?",
         (narrative_id,),
@@ -273,7 +273,7 @@ def narrative_row(conn: sqlite3.Connection, narrative_id: str) -> Tier | None:
 
 
 def save_narrative(
-    conn: sqlite3.Connection, *, narrative_id: str, user_id: str, content: str, seq: int,
+    conn: Conn, *, narrative_id: str, user_id: str, content: str, seq: int,
     expected_seq: int | None, source: str, now: str, inputs: dict[str, int],
 ) -> bool:
     current = narrative_row(conn, narrative_id)
@@ -290,20 +290,20 @@ def save_narrative(
     return True
 
 
-def gists_past_profile(conn: sqlite3.Connection, user_id: str) -> int:
+def gists_past_profile(conn: Conn, user_id: str) -> int:
     """How many of the user's gists are newer than their profile (all, with none yet)."""
     current = profile_row(conn, profile_id(user_id))
     return count_gists_after(conn, user_id, current.seq if current else 0)
 
 
-def narrative_stale(conn: sqlite3.Connection, user_id: str) -> bool:
+def narrative_stale(conn: Conn, user_id: str) -> bool:
     """Whether the user's profile or eras moved past their narrative."""
     inputs_seq = max_tier_seq(conn, user_id, profile_id(user_id))
     current = narrative_row(conn, narrative_id(user_id))
     return inputs_seq > 0 and (current is None or current.seq < inputs_seq)
 
 
-def max_tier_seq(conn: sqlite3.Connection, user_id: str, profile_id: str) -> int:
+def max_tier_seq(conn: Conn, user_id: str, profile_id: str) -> int:
     """The newest seq among the narrative's inputs: the profile and the eras."""
     row = conn.execute(
         "SELECT MAX(COALESCE((SELECT dreamd_seq FROM profile WHERE id = ?), 0), "
@@ -313,7 +313,7 @@ def max_tier_seq(conn: sqlite3.Connection, user_id: str, profile_id: str) -> int
     return int(row[0])
 
 
-def self_state(conn: sqlite3.Connection, agent_id: str) -> tuple[dict[str, Any], str] | None:
+def self_state(conn: Conn, agent_id: str) -> tuple[dict[str, Any], str] | None:
     row = conn.execute(
         "SELECT data, updated_at FROM self_state WHERE id = ?", (agent_id,)
     ).fetchone()
@@ -327,7 +327,7 @@ def self_state(conn: sqlite3.Connection, agent_id: str) -> tuple[dict[str, Any],
 
 
 def save_self_state(
-    conn: sqlite3.Connection, agent_id: str, data: dict[str, Any], now: str,
+    conn: Conn, agent_id: str, data: dict[str, Any], now: str,
     expected_updated_at: str | None,
 ) -> bool:
     current = self_state(conn, agent_id)
@@ -341,7 +341,7 @@ def save_self_state(
     return True
 
 
-def drop_gist(conn: sqlite3.Connection, session_id: str) -> bool:
+def drop_gist(conn: Conn, session_id: str) -> bool:
     """Delete a session's gist and its vectors; the tally's mark goes back to the start, so
     the next pass summarizes whatever turns remain. Returns whether a gist existed."""
     gone = conn.execute("DELETE FROM summaries WHERE session_id = ?", (session_id,)).rowcount
@@ -352,7 +352,7 @@ def drop_gist(conn: sqlite3.Connection, session_id: str) -> bool:
     return bool(gone)
 
 
-def drop_tiers(conn: sqlite3.Connection, user_id: str, agent_id: str, months: set[str]
+def drop_tiers(conn: Conn, user_id: str, agent_id: str, months: set[str]
                ) -> list[str]:
     """Delete what was built from a user's gists — profile, narrative, the eras of `months`,
     the agent's reflection state with that user — so the next pass rebuilds them from what
@@ -391,7 +391,7 @@ def drop_tiers(conn: sqlite3.Connection, user_id: str, agent_id: str, months: se
     return gone
 
 
-def owner_changes(conn: sqlite3.Connection) -> list[tuple[str, str]]:
+def owner_changes(conn: Conn) -> list[tuple[str, str]]:
     """(session id, the app's user id) where the app's sessions row names another owner
     than the tally."""
     rows = conn.execute(
@@ -401,7 +401,7 @@ def owner_changes(conn: sqlite3.Connection) -> list[tuple[str, str]]:
     return [(r[0], r[1]) for r in rows]
 
 
-def rehome_session(conn: sqlite3.Connection, session_id: str, user_id: str, agent_id: str
+def rehome_session(conn: Conn, session_id: str, user_id: str, agent_id: str
                    ) -> bool:
     """The app says this session belongs to `user_id` but the tally filed it under someone
     else: move it, and drop what the other user's memory built from it. Returns whether
@@ -429,7 +429,7 @@ class ReflectionMarks:
     at: str | None
 
 
-def reflection_marks(conn: sqlite3.Connection, agent_id: str) -> ReflectionMarks:
+def reflection_marks(conn: Conn, agent_id: str) -> ReflectionMarks:
     """How far the agent's last complete reflect job reached, over every user.
 
     Kept in dreamd_state; a file from before per-user reflection has them in the agent's
@@ -445,13 +445,13 @@ def reflection_marks(conn: sqlite3.Connection, agent_id: str) -> ReflectionMarks
                            int(marks.get("reflected_seq", 0)), marks.get("reflected_at"))
 
 
-def save_reflection_marks(conn: sqlite3.Connection, marks: ReflectionMarks) -> None:
+def save_reflection_marks(conn: Conn, marks: ReflectionMarks) -> None:
     set_state(conn, "reflected", json.dumps({
         "reflected_exchange_id": marks.exchange_id, "reflected_seq": marks.seq,
         "reflected_at": marks.at}, sort_keys=True))
 
 
-def tiers_present(conn: sqlite3.Connection, user_id: str, agent_id: str, months: set[str]
+def tiers_present(conn: Conn, user_id: str, agent_id: str, months: set[str]
                   ) -> list[str]:
     """What drop_tiers would delete, as "table:key" (for a dry run)."""
     out = []
@@ -465,7 +465,7 @@ def tiers_present(conn: sqlite3.Connection, user_id: str, agent_id: str, months:
     return out
 
 
-def gist_texts(conn: sqlite3.Connection, sessions: list[str]) -> dict[str, str]:
+def gist_texts(conn: Conn, sessions: list[str]) -> dict[str, str]:
     """session -> "month gist" for these sessions' gists."""
     if not sessions:
         return {}

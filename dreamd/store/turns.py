@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
@@ -10,15 +9,16 @@ from dreamd.ids import (
     DEFAULT_USER,
 )
 from dreamd.models import Turn
+from dreamd.store.interface import Conn
 from dreamd.store.state import get_state, iso_utc, set_state
 
 
-def tally_watermark(conn: sqlite3.Connection) -> int:
+def tally_watermark(conn: Conn) -> int:
     return int(get_state(conn, "tally_id", "0") or 0)
 
 
 def new_exchange_groups(
-    conn: sqlite3.Connection, after_id: int, upto_id: int
+    conn: Conn, after_id: int, upto_id: int
 ) -> list[tuple[Any, ...]]:
     """Per-session counts of exchanges with after_id < id <= upto_id (a rowid range scan)."""
     return conn.execute(
@@ -31,7 +31,7 @@ def new_exchange_groups(
 
 
 def apply_tally(
-    conn: sqlite3.Connection, groups: list[tuple[Any, ...]], upto_id: int
+    conn: Conn, groups: list[tuple[Any, ...]], upto_id: int
 ) -> None:
     for session_id, user_id, turns, first_id, last_id, raw_first, raw_last in groups:
         first_at, last_at = iso_utc(raw_first), iso_utc(raw_last)
@@ -59,7 +59,7 @@ class TallyRow:
     last_at: str
 
 
-def tally_rows(conn: sqlite3.Connection, session_ids: list[str], chunk: int = 500
+def tally_rows(conn: Conn, session_ids: list[str], chunk: int = 500
                ) -> dict[str, TallyRow]:
     """The tally of these sessions (those it has), by primary key."""
     out: dict[str, TallyRow] = {}
@@ -72,17 +72,17 @@ def tally_rows(conn: sqlite3.Connection, session_ids: list[str], chunk: int = 50
     return out
 
 
-def raw_counts(conn: sqlite3.Connection) -> tuple[int, int]:
+def raw_counts(conn: Conn) -> tuple[int, int]:
     """Turns and sessions in the app's own table, before dreamd has a tally (one scan)."""
     row = conn.execute("SELECT COUNT(*), COUNT(DISTINCT session_id) FROM exchanges").fetchone()
     return int(row[0]), int(row[1])
 
 
-def max_exchange_id(conn: sqlite3.Connection) -> int:
+def max_exchange_id(conn: Conn) -> int:
     return int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM exchanges").fetchone()[0])
 
 
-def count_exchanges_after(conn: sqlite3.Connection, after_id: int,
+def count_exchanges_after(conn: Conn, after_id: int,
                           upto_id: int | None = None) -> int:
     """Turns with after_id < id (<= upto_id, when given)."""
     if upto_id is None:
@@ -109,7 +109,7 @@ class DirtySession:
         return self.turns - self.summarized_turns
 
 
-def dirty_sessions(conn: sqlite3.Connection) -> list[DirtySession]:
+def dirty_sessions(conn: Conn) -> list[DirtySession]:
     """Every user's sessions with turns past their gist, through the partial index."""
     rows = conn.execute(
         "SELECT session_id, user_id, turns, last_id, last_at, month, summarized_id, "
@@ -128,7 +128,7 @@ class DirtyTotals:
     idle_ripe_turns: int
 
 
-def dirty_totals(conn: sqlite3.Connection, ripe_after: int, idle_before: str) -> DirtyTotals:
+def dirty_totals(conn: Conn, ripe_after: int, idle_before: str) -> DirtyTotals:
     """Sensing's view of the dirty sessions of every user, aggregated over the partial index."""
     row = conn.execute(
         "SELECT COUNT(*), COALESCE(SUM(turns - summarized_turns), 0), "
@@ -142,7 +142,7 @@ def dirty_totals(conn: sqlite3.Connection, ripe_after: int, idle_before: str) ->
     return DirtyTotals(*(int(v) for v in row))
 
 
-def count_sessions(conn: sqlite3.Connection, user_id: str | None = None) -> int:
+def count_sessions(conn: Conn, user_id: str | None = None) -> int:
     """Sessions in the tally: one user's, or everyone's."""
     if user_id is None:
         return int(conn.execute("SELECT COUNT(*) FROM dreamd_sessions").fetchone()[0])
@@ -153,7 +153,7 @@ def count_sessions(conn: sqlite3.Connection, user_id: str | None = None) -> int:
     )
 
 
-def known_users(conn: sqlite3.Connection) -> list[str]:
+def known_users(conn: Conn) -> list[str]:
     """Users the file knows: named by the app's sessions rows or filed by the tally."""
     rows = conn.execute("SELECT user_id FROM sessions WHERE user_id IS NOT NULL UNION "
                         "SELECT user_id FROM dreamd_sessions ORDER BY 1").fetchall()
@@ -169,7 +169,7 @@ class SessionCount:
     last_at: str | None
 
 
-def session_counts(conn: sqlite3.Connection, user_id: str | None = None
+def session_counts(conn: Conn, user_id: str | None = None
                    ) -> list[SessionCount]:
     """Each session with its turns and backlog as of the last pass's tally (sessions the
     app created that have no turns yet show 0)."""
@@ -183,7 +183,7 @@ def session_counts(conn: sqlite3.Connection, user_id: str | None = None
     return [SessionCount(*r) for r in rows]
 
 
-def session_owner(conn: sqlite3.Connection, session_id: str) -> str:
+def session_owner(conn: Conn, session_id: str) -> str:
     """Whose session this is: its sessions row, else the tally, else the default user."""
     row = conn.execute(
         "SELECT COALESCE((SELECT user_id FROM sessions WHERE id = ?1), "
@@ -193,7 +193,7 @@ def session_owner(conn: sqlite3.Connection, session_id: str) -> str:
     return str(row[0])
 
 
-def sessions_of(conn: sqlite3.Connection, users: list[str], *, others: bool = False
+def sessions_of(conn: Conn, users: list[str], *, others: bool = False
                 ) -> set[str]:
     """Sessions known to belong to these users (or, with `others`, to anyone else)."""
     marks = ",".join("?" * len(users))
@@ -206,7 +206,7 @@ def sessions_of(conn: sqlite3.Connection, users: list[str], *, others: bool = Fa
 
 
 def session_turns(
-    conn: sqlite3.Connection, session_id: str, after_id: int, upto_id: int
+    conn: Conn, session_id: str, after_id: int, upto_id: int
 ) -> list[Turn]:
     rows = conn.execute(
         "SELECT id, session_id, role, content, created_at FROM exchanges "
@@ -216,7 +216,7 @@ def session_turns(
     return [Turn(*r) for r in rows]
 
 
-def users_with_turns_after(conn: sqlite3.Connection, after_id: int) -> list[str]:
+def users_with_turns_after(conn: Conn, after_id: int) -> list[str]:
     """Users with a session that has a turn newer than `after_id`."""
     rows = conn.execute(
         "SELECT DISTINCT user_id FROM dreamd_sessions WHERE last_id > ? ORDER BY user_id",
@@ -226,7 +226,7 @@ def users_with_turns_after(conn: sqlite3.Connection, after_id: int) -> list[str]
 
 
 def recent_user_turns(
-    conn: sqlite3.Connection, user_id: str, after_id: int, limit: int
+    conn: Conn, user_id: str, after_id: int, limit: int
 ) -> list[Turn]:
     rows = conn.execute(
         "SELECT e.id, e.session_id, e.role, e.content, e.created_at FROM exchanges e "
@@ -237,14 +237,14 @@ def recent_user_turns(
     return [Turn(*r) for r in reversed(rows)]
 
 
-def count_user_turns_after(conn: sqlite3.Connection, user_id: str, after_id: int) -> int:
+def count_user_turns_after(conn: Conn, user_id: str, after_id: int) -> int:
     row = conn.execute(
         "SELECT COUNT(*) FROM exchanges e JOIN dreamd_sessions t ON t.session_id = e.session_id "
         "WHERE e.id > ? AND t.user_id = ?", (after_id, user_id)).fetchone()
     return int(row[0])
 
 
-def session_months(conn: sqlite3.Connection, session_id: str) -> set[str]:
+def session_months(conn: Conn, session_id: str) -> set[str]:
     """The months a session's turns and gist were filed under."""
     rows = conn.execute(
         "SELECT month FROM dreamd_sessions WHERE session_id = ?1 UNION "
@@ -253,7 +253,7 @@ def session_months(conn: sqlite3.Connection, session_id: str) -> set[str]:
     return {r[0] for r in rows}
 
 
-def recount_session(conn: sqlite3.Connection, session_id: str) -> None:
+def recount_session(conn: Conn, session_id: str) -> None:
     """Rebuild a session's tally row from the turns it has left (after a partial forget)."""
     row = conn.execute(
         "SELECT COUNT(*), MIN(id), MAX(id), MIN(created_at), MAX(created_at) FROM exchanges "
@@ -266,7 +266,7 @@ def recount_session(conn: sqlite3.Connection, session_id: str) -> None:
         (row[0], row[1], row[2], first_at, last_at, first_at, session_id))
 
 
-def add_turn(conn: sqlite3.Connection, session_id: str, role: str, content: str,
+def add_turn(conn: Conn, session_id: str, role: str, content: str,
              created_at: str) -> int:
     """One turn as the app writes it; its id."""
     cur = conn.execute("INSERT INTO exchanges (session_id, role, content, created_at) "
@@ -274,7 +274,7 @@ def add_turn(conn: sqlite3.Connection, session_id: str, role: str, content: str,
     return int(cur.lastrowid or 0)
 
 
-def last_turns(conn: sqlite3.Connection, session_id: str, n: int
+def last_turns(conn: Conn, session_id: str, n: int
                ) -> list[tuple[str, str, str]]:
     """(role, content, created_at) of a session's last `n` turns, oldest first."""
     rows = conn.execute("SELECT role, content, created_at FROM exchanges WHERE session_id = ? "
@@ -282,7 +282,7 @@ def last_turns(conn: sqlite3.Connection, session_id: str, n: int
     return [(r[0], r[1], r[2]) for r in reversed(rows)]
 
 
-def sessions_of_turns(conn: sqlite3.Connection, ids: list[int]) -> list[tuple[int, str]]:
+def sessions_of_turns(conn: Conn, ids: list[int]) -> list[tuple[int, str]]:
     """(id, session) of these turns, those the app still has."""
     if not ids:
         return []
@@ -291,7 +291,7 @@ def sessions_of_turns(conn: sqlite3.Connection, ids: list[int]) -> list[tuple[in
     return [(int(r[0]), str(r[1])) for r in rows]
 
 
-def turns_by_id(conn: sqlite3.Connection, ids: list[int]) -> dict[int, Turn]:
+def turns_by_id(conn: Conn, ids: list[int]) -> dict[int, Turn]:
     """These turns, by id (those the app still has)."""
     if not ids:
         return {}
@@ -301,26 +301,26 @@ def turns_by_id(conn: sqlite3.Connection, ids: list[int]) -> dict[int, Turn]:
     return {int(r[0]): Turn(*r) for r in rows}
 
 
-def app_embeds_turns(conn: sqlite3.Connection) -> bool:
+def app_embeds_turns(conn: Conn) -> bool:
     """Whether the app stores its own embedding with every turn (NOT NULL column)."""
     return any(r[1] == "embedding" and r[3]
                for r in conn.execute("PRAGMA table_info(exchanges)"))
 
 
-def add_session(conn: sqlite3.Connection, session_id: str, name: str | None, created_at: str,
+def add_session(conn: Conn, session_id: str, name: str | None, created_at: str,
                 user_id: str) -> None:
     """The app's sessions row, unless it has one (an existing session keeps its owner)."""
     conn.execute("INSERT OR IGNORE INTO sessions (id, name, created_at, user_id) "
                  "VALUES (?, ?, ?, ?)", (session_id, name, created_at, user_id))
 
 
-def add_turns(conn: sqlite3.Connection, rows: list[tuple[str, str, str, str]]) -> None:
+def add_turns(conn: Conn, rows: list[tuple[str, str, str, str]]) -> None:
     """Turns as the app writes them: (session, role, content, created_at), plain text."""
     conn.executemany("INSERT INTO exchanges (session_id, role, content, created_at) "
                      "VALUES (?, ?, ?, ?)", rows)
 
 
-def turn_keys(conn: sqlite3.Connection, session_id: str) -> set[tuple[str, str, str]]:
+def turn_keys(conn: Conn, session_id: str) -> set[tuple[str, str, str]]:
     """(role, content, created_at) of a session's turns: what a re-import finds present."""
     rows = conn.execute("SELECT role, content, created_at FROM exchanges WHERE session_id = ?",
                         (session_id,))

@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import sqlite3
-
 import numpy as np
 
 from dreamd.ids import (
     split_era_key,
 )
 from dreamd.models import Turn
+from dreamd.store.interface import Conn
 from dreamd.store.state import from_blob, get_state, set_state
 
 
-def put_vector(conn: sqlite3.Connection, model: str, kind: str, key: str, vector: bytes) -> None:
+def put_vector(conn: Conn, model: str, kind: str, key: str, vector: bytes) -> None:
     conn.execute(
         "INSERT INTO dreamd_vectors (model, kind, key, vector) VALUES (?, ?, ?, ?) "
         "ON CONFLICT(model, kind, key) DO UPDATE SET vector = excluded.vector",
@@ -21,14 +20,14 @@ def put_vector(conn: sqlite3.Connection, model: str, kind: str, key: str, vector
     )
 
 
-def embed_watermark(conn: sqlite3.Connection, model: str) -> int:
+def embed_watermark(conn: Conn, model: str) -> int:
     row = conn.execute(
         "SELECT last_exchange_id FROM dreamd_embed_state WHERE model = ?", (model,)
     ).fetchone()
     return int(row[0]) if row else 0
 
 
-def turns_after(conn: sqlite3.Connection, after_id: int, limit: int, upto_id: int
+def turns_after(conn: Conn, after_id: int, limit: int, upto_id: int
                 ) -> list[Turn]:
     """Up to `limit` turns with after_id < id <= upto_id, in id order."""
     rows = conn.execute(
@@ -40,7 +39,7 @@ def turns_after(conn: sqlite3.Connection, after_id: int, limit: int, upto_id: in
 
 
 def save_turn_vectors(
-    conn: sqlite3.Connection,
+    conn: Conn,
     model: str,
     dim: int,
     expected_watermark: int,
@@ -64,7 +63,7 @@ def save_turn_vectors(
 
 
 def derived_without_vector(
-    conn: sqlite3.Connection, model: str, limit: int
+    conn: Conn, model: str, limit: int
 ) -> list[tuple[str, str, str]]:
     """(kind, key, content) of gists and eras that have no vector of `model` yet."""
     rows = conn.execute(
@@ -80,7 +79,7 @@ def derived_without_vector(
 
 
 def save_derived_vectors(
-    conn: sqlite3.Connection, model: str, rows: list[tuple[str, str, str, bytes]]
+    conn: Conn, model: str, rows: list[tuple[str, str, str, bytes]]
 ) -> int:
     """Store vectors for derived rows whose content is still what was embedded."""
     stored = 0
@@ -97,11 +96,11 @@ def save_derived_vectors(
     return stored
 
 
-def fts_watermark(conn: sqlite3.Connection) -> int:
+def fts_watermark(conn: Conn) -> int:
     return int(get_state(conn, "fts_id", "0") or 0)
 
 
-def index_text(conn: sqlite3.Connection, after_id: int, upto_id: int) -> None:
+def index_text(conn: Conn, after_id: int, upto_id: int) -> None:
     """Add turns after_id < id <= upto_id to the full-text index and move its mark."""
     conn.execute(
         "INSERT INTO dreamd_fts (rowid, text) SELECT id, role || ': ' || content "
@@ -111,7 +110,7 @@ def index_text(conn: sqlite3.Connection, after_id: int, upto_id: int) -> None:
     set_state(conn, "fts_id", str(upto_id))
 
 
-def turn_vectors(conn: sqlite3.Connection, model: str, ids: list[int]) -> dict[int, np.ndarray]:
+def turn_vectors(conn: Conn, model: str, ids: list[int]) -> dict[int, np.ndarray]:
     out: dict[int, np.ndarray] = {}
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
@@ -125,13 +124,13 @@ def turn_vectors(conn: sqlite3.Connection, model: str, ids: list[int]) -> dict[i
     return out
 
 
-def vector_of(conn: sqlite3.Connection, model: str, kind: str, key: str) -> bytes | None:
+def vector_of(conn: Conn, model: str, kind: str, key: str) -> bytes | None:
     row = conn.execute("SELECT vector FROM dreamd_vectors WHERE model = ? AND kind = ? "
                        "AND key = ?", (model, kind, key)).fetchone()
     return row[0] if row else None
 
 
-def vector_models(conn: sqlite3.Connection, table: str) -> list[str]:
+def vector_models(conn: Conn, table: str) -> list[str]:
     """The models with rows in a vector table, by a skip-scan of its (model, …) key: the
     key's first column, so that deletes by id can use the index."""
     rows = conn.execute(
@@ -141,13 +140,13 @@ def vector_models(conn: sqlite3.Connection, table: str) -> list[str]:
     return [r[0] for r in rows]
 
 
-def delete_vectors(conn: sqlite3.Connection, kind: str, key: str) -> None:
+def delete_vectors(conn: Conn, kind: str, key: str) -> None:
     for model in vector_models(conn, "dreamd_vectors"):
         conn.execute("DELETE FROM dreamd_vectors WHERE model = ? AND kind = ? AND key = ?",
                      (model, kind, key))
 
 
-def turn_vector_rows(conn: sqlite3.Connection, model: str, after_id: int,
+def turn_vector_rows(conn: Conn, model: str, after_id: int,
                      upto_id: int | None = None) -> list[tuple[int, bytes, str]]:
     """(exchange id, vector, session) of this model's turn vectors past `after_id`, in
     id order; only turns the app still has."""
@@ -160,7 +159,7 @@ def turn_vector_rows(conn: sqlite3.Connection, model: str, after_id: int,
     return conn.execute(sql + " ORDER BY v.exchange_id", params).fetchall()
 
 
-def gist_vector_rows(conn: sqlite3.Connection, model: str, user_id: str, after_seq: int
+def gist_vector_rows(conn: Conn, model: str, user_id: str, after_seq: int
                      ) -> list[tuple[str, int, bytes]]:
     """(session, seq, vector) of a user's gists newer than `after_seq`."""
     return conn.execute(
@@ -170,7 +169,7 @@ def gist_vector_rows(conn: sqlite3.Connection, model: str, user_id: str, after_s
         (model, user_id, after_seq)).fetchall()
 
 
-def search_words(conn: sqlite3.Connection, words: list[str], limit: int) -> dict[int, float]:
+def search_words(conn: Conn, words: list[str], limit: int) -> dict[int, float]:
     """exchange id -> BM25 relevance (higher is better) of the best `limit` turns holding
     any of `words` (each matched as a quoted term: user text is never query syntax)."""
     if not words:
@@ -182,7 +181,7 @@ def search_words(conn: sqlite3.Connection, words: list[str], limit: int) -> dict
     return {int(r[0]): float(r[1]) for r in rows}
 
 
-def put_turn_vector(conn: sqlite3.Connection, model: str, exchange_id: int, vector: bytes
+def put_turn_vector(conn: Conn, model: str, exchange_id: int, vector: bytes
                     ) -> None:
     """A turn's vector stored at once (the embed job's watermark still covers the gap)."""
     conn.execute("INSERT OR REPLACE INTO dreamd_exchange_vectors (model, exchange_id, vector) "

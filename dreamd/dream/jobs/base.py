@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
-import sqlite3
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -20,7 +19,7 @@ from dreamd.errors import PASS_STOPPING, BudgetExhausted, InputRejected, OutputI
 from dreamd.logger import Logger, silent
 from dreamd.models import Completion, JobSpec, Prompt
 from dreamd.store import queries as q
-from dreamd.store.connect import Store
+from dreamd.store.interface import Conn, Store
 
 
 def utcnow() -> datetime:
@@ -150,7 +149,7 @@ class JobContext:
     def stopped(self) -> bool:
         return self.halted is not None or self.invalidated or self.budget.exhausted()
 
-    def still_current(self, conn: sqlite3.Connection) -> bool:
+    def still_current(self, conn: Conn) -> bool:
         """Inside a write: whether memory was not forgotten since the pass began. Once it
         was, the pass saves nothing more and stops; the next one starts afresh."""
         if q.get_state(conn, "vector_epoch", "0") != self.epoch:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +14,7 @@ from dreamd.errors import OutputInvalid
 from dreamd.ids import era_key
 from dreamd.models import BacklogStats, Gist, JobResult, JobSpec
 from dreamd.store import queries as q
+from dreamd.store.interface import Conn
 
 JOB = "eras"
 
@@ -60,7 +60,7 @@ def think(ctx: JobContext, work: Work) -> tuple[str, str, str, np.ndarray]:
     return content, digest, completion.text, ctx.embedder.embed([content])[0]
 
 
-def save(ctx: JobContext, conn: sqlite3.Connection, work: Work,
+def save(ctx: JobContext, conn: Conn, work: Work,
          result: tuple[str, str, str, np.ndarray], layout: q.Layout) -> bool:
     """Inside the caller's write transaction: the era, if its inputs are unchanged."""
     content, digest, raw, vector = result

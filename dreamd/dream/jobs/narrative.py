@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 
 from dreamd.config import Config
@@ -13,6 +12,7 @@ from dreamd.errors import OutputInvalid
 from dreamd.ids import narrative_id, profile_id
 from dreamd.models import BacklogStats, JobResult, JobSpec
 from dreamd.store import queries as q
+from dreamd.store.interface import Conn
 
 JOB = "narrative"
 
@@ -67,7 +67,7 @@ def think(ctx: JobContext, work: Work) -> tuple[str, str, str]:
     return f"Recent arc ({span}):\n{body}", digest, completion.text
 
 
-def save(ctx: JobContext, conn: sqlite3.Connection, work: Work,
+def save(ctx: JobContext, conn: Conn, work: Work,
          result: tuple[str, str, str]) -> bool:
     content, digest, raw = result
     stored = q.save_narrative(

@@ -8,7 +8,6 @@ thread never waits for a backend answer inside a transaction.
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
@@ -19,8 +18,9 @@ from dreamd.backends import write_gate
 from dreamd.dream.jobs.base import JobContext, failed_items, note_failure
 from dreamd.models import JobResult
 from dreamd.store import queries as q
+from dreamd.store.interface import Conn
 
-Save = Callable[[sqlite3.Connection, Any, Any], bool]
+Save = Callable[[Conn, Any, Any], bool]
 
 
 @dataclass
@@ -157,7 +157,7 @@ def run_keyed(
     failures = failed_items(ctx, job)
     blocked = [key(item) for item in todo if failures.get(key(item))]
 
-    def save_and_clear(conn: sqlite3.Connection, inputs: Any, value: Any) -> bool:
+    def save_and_clear(conn: Conn, inputs: Any, value: Any) -> bool:
         stored = save(conn, inputs, value)
         if stored and inputs.key in failures:
             q.clear_failure(conn, job, inputs.key)

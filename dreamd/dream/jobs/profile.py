@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 
 from dreamd.config import Config
@@ -13,6 +12,7 @@ from dreamd.errors import OutputInvalid
 from dreamd.ids import profile_id
 from dreamd.models import BacklogStats, Completion, Gist, JobResult, JobSpec
 from dreamd.store import queries as q
+from dreamd.store.interface import Conn
 
 JOB = "profile"
 USER_ROLE = "user"
@@ -69,7 +69,7 @@ def think(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
     return content, completion, digest
 
 
-def save(ctx: JobContext, conn: sqlite3.Connection, work: Work,
+def save(ctx: JobContext, conn: Conn, work: Work,
          result: tuple[str, Completion, str]) -> bool:
     content, completion, digest = result
     stored = q.save_profile(

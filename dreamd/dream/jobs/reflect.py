@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sqlite3
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +14,7 @@ from dreamd.errors import OutputInvalid
 from dreamd.ids import self_state_id
 from dreamd.models import BacklogStats, JobResult, JobSpec, Turn
 from dreamd.store import queries as q
+from dreamd.store.interface import Conn
 
 JOB = "reflect"
 RECENT_TURNS = 200
@@ -121,7 +121,7 @@ def think(ctx: JobContext, work: Work) -> tuple[dict[str, Any], str, str]:
         return validate(raw), digest, raw
 
 
-def save(ctx: JobContext, conn: sqlite3.Connection, work: Work,
+def save(ctx: JobContext, conn: Conn, work: Work,
          result: tuple[dict[str, Any], str, str]) -> bool:
     reflection, digest, raw = result
     state = evolve(work.previous, reflection, {

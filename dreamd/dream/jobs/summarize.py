@@ -6,7 +6,6 @@ turns) is cut into chunks whose partial gists are merged — nothing is silently
 
 from __future__ import annotations
 
-import sqlite3
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -20,6 +19,7 @@ from dreamd.dream.sensing import is_idle
 from dreamd.errors import InputRejected, OutputInvalid
 from dreamd.models import BacklogStats, JobResult, JobSpec, Turn
 from dreamd.store import queries as q
+from dreamd.store.interface import Conn
 
 JOB = "summarize"
 
@@ -109,7 +109,7 @@ def think(ctx: JobContext, work: Work) -> tuple[str, bytes] | None:
     return gist, q.to_blob(ctx.embedder.embed([gist])[0])
 
 
-def save(ctx: JobContext, conn: sqlite3.Connection, work: Work,
+def save(ctx: JobContext, conn: Conn, work: Work,
          result: tuple[str, bytes], layout: q.Layout) -> bool:
     """Inside the caller's write transaction: the gist, if its inputs are unchanged."""
     gist, vector = result

@@ -1,0 +1,106 @@
+"""The store's interface: what the rest of dreamd may know about where memory lives.
+
+Above `dreamd.store`, code opens a `Store`, takes a `Conn` from `read()` or `write()` and
+hands it to the named functions of `dreamd.store.queries`; it never runs a statement of
+its own, never sees an engine's row type and never names an engine's exceptions (it asks
+`engine_failure`). SQLite (`connect.SqliteStore`) is the embedded engine; a second engine
+implements this Protocol and the same named functions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from dreamd.errors import DreamdError, StoreBusy, StoreError
+
+
+class Cursor(Protocol):
+    """What a statement returns (DB-API 2.0)."""
+
+    @property
+    def rowcount(self) -> int: ...
+    @property
+    def lastrowid(self) -> int | None: ...
+    def fetchone(self) -> Any: ...
+    def fetchall(self) -> list[Any]: ...
+    def __iter__(self) -> Iterator[Any]: ...
+
+
+class Conn(Protocol):
+    """An open transaction, as the store's functions use it (DB-API 2.0, qmark style).
+
+    Only modules under `dreamd.store` call its methods."""
+
+    def execute(self, sql: str, parameters: Any = ..., /) -> Cursor: ...
+    def executemany(self, sql: str, parameters: Any, /) -> Cursor: ...
+
+
+@dataclass
+class WriteLockTimes:
+    """How long dreamd held the file's write lock: the time the chat app may have waited.
+
+    Measured from BEGIN IMMEDIATE granted to COMMIT (or ROLLBACK) returned. Now and then
+    a COMMIT also runs SQLite's automatic checkpoint after releasing the lock, so this is
+    an upper bound."""
+
+    writes: int = 0
+    held: float = 0.0  # seconds
+    longest: float = 0.0
+
+    def add(self, seconds: float) -> None:
+        self.writes += 1
+        self.held += seconds
+        self.longest = max(self.longest, seconds)
+
+    def as_dict(self) -> dict[str, float]:
+        return {"writes": self.writes, "held_ms": round(self.held * 1000, 1),
+                "longest_ms": round(self.longest * 1000, 2)}
+
+
+class Store(Protocol):
+    """One connection to the memory store with dreamd's rules attached: every read is one
+    snapshot, every write one short transaction that commits or rolls back whole."""
+
+    engine: str  # "sqlite"
+    where: str  # what to show a person: the file's path (never a password)
+    read_only: bool
+    lock_times: WriteLockTimes
+
+    @property
+    def in_transaction(self) -> bool: ...
+    def read(self) -> AbstractContextManager[Conn]: ...
+    def write(self) -> AbstractContextManager[Conn]: ...
+    def settle(self) -> None:
+        """After a batch of writes: fold the write-ahead log into the store without
+        waiting for anyone (SQLite: a passive checkpoint)."""
+    def purge_log(self, wait: bool = True) -> bool:
+        """Leave no copy of erased rows in the write-ahead log; True when none is left."""
+    def facts(self) -> dict[str, Any]:
+        """The engine's version and known faults, for `status`."""
+    def close(self) -> None: ...
+
+
+# The engines' own exception classes, for code that must tell a store fault from a bug.
+def _engine_errors() -> tuple[type[Exception], ...]:
+    import sqlite3
+
+    return (sqlite3.Error,)
+
+
+ENGINE_ERRORS = _engine_errors()
+
+
+def engine_failure(exc: BaseException) -> DreamdError | None:
+    """A store engine's exception as dreamd's own error (None when it is not one): a lock
+    held past the busy timeout is `StoreBusy`, anything else the engine raised a
+    `StoreError` with its words."""
+    if not isinstance(exc, ENGINE_ERRORS):
+        return None
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return StoreBusy(f"the memory file stayed locked by another process past the busy "
+                         f"timeout ({text}); try again")
+    return StoreError(f"the memory file: {text}")
