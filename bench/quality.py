@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import tempfile
 from collections import defaultdict
@@ -26,8 +27,11 @@ from dreamd.dream.cycle import run_pass
 from dreamd.memory.api import Memory
 from dreamd.memory.importers import parse_locomo, parse_longmemeval, write_sessions
 from dreamd.runtime.log import configure
+from dreamd.store import queries as q
 from dreamd.store.opening import open_store
+from dreamd.text import STOPWORDS
 
+_WORDS = re.compile(r"\w+")
 DATA = Path(__file__).parent.parent.parent / "shared" / "data"
 
 
@@ -86,6 +90,8 @@ def longmemeval(path: Path, embedder: LocalEmbedder) -> None:
 
 
 def locomo(path: Path, embedder: LocalEmbedder) -> None:
+    """Per category, and per conversation (each conversation is its own file: a figure for
+    one conversation never saw the others)."""
     data = json.loads(path.read_text())
     scores: dict[str, list[float]] = defaultdict(list)
     for conv in data:  # each conversation in a file of its own: recall stays within it
@@ -93,6 +99,8 @@ def locomo(path: Path, embedder: LocalEmbedder) -> None:
         with tempfile.TemporaryDirectory() as tmp:
             memory = consolidated(Path(tmp) / "m.db", parse_locomo([conv], str(path)), embedder)
             ids = dia_ids(memory, conv)
+            with memory.store.read() as conn:
+                texts = {i: t.content for i, t in q.turns_by_id(conn, list(ids.values())).items()}
             for qa in conv["qa"]:
                 category = qa.get("category")
                 evidence = {ids[e] for e in qa.get("evidence", []) if e in ids}
@@ -101,25 +109,32 @@ def locomo(path: Path, embedder: LocalEmbedder) -> None:
                 hits = [h.exchange_id for h in memory.recall(qa["question"], k=25)]
                 plain = [h.exchange_id for h in memory.recall(qa["question"], k=10,
                                                               words_too=False)]
-                block = memory.context(f"question:{sample}", query=qa["question"], budget=1000)
-                found = float(str(qa["answer"]).lower() in block.text.lower())
-                for key in (str(category), "all"):
+                block = memory.context(f"question:{sample}", query=qa["question"],
+                                       budget=1000).text.lower()
+                answer = str(qa["answer"]).lower()
+                words = set(_WORDS.findall(answer)) - STOPWORDS
+                inside = any(texts[e][:60].lower() in block for e in evidence)
+                for key in (str(category), "all", f"conv {sample}"):
                     for k in (5, 10, 25):
                         scores[f"{key}|{k}"].append(float(bool(evidence & set(hits[:k]))))
                     scores[f"{key}|vector10"].append(float(bool(evidence & set(plain))))
-                    scores[f"{key}|context"].append(found)
+                    scores[f"{key}|context"].append(float(answer in block))
+                    scores[f"{key}|inside"].append(float(inside))
+                    scores[f"{key}|words"].append(
+                        sum(w in block for w in words) / len(words) if words else 1.0)
             memory.close()
     names = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop",
              "all": "all"}
-    for cat in ("all", "1", "2", "3", "4"):
+    convs = sorted({k.split("|")[0] for k in scores if k.startswith("conv ")})
+    for cat in ("all", "1", "2", "3", "4", *convs):
         n = len(scores[f"{cat}|5"])
         if n:
-            print(f"locomo {names[cat]:<12} n={n:<4} evidence recall@5 "
-                  f"{100 * sum(scores[f'{cat}|5']) / n:5.1f}  @10 "
-                  f"{100 * sum(scores[f'{cat}|10']) / n:5.1f}  @25 "
-                  f"{100 * sum(scores[f'{cat}|25']) / n:5.1f} (vector only @10 "
-                  f"{100 * sum(scores[f'{cat}|vector10']) / n:5.1f}); answer in a "
-                  f"1000-token context {100 * sum(scores[f'{cat}|context']) / n:5.1f}")
+            def pct(name: str, cat: str = cat, n: int = n) -> str:
+                return f"{100 * sum(scores[f'{cat}|{name}']) / n:5.1f}"
+            print(f"locomo {names.get(cat, cat):<12} n={n:<4} evidence recall@5 {pct('5')}  "
+                  f"@10 {pct('10')}  @25 {pct('25')} (vector only @10 {pct('vector10')}); "
+                  f"1000-token context: evidence inside {pct('inside')}, answer words "
+                  f"{pct('words')}, whole answer {pct('context')}")
 
 
 def dia_ids(memory: Memory, conv: dict[str, Any]) -> dict[str, int]:

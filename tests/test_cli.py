@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from dreamd.cli.commands import main
+from dreamd.dream.keys import space
 from tests.helpers import add_turns, chat_texts, make_chat_file
 
 ROOT = Path(__file__).parent.parent
@@ -156,7 +157,7 @@ def test_demo_pass_with_the_real_local_embedder(tmp_path: Path) -> None:
 
     conn = sqlite3.connect(db)
     models = {r[0] for r in conn.execute("SELECT DISTINCT model FROM dreamd_exchange_vectors")}
-    assert models == {"all-MiniLM-L6-v2-int8"}
+    assert models == {space("all-MiniLM-L6-v2-int8")}
     dims = {r[0] for r in conn.execute("SELECT DISTINCT length(vector) FROM dreamd_vectors")}
     assert dims == {384 * 4}
 

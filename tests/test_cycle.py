@@ -13,6 +13,7 @@ import pytest
 from dreamd.cli.demo import sample_sessions, write_sessions
 from dreamd.config import JobsConfig, PassConfig, SummarizeConfig
 from dreamd.dream.cycle import run_pass
+from dreamd.dream.keys import space
 from dreamd.store import queries as q
 from dreamd.store.connect import SqliteStore as Store
 from tests.helpers import (
@@ -244,11 +245,11 @@ def test_a_new_embedding_model_re_embeds_without_mixing_dimensions(demo_store: S
     for table, count in (("dreamd_exchange_vectors", 143), ("dreamd_vectors", 12 + 4)):
         rows = dict(conn.execute(
             f"SELECT model, COUNT(*) FROM {table} GROUP BY model").fetchall())
-        assert rows == {"hashing-256": count, "hashing-64": count}, table
+        assert rows == {space("hashing-256"): count, space("hashing-64"): count}, table
         dims = dict(conn.execute(
             f"SELECT model, MAX(length(vector)) FROM {table} GROUP BY model "
             f"HAVING MIN(length(vector)) = MAX(length(vector))").fetchall())
-        assert dims == {"hashing-256": 256 * 4, "hashing-64": 64 * 4}, table
+        assert dims == {space("hashing-256"): 256 * 4, space("hashing-64"): 64 * 4}, table
 
 
 def test_a_pass_records_how_long_it_held_the_write_lock(demo_store: Store) -> None:

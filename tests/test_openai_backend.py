@@ -20,6 +20,7 @@ from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.openai_backend import Breaker, OpenAICompleter, api_key
 from dreamd.config import BudgetConfig, CompleterConfig, Config
 from dreamd.dream.cycle import run_pass
+from dreamd.dream.keys import space
 from dreamd.errors import (
     BackendMisconfigured,
     BackendUnavailable,
@@ -391,7 +392,7 @@ def test_embeddings_over_the_api_are_stored_under_their_own_model(
     rows = store.conn.execute(
         "SELECT model, COUNT(*), MIN(length(vector)), MAX(length(vector)) "
         "FROM dreamd_exchange_vectors GROUP BY model").fetchall()
-    assert rows == [("openai:test-embed", 12, 16 * 4, 16 * 4)]
+    assert rows == [(space("openai:test-embed"), 12, 16 * 4, 16 * 4)]
     assert any(r["path"].endswith("/embeddings") for r in server.requests)
     store.close()
 

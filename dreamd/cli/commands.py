@@ -182,10 +182,11 @@ def recall(obj: dict[str, Any], query: str, k: int, session: str | None,
     finally:
         memory.close()
     if as_json:
-        click.echo(json.dumps([h.__dict__ for h in hits], indent=2))
+        click.echo(json.dumps([{**h.__dict__, "when": h.when, "dated": h.dated} for h in hits],
+                              indent=2))
         return
     for h in hits:
-        click.echo(f"{h.score:6.2f}  {h.created_at[:10]}  {h.session_id}  {h.role}: {h.content}")
+        click.echo(f"{h.score:6.2f}  {h.when}  {h.session_id}  {h.role}: {h.dated}")
 
 
 @main.command()

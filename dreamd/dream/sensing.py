@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dreamd.config import Config
+from dreamd.dream.keys import space
 from dreamd.models import BacklogStats
 from dreamd.store import queries as q
 from dreamd.store.interface import Store
@@ -98,7 +99,8 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
             idle_ripe=dirty.idle_ripe,
             unsummarized_turns=dirty.unsummarized,
             idle_ripe_turns=dirty.idle_ripe_turns,
-            unembedded_turns=q.count_exchanges_after(conn, q.embed_watermark(conn, embed_model)),
+            unembedded_turns=q.count_exchanges_after(
+                conn, q.embed_watermark(conn, space(embed_model))),
             gists=q.count_gists(conn),
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,

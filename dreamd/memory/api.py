@@ -21,7 +21,7 @@ from dreamd.backends.factory import make_embedder
 from dreamd.backends.protocols import Embedder
 from dreamd.config import Config
 from dreamd.config import load as load_config
-from dreamd.dream.prompts import turn_line
+from dreamd.dream.keys import Said, space, turn_key
 from dreamd.ids import (
     DEFAULT_USER,
     era_key,
@@ -34,7 +34,18 @@ from dreamd.memory.context import build as build_context
 from dreamd.memory.export import export_user
 from dreamd.memory.forget import Report as ForgetReport
 from dreamd.memory.forget import Scope, forget, parse_before
-from dreamd.memory.recall import CANDIDATES, GistIndex, Hit, VectorIndex, fuse, lexical, top_k
+from dreamd.memory.recall import (
+    CANDIDATES,
+    Hit,
+    Indexes,
+    Owners,
+    VectorIndex,
+    boosted,
+    fuse,
+    named,
+    query_words,
+    top_k,
+)
 from dreamd.store import queries as q
 from dreamd.store.interface import Store
 from dreamd.store.opening import open_readonly, open_store
@@ -73,8 +84,7 @@ class Memory:
         else:
             self.store = open_store(self.config, create=create, path=path)
         self._embedder = embedder
-        self._index: VectorIndex | None = None
-        self._gists: dict[str, GistIndex] = {}
+        self._indexes: Indexes | None = None
 
     @property
     def embedder(self) -> Embedder:
@@ -83,10 +93,15 @@ class Memory:
         return self._embedder
 
     @property
+    def indexes(self) -> Indexes:
+        if self._indexes is None:
+            self._indexes = Indexes(self.store, space(self.embedder.model))
+        return self._indexes
+
+    @property
     def index(self) -> VectorIndex:
-        if self._index is None:
-            self._index = VectorIndex(self.store, self.embedder.model)
-        return self._index
+        """The vector index of the configured user's turns."""
+        return self.indexes.of(scope_of([self.config.user.id]))
 
     @serialized
     def close(self) -> None:
@@ -100,8 +115,8 @@ class Memory:
         scope = Scope(user, session, parse_before(before) if before is not None else None)
         report = forget(self.store, scope, self.config.agent.id, dry_run=dry_run,
                         vacuum=vacuum)
-        if not dry_run:
-            self._index, self._gists = None, {}
+        if not dry_run and self._indexes is not None:
+            self._indexes.clear()
         return report
 
     @serialized
@@ -114,11 +129,14 @@ class Memory:
                  created_at: datetime | None = None, embed: bool = False) -> int:
         """Add one turn; the daemon embeds it later, or now with `embed=True`."""
         when = (created_at or datetime.now(UTC)).astimezone(UTC).isoformat()
-        vector = q.to_blob(self.embedder.embed([turn_line(role, content)])[0]) if embed else None
+        vector = None
+        if embed:
+            said = Said(role, content, when)  # whom it speaks to is not known yet
+            vector = q.to_blob(self.embedder.embed([turn_key(said)])[0])
         with self.store.write() as conn:
             exchange_id = q.add_turn(conn, session_id, role, content, when)
             if vector is not None:
-                q.put_turn_vector(conn, self.embedder.model, exchange_id, vector)
+                q.put_turn_vector(conn, space(self.embedder.model), exchange_id, vector)
         return exchange_id
 
     @serialized
@@ -130,20 +148,36 @@ class Memory:
         only when the caller asks for it); `session` narrows to one session. Vector
         similarity fused with BM25 (`words_too=False`: vectors alone).
         """
-        self.index.refresh()
-        scores = self.index.scores(self.embedder.embed([query])[0])
-        allowed = self._allowed(users or [self.config.user.id], session)
+        users = users or [self.config.user.id]
+        index = self.indexes.of(scope_of(users))
+        index.refresh()
+        query_vector = self.embedder.embed([query])[0]
+        gists: dict[str, float] = {}
+        for user in users:
+            gists.update(self.indexes.gists(user).scores(query_vector))
+        scores = index.scores(query_vector, gists)
+        # The matrix holds these users' turns; the mask narrows to `session` and drops
+        # a session that changed hands since the matrix was read.
+        allowed = self._allowed(users, session)
         if len(scores):
-            scores = np.where(self.index.mask(allowed), scores, -np.inf)
+            scores = np.where(index.mask(allowed), scores, -np.inf)
         best = top_k(scores, CANDIDATES)
-        ids = self.index.ids  # a property: concatenated once, not per candidate
+        ids = index.ids  # a property: concatenated once, not per candidate
         vector = {int(ids[i]): float(scores[i]) for i in best if np.isfinite(scores[i])}
-        words = lexical(self.store, query, CANDIDATES) if words_too else {}
-        if words:
+        words: dict[int, float] = {}
+        if words_too and (terms := query_words(query)):
+            with self.store.read() as conn:
+                words = q.search_words(conn, terms, CANDIDATES, users, DEFAULT_USER in users)
             words = {i: s for i, s in words.items() if i in self._within(words, allowed)}
-        fused = fuse(vector, words)
-        ranked = sorted(fused, key=lambda i: -fused[i])
-        return self._hits(ranked, fused, k)
+        finite = scores[np.isfinite(scores)]
+        spread = (float(finite.mean()), float(finite.std())) if len(finite) else None
+        fused = fuse(vector, words, spread)
+        with self.store.read() as conn:
+            turns = q.turns_by_id(conn, list(fused))
+        fused = boosted(fused, turns, named(query))
+        ranked = sorted((i for i in fused if i in turns), key=lambda i: -fused[i])[:k]
+        return [Hit(i, turns[i].session_id, turns[i].role, turns[i].content,
+                    turns[i].created_at, fused[i]) for i in ranked]
 
     @serialized
     def context(self, session: str, *, query: str | None = None, budget: int = 1000,
@@ -163,7 +197,7 @@ class Memory:
             narrative = q.narrative_row(conn, narrative_id(user))
             eras = {m: c for m, c, _ in q.eras_for_user(conn, user)}
             era_vectors = {month: blob for month in eras if (blob := q.vector_of(
-                conn, self.embedder.model, "era", era_key(user, month))) is not None}
+                conn, space(self.embedder.model), "era", era_key(user, month))) is not None}
         if query is None:
             query = next((c for r, c, _ in reversed(turns) if r == "user"), "")
         vector = self.embedder.embed([query or " "])[0]
@@ -174,7 +208,7 @@ class Memory:
             "narrative": _bullets(narrative.content if narrative else ""),
             "eras": _best_eras(eras, era_vectors, vector, 2),
             "gists": self._gist_lines(vector, session, user),
-            "details": [f"[{h.created_at[:10]}] {h.role}: {h.content}" for h in
+            "details": [f"[{h.when}] {h.role}: {h.dated}" for h in
                         self.recall(query, k=12, users=[user]) if h.session_id != session][:10]
                        if query else [],
             "recent": [f"{r}: {c}" for r, c, _ in turns],
@@ -182,9 +216,7 @@ class Memory:
         return build_context(parts, budget)
 
     def _gist_lines(self, vector: np.ndarray, session: str, user: str) -> list[str]:
-        if user not in self._gists:
-            self._gists[user] = GistIndex(self.store, self.embedder.model, user)
-        best = self._gists[user].best(vector, 3, exclude=session)
+        best = self.indexes.gists(user).best(vector, 3, exclude=session)
         if not best:
             return []
         with self.store.read() as conn:
@@ -208,21 +240,10 @@ class Memory:
             rows = q.sessions_of_turns(conn, list(ids))
         return {i for i, session in rows if allowed(session)}
 
-    def _hits(self, ranked: list[int], scores: dict[int, float], k: int) -> list[Hit]:
-        """Read the rows of the best ids; ids whose turn was deleted are skipped."""
-        hits: list[Hit] = []
-        with self.store.read() as conn:
-            for start in range(0, len(ranked), 100):
-                chunk = ranked[start : start + 100]
-                rows = q.turns_by_id(conn, chunk)
-                for i in chunk:
-                    if i in rows:
-                        t = rows[i]
-                        hits.append(Hit(t.id, t.session_id, t.role, t.content, t.created_at,
-                                        scores[i]))
-                        if len(hits) == k:
-                            return hits
-        return hits
+
+def scope_of(users: list[str]) -> Owners:
+    """The matrix for these users (a session nobody has filed yet is the default user's)."""
+    return Owners(tuple(sorted(set(users))), DEFAULT_USER in users)
 
 
 def _lines(text: str) -> list[str]:

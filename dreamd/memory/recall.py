@@ -1,26 +1,50 @@
-"""Recall: turns most relevant to a query, by vector and by words, fused.
+"""Recall: the turns most relevant to a query, within the users it may see.
 
-The vectors live in an in-process matrix that grows with new rows (read by id range)
-and reloads when rows disappear, so a query never reloads every embedding from SQLite.
-Lexical scores come from SQLite's FTS5 (BM25). Fusion is by z-scores: reciprocal-rank
-fusion threw most of the lexical gain away in our measurements (RETRIEVAL.md).
+The recipe (measured in RETRIEVAL.md and in `bench.quality`), all without an LLM and
+without embedding anything twice:
+
+- every turn is indexed by its key (dreamd.dream.keys): date, speaker, addressee, names
+  for pronouns, absolute dates for relative ones;
+- vector score = cos(query, turn) + cos(query, context), where the context vector is the
+  normalized sum of the turn's vector and its session neighbours' — computed from the
+  per-turn scores and one stored norm per turn, not a second matrix;
+- + 0.5 x the best vector score in the turn's session, or of the session's gist;
+- words: BM25 over the key with its neighbours (Porter stemming), ranked among the
+  allowed users' turns only;
+- fused by z-scores (0.65 vector, 0.35 words): reciprocal-rank fusion threw most of the
+  lexical gain away;
+- + 1.0 for a turn spoken by someone the query names, + 0.5 for one that names them.
+
+Scope comes before ranking: each set of users has its own matrix, holding only their
+turns (memory grows with the users a process serves), and the words side ranks only
+their turns.
 """
 
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
+from dreamd.dream.dates import day_of, long_date
+from dreamd.dream.keys import dated
+from dreamd.models import Turn
 from dreamd.store import queries as q
-from dreamd.store.interface import Conn, Store
+from dreamd.store.interface import Store
 from dreamd.text import STOPWORDS
 
 VECTOR_WEIGHT, LEXICAL_WEIGHT = 0.65, 0.35
+SESSION_WEIGHT = 0.5
+SPEAKER_BOOST, MENTION_BOOST = 1.0, 0.5
 CANDIDATES = 200
-_FTS_WORD = re.compile(r"[A-Za-z0-9]{2,}")
+INDEXES_KEPT = 16  # scopes whose matrices a process keeps, least recently used dropped
+_WORD = re.compile(r"\w{2,}")
+_NAME = re.compile(r"\b[A-Z][\w'’-]*\w")
+_QUESTION_WORDS = frozenset("what when where which who whom whose why how would could "
+                            "should did does do is are was were has have can will".split())
 
 
 @dataclass(frozen=True)
@@ -32,103 +56,179 @@ class Hit:
     created_at: str
     score: float
 
+    @property
+    def when(self) -> str:
+        """The day it was said, unambiguously (`Sunday 7 May 2023`)."""
+        day = day_of(self.created_at)
+        return long_date(day) if day is not None else self.created_at[:10]
+
+    @property
+    def dated(self) -> str:
+        """The content with its relative dates made absolute ("yesterday (Saturday …)")."""
+        return dated(self.content, self.created_at)
+
+
+@dataclass(frozen=True)
+class Owners:
+    """Whose turns a matrix holds: `users` (None: everyone's); with `default_too`, also
+    sessions no table has filed under anyone yet."""
+
+    users: tuple[str, ...] | None
+    default_too: bool = False
+
 
 class VectorIndex:
-    """Every turn vector of one model, as a matrix kept in step with the file.
+    """The turn vectors of one space and one scope, as a matrix kept in step with the file.
 
     Up to the embed job's watermark the vectors are contiguous, so a refresh appends just
     the rows past what it holds (one index seek when nothing is new). Vectors stored
     ahead of the watermark (`remember(..., embed=True)`) are few and re-read each time.
-    Rows only disappear through dreamd's own forgetting, which bumps `vector_epoch`;
-    turns the app deleted are dropped when hits are read.
+    Rows only disappear through dreamd's own forgetting (or a session changing hands),
+    which bumps `vector_epoch`; turns the app deleted are dropped when hits are read.
     """
 
-    def __init__(self, store: Store, model: str) -> None:
-        self.store, self.model = store, model
+    def __init__(self, store: Store, space: str, scope: Owners = Owners(None)) -> None:
+        self.store, self.space, self.scope = store, space, scope
         self._reset(None)
 
     def _reset(self, epoch: str | None) -> None:
         self.epoch = epoch
         self.upto = 0
-        self._ids = np.zeros(0, dtype=np.int64)
-        self._sessions: list[str] = []
-        # Each row's session as a small integer, so a per-user mask is one numpy gather.
-        self._names: list[str] = []
+        self.base_ids = np.zeros(0, dtype=np.int64)
+        self.matrix = np.zeros((0, 0), dtype=np.float32)
+        self.sessions: list[str] = []  # the code's name
+        self.speakers: list[str] = []
         self._code_of: dict[str, int] = {}
-        self._codes = np.zeros(0, dtype=np.int32)
-        self._matrix = np.zeros((0, 0), dtype=np.float32)
-        self._extra: tuple[np.ndarray, list[str], np.ndarray] | None = None
+        self._speaker_of: dict[str, int] = {}
+        self.codes = np.zeros(0, dtype=np.int32)  # each row's session
+        self.spoken_by = np.zeros(0, dtype=np.int32)  # each row's speaker
+        self.prev = np.zeros(0, dtype=np.int64)  # the row before in its session, or -1
+        self.next = np.zeros(0, dtype=np.int64)
+        self.context_norm = np.zeros(0, dtype=np.float32)
+        self._last_of: dict[int, int] = {}  # session code -> its newest row
+        self._by_session: tuple[np.ndarray, np.ndarray] | None = None
+        self._extra: list[tuple[int, bytes, str, str]] = []
 
-    def _rows(self, conn: Conn, after: int, upto: int | None
-              ) -> tuple[np.ndarray, list[str], np.ndarray] | None:
-        rows = q.turn_vector_rows(conn, self.model, after, upto)
-        if not rows:
-            return None
-        matrix = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
-        return (np.array([r[0] for r in rows], dtype=np.int64), [r[2] for r in rows],
-                matrix.reshape(len(rows), -1))
+    def _read(self, after: int, upto: int | None) -> list[tuple[int, bytes, str, str]]:
+        users = list(self.scope.users) if self.scope.users is not None else None
+        with self.store.read() as conn:
+            return q.turn_vector_rows(conn, self.space, after, upto, users,
+                                      self.scope.default_too)
 
     def refresh(self) -> None:
         with self.store.read() as conn:
             epoch = q.get_state(conn, "vector_epoch", "0")
-            if epoch != self.epoch:
-                self._reset(epoch)
-            watermark = q.embed_watermark(conn, self.model)
-            new = self._rows(conn, self.upto, watermark) if watermark > self.upto else None
-            self._extra = self._rows(conn, max(watermark, self.upto), None)
-        self.upto = max(self.upto, watermark)
-        if new is not None:
-            ids, sessions, matrix = new
-            self._matrix = np.vstack([self._matrix, matrix]) if len(self._ids) else matrix.copy()
-            self._ids = np.concatenate([self._ids, ids])
-            self._sessions.extend(sessions)
-            self._codes = np.concatenate([self._codes, self._encode(sessions)])
+            watermark = q.embed_watermark(conn, self.space)
+        if epoch != self.epoch:
+            self._reset(epoch)
+        if watermark > self.upto:
+            self._append(self._read(self.upto, watermark))
+            self.upto = watermark
+        # Rows ahead of the watermark are appended for this query and dropped after.
+        self._extra = self._read(self.upto, None)
 
-    def _encode(self, sessions: list[str]) -> np.ndarray:
-        for s in sessions:
-            if s not in self._code_of:
-                self._code_of[s] = len(self._names)
-                self._names.append(s)
-        return np.fromiter((self._code_of[s] for s in sessions), dtype=np.int32,
-                           count=len(sessions))
+    def _code(self, table: dict[str, int], names: list[str], name: str) -> int:
+        if name not in table:
+            table[name] = len(names)
+            names.append(name)
+        return table[name]
 
-    def mask(self, allowed: Callable[[str], bool]) -> np.ndarray:
-        """Which rows (in `ids` order) belong to sessions `allowed` accepts: asked once per
-        session, not once per row."""
-        codes = self._codes if self._extra is None else np.concatenate(
-            [self._codes, self._encode(self._extra[1])])
-        verdict = np.fromiter((allowed(s) for s in self._names), dtype=bool,
-                              count=len(self._names))
-        return verdict[codes]
+    def _append(self, rows: list[tuple[int, bytes, str, str]]) -> None:
+        if not rows:
+            return
+        start = len(self.base_ids)
+        block = np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32)
+        block = block.reshape(len(rows), -1)
+        self.matrix = np.vstack([self.matrix, block]) if start else block.copy()
+        ids = np.array([r[0] for r in rows], dtype=np.int64)
+        self.base_ids = np.concatenate([self.base_ids, ids])
+        codes = [self._code(self._code_of, self.sessions, r[2]) for r in rows]
+        self.codes = np.concatenate([self.codes, np.array(codes, dtype=np.int32)])
+        self.spoken_by = np.concatenate([self.spoken_by, np.array(
+            [self._code(self._speaker_of, self.speakers, r[3]) for r in rows], dtype=np.int32)])
+        prev = np.full(len(rows), -1, dtype=np.int64)
+        self.next = np.concatenate([self.next, np.full(len(rows), -1, dtype=np.int64)])
+        touched = set(range(start, start + len(rows)))
+        for offset, code in enumerate(codes):
+            row = start + offset
+            before = self._last_of.get(code, -1)
+            prev[offset] = before
+            if before >= 0:
+                self.next[before] = row
+                touched.add(before)
+            self._last_of[code] = row
+        self.prev = np.concatenate([self.prev, prev])
+        self.context_norm = np.concatenate(
+            [self.context_norm, np.ones(len(rows), dtype=np.float32)])
+        rows_touched = np.fromiter(sorted(touched), dtype=np.int64, count=len(touched))
+        self.context_norm[rows_touched] = self._norms(rows_touched)
+        self._by_session = None
+
+    def _norms(self, rows: np.ndarray) -> np.ndarray:
+        total = self.matrix[rows].copy()
+        for links in (self.prev[rows], self.next[rows]):
+            have = links >= 0
+            total[have] += self.matrix[links[have]]
+        norms = np.linalg.norm(total, axis=1)
+        return np.where(norms > 1e-9, norms, 1.0).astype(np.float32)
+
+    def scores(self, query: np.ndarray, gists: dict[str, float] | None = None) -> np.ndarray:
+        """Per row (in `ids` order): own + context score, plus the session signal — the
+        best score in the session or its gist's (`gists`: session -> cosine)."""
+        query = query.astype(np.float32)
+        own = self.matrix @ query if len(self.base_ids) else np.zeros(0, dtype=np.float32)
+        padded = np.append(own, np.float32(0))  # index -1 reads the 0 at the end
+        context = (own + padded[self.prev] + padded[self.next]) / self.context_norm
+        score = own + context
+        if len(score):
+            best = self.session_best(score)
+            for session, cosine in (gists or {}).items():
+                code = self._code_of.get(session)
+                if code is not None:
+                    best[code] = max(best[code], 2 * cosine)
+            score = score + SESSION_WEIGHT * best[self.codes]
+        if self._extra:
+            block = np.frombuffer(b"".join(r[1] for r in self._extra), dtype=np.float32)
+            score = np.concatenate([score, 2 * (block.reshape(len(self._extra), -1) @ query)])
+        return score
+
+    def session_best(self, score: np.ndarray) -> np.ndarray:
+        """The best score in each session (by session code)."""
+        if self._by_session is None:
+            order = np.argsort(self.codes, kind="stable")
+            starts = np.flatnonzero(np.r_[True, np.diff(self.codes[order]) != 0])
+            self._by_session = (order, starts)
+        order, starts = self._by_session
+        best = np.full(len(self.sessions), -np.inf, dtype=np.float32)
+        best[self.codes[order[starts]]] = np.maximum.reduceat(score[order], starts)
+        return best
 
     @property
     def ids(self) -> np.ndarray:
-        return self._ids if self._extra is None else np.concatenate([self._ids, self._extra[0]])
+        if not self._extra:
+            return self.base_ids
+        extra = np.array([r[0] for r in self._extra], dtype=np.int64)
+        return np.concatenate([self.base_ids, extra])
 
-    @property
-    def sessions(self) -> list[str]:
-        return self._sessions if self._extra is None else self._sessions + self._extra[1]
+    def row_sessions(self) -> list[str]:
+        return [self.sessions[c] for c in self.codes] + [r[2] for r in self._extra]
 
-    @property
-    def matrix(self) -> np.ndarray:
-        if self._extra is None:
-            return self._matrix
-        return np.vstack([self._matrix, self._extra[2]]) if len(self._ids) else self._extra[2]
-
-    def scores(self, query: np.ndarray) -> np.ndarray:
-        query = query.astype(np.float32)
-        main = self._matrix @ query if len(self._ids) else np.zeros(0, dtype=np.float32)
-        if self._extra is None:
-            return main
-        return np.concatenate([main, self._extra[2] @ query])
+    def mask(self, allowed: Callable[[str], bool]) -> np.ndarray:
+        """Which rows (in `ids` order) belong to sessions `allowed` accepts: asked
+        once per session, not once per row."""
+        verdict = np.fromiter((allowed(s) for s in self.sessions), dtype=bool,
+                              count=len(self.sessions))
+        extra = np.fromiter((allowed(r[2]) for r in self._extra), dtype=bool,
+                            count=len(self._extra))
+        return np.concatenate([verdict[self.codes], extra])
 
 
 class GistIndex:
     """Gist vectors by session, refreshed by sequence number: a re-summarized session's
     gist gets a new seq in the same transaction as its new vector."""
 
-    def __init__(self, store: Store, model: str, user_id: str) -> None:
-        self.store, self.model, self.user_id = store, model, user_id
+    def __init__(self, store: Store, space: str, user_id: str) -> None:
+        self.store, self.space, self.user_id = store, space, user_id
         self.epoch: str | None = None
         self.seq = 0
         self.vectors: dict[str, np.ndarray] = {}
@@ -138,33 +238,62 @@ class GistIndex:
             epoch = q.get_state(conn, "vector_epoch", "0")
             if epoch != self.epoch:  # dreamd deleted gists: start again
                 self.epoch, self.seq, self.vectors = epoch, 0, {}
-            rows = q.gist_vector_rows(conn, self.model, self.user_id, self.seq)
+            rows = q.gist_vector_rows(conn, self.space, self.user_id, self.seq)
         for session_id, seq, blob in rows:
             self.vectors[session_id] = np.frombuffer(blob, dtype=np.float32)
             self.seq = max(self.seq, int(seq))
 
-    def best(self, query: np.ndarray, k: int, exclude: str | None) -> list[str]:
+    def scores(self, query: np.ndarray) -> dict[str, float]:
+        """session -> cos(query, its gist)."""
         self.refresh()
-        keys = [s for s in self.vectors if s != exclude]
-        if not keys:
-            return []
-        scores = np.stack([self.vectors[s] for s in keys]) @ query
-        return [keys[i] for i in top_k(scores, k)]
+        if not self.vectors:
+            return {}
+        keys = list(self.vectors)
+        values = np.stack([self.vectors[s] for s in keys]) @ query
+        return dict(zip(keys, values.tolist(), strict=True))
+
+    def best(self, query: np.ndarray, k: int, exclude: str | None) -> list[str]:
+        scores = {s: v for s, v in self.scores(query).items() if s != exclude}
+        return sorted(scores, key=lambda s: -scores[s])[:k]
+
+
+class Indexes:
+    """The vector indexes of one Memory, by scope, the least recently used dropped."""
+
+    def __init__(self, store: Store, space: str) -> None:
+        self.store, self.space = store, space
+        self._kept: OrderedDict[Owners, VectorIndex] = OrderedDict()
+        self._gists: dict[str, GistIndex] = {}
+
+    def of(self, scope: Owners) -> VectorIndex:
+        index = self._kept.pop(scope, None) or VectorIndex(self.store, self.space, scope)
+        self._kept[scope] = index
+        while len(self._kept) > INDEXES_KEPT:
+            self._kept.popitem(last=False)
+        return index
+
+    def gists(self, user: str) -> GistIndex:
+        if user not in self._gists:
+            self._gists[user] = GistIndex(self.store, self.space, user)
+        return self._gists[user]
+
+    def clear(self) -> None:
+        self._kept.clear()
+        self._gists.clear()
 
 
 def query_words(text: str) -> list[str]:
     """The query's words for the lexical side, without stopwords (unless that is all)."""
-    words = [w.lower() for w in _FTS_WORD.findall(text)]
+    words = [w.lower() for w in _WORD.findall(text)]
     return list(dict.fromkeys(w for w in words if w not in STOPWORDS) or dict.fromkeys(words))
 
 
-def lexical(store: Store, text: str, limit: int) -> dict[int, float]:
-    """exchange id -> BM25 relevance (higher is better) for the best `limit` turns."""
-    words = query_words(text)
-    if not words:
-        return {}
-    with store.read() as conn:
-        return q.search_words(conn, words, limit)
+def named(text: str) -> list[str]:
+    """The people and things a query names: its capitalized words, less question words
+    and stopwords ("What did Caroline paint in Malmö?" -> Caroline, Malmö)."""
+    names = [re.sub(r"['’]s$", "", w) for w in _NAME.findall(text)]
+    names = [w for w in names if w.lower() not in STOPWORDS and w.lower() not in _QUESTION_WORDS]
+    return list(dict.fromkeys(names))
 
 
 def zscores(values: np.ndarray) -> np.ndarray:
@@ -174,15 +303,38 @@ def zscores(values: np.ndarray) -> np.ndarray:
     return (values - values.mean()) / std if std > 1e-9 else np.zeros_like(values)
 
 
-def fuse(vector: dict[int, float], words: dict[int, float]) -> dict[int, float]:
-    """0.65 z(vector) + 0.35 z(BM25) over the union; a missing side counts as its minimum."""
+def fuse(vector: dict[int, float], words: dict[int, float],
+         spread: tuple[float, float] | None = None) -> dict[int, float]:
+    """0.65 z(vector) + 0.35 z(BM25) over the union; a missing side counts as its minimum.
+    `spread` is the mean and deviation of the vector scores over every turn in scope
+    (default: over the candidates)."""
     ids = sorted(set(vector) | set(words))
     if not ids:
         return {}
     v = np.array([vector.get(i, min(vector.values(), default=0.0)) for i in ids])
     w = np.array([words.get(i, min(words.values(), default=0.0)) for i in ids])
-    fused = VECTOR_WEIGHT * zscores(v) + (LEXICAL_WEIGHT * zscores(w) if words else 0.0)
+    whole = spread is not None and spread[1] > 1e-9
+    zv = (v - spread[0]) / spread[1] if spread is not None and whole else zscores(v)
+    fused = VECTOR_WEIGHT * zv + (LEXICAL_WEIGHT * zscores(w) if words else 0.0)
     return dict(zip(ids, fused.tolist(), strict=True))
+
+
+def boosted(scores: dict[int, float], turns: dict[int, Turn], names: list[str]
+            ) -> dict[int, float]:
+    """+1.0 for a turn spoken by someone the query names, +0.5 for one that names them."""
+    if not names:
+        return scores
+    lowered = [n.lower() for n in names]
+    patterns = [re.compile(rf"\b{re.escape(n)}\b", re.IGNORECASE) for n in names]
+    out = dict(scores)
+    for i, turn in turns.items():
+        if i not in out:
+            continue
+        if turn.role.lower() in lowered:
+            out[i] += SPEAKER_BOOST
+        elif any(p.search(turn.content) for p in patterns):
+            out[i] += MENTION_BOOST
+    return out
 
 
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:

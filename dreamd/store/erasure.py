@@ -101,6 +101,13 @@ def pending(conn: Conn) -> dict[str, Any] | None:
 def _delete_ids(conn: Conn, ids: list[int], models: list[str]) -> None:
     if not ids:
         return
+    gone = set(ids)
+    # A turn's indexed words hold its neighbours' (dreamd.dream.keys.context_text): the
+    # survivors beside an erased turn are taken out of the index and indexed again.
+    beside = {i for turn, before, after in q.with_neighbours(conn, ids)
+              for i in (before.id if before else None, after.id if after else None)
+              if i is not None and i not in gone}
+    q.redo_words_of(conn, sorted(beside))
     marks = ",".join("?" * len(ids))
     conn.execute(f"DELETE FROM exchanges WHERE id IN ({marks})", ids)
     for model in models:  # by the full key: an index seek per turn, not a scan

@@ -254,6 +254,16 @@ def _write_lock(conn: sqlite3.Connection) -> None:
     _rekey_eras(conn)
 
 
+def _keyed_words(conn: sqlite3.Connection) -> None:
+    """The words index holds each turn's key with its neighbours (key scheme 2) instead of
+    "role: content": the old rows go at once, the embed job rebuilds the index in the
+    background, and until then lexical recall sees only what it has rebuilt — never the
+    two schemes mixed. (Dropping the table frees its pages without touching each row.)"""
+    conn.execute("DROP TABLE dreamd_fts")
+    _lexical(conn)
+    conn.execute("DELETE FROM dreamd_state WHERE key = 'fts_id'")
+
+
 MIGRATIONS = (
     Migration(1, "core tables (prior-art layout)", _core),
     Migration(2, "dreamd bookkeeping, tally, vectors, runs", _dreamd_base),
@@ -261,6 +271,7 @@ MIGRATIONS = (
     Migration(4, "full-text index of turns", _lexical),
     Migration(5, "per-user eras, provenance of tiers", _per_user),
     Migration(6, "write-lock time per pass; era references keyed by user", _write_lock),
+    Migration(7, "words index of turn keys with their neighbours", _keyed_words),
 )
 
 

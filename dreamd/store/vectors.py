@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 
 from dreamd.ids import (
@@ -100,15 +102,92 @@ def fts_watermark(conn: Conn) -> int:
     return int(get_state(conn, "fts_id", "0") or 0)
 
 
-def index_text(conn: Conn, after_id: int, upto_id: int) -> None:
-    """Add turns after_id < id <= upto_id to the full-text index and move its mark."""
-    conn.execute(
-        "INSERT INTO dreamd_fts (rowid, text) SELECT id, role || ': ' || content "
-        "FROM exchanges WHERE id > ? AND id <= ?",
-        (after_id, upto_id),
-    )
+FTS_REDO = "fts_redo"
+
+
+def fts_redo(conn: Conn) -> list[int]:
+    """Turns whose words must be indexed again: a neighbour of theirs was forgotten."""
+    return [int(i) for i in json.loads(get_state(conn, FTS_REDO) or "[]")]
+
+
+def redo_words_of(conn: Conn, ids: list[int]) -> None:
+    """Take these turns out of the full-text index until the embed job indexes them again
+    (their indexed text holds a neighbour's words that are being erased)."""
+    if not ids:
+        return
+    drop_words(conn, ids)
+    set_state(conn, FTS_REDO, json.dumps(sorted(set(fts_redo(conn)) | set(ids))))
+
+
+def drop_words(conn: Conn, ids: list[int]) -> None:
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        conn.execute(f"DELETE FROM dreamd_fts WHERE rowid IN ({','.join('?' * len(chunk))})",
+                     chunk)
+
+
+def index_texts(conn: Conn, rows: list[tuple[int, str]], upto_id: int,
+                redone: tuple[int, ...] = ()) -> None:
+    """Put these (turn id, text) rows into the full-text index, replacing a turn's older
+    text (a turn whose neighbour arrived since), and move the index's mark to `upto_id`;
+    `redone` leave the list of turns to index again."""
+    if redone:
+        left = sorted(set(fts_redo(conn)) - set(redone))
+        if left:
+            set_state(conn, FTS_REDO, json.dumps(left))
+        else:
+            conn.execute("DELETE FROM dreamd_state WHERE key = ?", (FTS_REDO,))
+    drop_words(conn, [i for i, _ in rows])
+    conn.executemany("INSERT INTO dreamd_fts (rowid, text) VALUES (?, ?)", rows)
     set_state(conn, "fts_id", str(upto_id))
 
+
+def ids_after(conn: Conn, after_id: int, limit: int, upto_id: int) -> list[int]:
+    """Up to `limit` turn ids after `after_id`, to `upto_id`, in order."""
+    return [int(r[0]) for r in conn.execute(
+        "SELECT id FROM exchanges WHERE id > ? AND id <= ? ORDER BY id LIMIT ?",
+        (after_id, upto_id, limit))]
+
+
+def with_neighbours(conn: Conn, ids: list[int]
+                    ) -> list[tuple[Turn, Turn | None, Turn | None]]:
+    """These turns in id order, each with the turns before and after it in its session
+    (as the file holds them now): index seeks only."""
+    links: list[tuple[int, int | None, int | None]] = []
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        links += conn.execute(
+            "SELECT e.id, (SELECT p.id FROM exchanges p WHERE p.session_id = e.session_id "
+            "AND p.id < e.id ORDER BY p.id DESC LIMIT 1), (SELECT n.id FROM exchanges n "
+            "WHERE n.session_id = e.session_id AND n.id > e.id ORDER BY n.id LIMIT 1) "
+            f"FROM exchanges e WHERE e.id IN ({','.join('?' * len(chunk))}) ORDER BY e.id",
+            chunk).fetchall()
+    wanted = sorted({i for link in links for i in link if i is not None})
+    turns: dict[int, Turn] = {}
+    for start in range(0, len(wanted), 500):
+        chunk = wanted[start : start + 500]
+        for r in conn.execute("SELECT id, session_id, role, content, created_at FROM "
+                              f"exchanges WHERE id IN ({','.join('?' * len(chunk))})", chunk):
+            turns[int(r[0])] = Turn(*r)
+    return [(turns[i], turns.get(p) if p else None, turns.get(n) if n else None)
+            for i, p, n in links if i in turns]
+
+
+def scope_sql(users: list[str] | None, default_too: bool) -> tuple[str, tuple[str, ...]]:
+    """A condition on `e.session_id`: the session belongs to one of `users` (None: anyone);
+    with `default_too`, a session no table has filed under anyone counts as theirs."""
+    if users is None:
+        return "1", ()
+    marks = ",".join("?" * len(users))
+    mine = (f"(e.session_id IN (SELECT id FROM sessions WHERE user_id IN ({marks})) OR "
+            f"e.session_id IN (SELECT session_id FROM dreamd_sessions "
+            f"WHERE user_id IN ({marks})))")
+    if not default_too:
+        return mine, (*users, *users)
+    others = (f"(e.session_id IN (SELECT id FROM sessions WHERE user_id NOT IN ({marks})) OR "
+              f"e.session_id IN (SELECT session_id FROM dreamd_sessions "
+              f"WHERE user_id NOT IN ({marks})))")
+    return f"({mine} OR NOT {others})", (*users, *users, *users, *users)
 
 def turn_vectors(conn: Conn, model: str, ids: list[int]) -> dict[int, np.ndarray]:
     out: dict[int, np.ndarray] = {}
@@ -146,17 +225,20 @@ def delete_vectors(conn: Conn, kind: str, key: str) -> None:
                      (model, kind, key))
 
 
-def turn_vector_rows(conn: Conn, model: str, after_id: int,
-                     upto_id: int | None = None) -> list[tuple[int, bytes, str]]:
-    """(exchange id, vector, session) of this model's turn vectors past `after_id`, in
-    id order; only turns the app still has."""
-    sql = ("SELECT v.exchange_id, v.vector, e.session_id FROM dreamd_exchange_vectors v "
-           "JOIN exchanges e ON e.id = v.exchange_id "
-           "WHERE v.model = ? AND v.exchange_id > ?")
-    params: tuple[object, ...] = (model, after_id)
+def turn_vector_rows(conn: Conn, model: str, after_id: int, upto_id: int | None = None,
+                     users: list[str] | None = None, default_too: bool = False
+                     ) -> list[tuple[int, bytes, str, str]]:
+    """(exchange id, vector, session, speaker) of this model's turn vectors past
+    `after_id`, in id order, of the sessions of `users` (None: everyone's); only turns the
+    app still has."""
+    scope, scope_params = scope_sql(users, default_too)
+    sql = ("SELECT v.exchange_id, v.vector, e.session_id, e.role FROM exchanges e "
+           "JOIN dreamd_exchange_vectors v ON v.model = ? AND v.exchange_id = e.id "
+           f"WHERE e.id > ? AND {scope}")
+    params: tuple[object, ...] = (model, after_id, *scope_params)
     if upto_id is not None:
-        sql, params = sql + " AND v.exchange_id <= ?", (*params, upto_id)
-    return conn.execute(sql + " ORDER BY v.exchange_id", params).fetchall()
+        sql, params = sql + " AND e.id <= ?", (*params, upto_id)
+    return conn.execute(sql + " ORDER BY e.id", params).fetchall()
 
 
 def gist_vector_rows(conn: Conn, model: str, user_id: str, after_seq: int
@@ -169,15 +251,19 @@ def gist_vector_rows(conn: Conn, model: str, user_id: str, after_seq: int
         (model, user_id, after_seq)).fetchall()
 
 
-def search_words(conn: Conn, words: list[str], limit: int) -> dict[int, float]:
-    """exchange id -> BM25 relevance (higher is better) of the best `limit` turns holding
-    any of `words` (each matched as a quoted term: user text is never query syntax)."""
+def search_words(conn: Conn, words: list[str], limit: int, users: list[str] | None = None,
+                 default_too: bool = False) -> dict[int, float]:
+    """exchange id -> BM25 relevance (higher is better) of the best `limit` turns of
+    `users` (None: anyone's) holding any of `words`, ranked among those turns only. Each
+    word is matched as a quoted term: user text is never query syntax."""
     if not words:
         return {}
     query = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+    scope, scope_params = scope_sql(users, default_too)
     rows = conn.execute(
-        "SELECT rowid, -bm25(dreamd_fts) FROM dreamd_fts WHERE dreamd_fts MATCH ? "
-        "ORDER BY bm25(dreamd_fts) LIMIT ?", (query, limit)).fetchall()
+        "SELECT f.rowid, -bm25(dreamd_fts) FROM dreamd_fts f "
+        f"JOIN exchanges e ON e.id = f.rowid WHERE dreamd_fts MATCH ? AND {scope} "
+        "ORDER BY bm25(dreamd_fts) LIMIT ?", (query, *scope_params, limit)).fetchall()
     return {int(r[0]): float(r[1]) for r in rows}
 
 

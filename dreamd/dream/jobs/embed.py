@@ -1,11 +1,12 @@
-"""embed: give every new turn a vector of dreamd's model, in batches, in id order."""
+"""embed: give every new turn a vector of dreamd's model, in batches, in id order, and
+its words to the full-text index — both by the turn's key (dreamd.dream.keys)."""
 
 from __future__ import annotations
 
 from dreamd.config import Config
 from dreamd.dream.jobs.base import JobContext, failed_items, note_failure, note_success
-from dreamd.dream.prompts import turn_line
-from dreamd.models import BacklogStats, JobResult, JobSpec
+from dreamd.dream.keys import Said, addressee, context_text, space, turn_key
+from dreamd.models import BacklogStats, JobResult, JobSpec, Turn
 from dreamd.store import queries as q
 
 JOB = "embed"
@@ -13,7 +14,7 @@ INDEX_CHUNK = 500  # turns per full-text transaction: ~2 ms of write lock
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
-    model = ctx.embedder.model
+    model = space(ctx.embedder.model)
     batch = ctx.config.embed.batch_size
     done = failed = 0
     errors: list[str] = []
@@ -22,7 +23,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     while not ctx.budget.exhausted() and not ctx.invalidated:
         with ctx.store.read() as conn:
             watermark = q.embed_watermark(conn, model)
-            turns = q.turns_after(conn, watermark, batch, upto)
+            turns = q.with_neighbours(conn, q.ids_after(conn, watermark, batch, upto))
             remaining = q.count_exchanges_after(conn, watermark, upto)
         if not turns:
             break
@@ -31,17 +32,17 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             errors.append(f"{item}: {failures[item]}")
             break
         try:
-            vectors = ctx.embedder.embed([turn_line(t.role, t.content) for t in turns])
+            vectors = ctx.embedder.embed([turn_key(said(*t)) for t in turns])
             if vectors.shape != (len(turns), ctx.embedder.dim):
                 raise ValueError(f"embedder returned shape {vectors.shape}")
         except Exception as exc:  # a backend fault: record it, leave the rest of the pass be
             errors.append(note_failure(ctx, JOB, item, exc))
             failed += 1
             break
-        rows = [(t.id, q.to_blob(v)) for t, v in zip(turns, vectors, strict=True)]
+        rows = [(t.id, q.to_blob(v)) for (t, _, _), v in zip(turns, vectors, strict=True)]
         with ctx.store.write() as conn:
             stored = ctx.still_current(conn) and q.save_turn_vectors(
-                conn, model, ctx.embedder.dim, watermark, rows, turns[-1].id
+                conn, model, ctx.embedder.dim, watermark, rows, turns[-1][0].id
             )
         if not stored and ctx.invalidated:
             break  # memory was forgotten meanwhile: nothing more is saved in this pass
@@ -68,17 +69,36 @@ def horizon(ctx: JobContext) -> int:
         return q.max_exchange_id(conn)
 
 
+def said(turn: Turn, before: Turn | None, after: Turn | None) -> Said:
+    return Said(turn.role, turn.content, turn.created_at,
+                addressee(turn.role, before.role if before else None,
+                          after.role if after else None))
+
+
+def words_rows(turns: list[tuple[Turn, Turn | None, Turn | None]]) -> list[tuple[int, str]]:
+    """(turn id, what the words index holds for it) of turns with their neighbours."""
+    return [(t.id, context_text(said(t, b, n), said(b, None, t) if b else None,
+                                said(n, t, None) if n else None)) for t, b, n in turns]
+
+
 def index_text(ctx: JobContext, upto: int, chunk: int = INDEX_CHUNK) -> None:
-    """Bring the full-text index up to turn `upto`, in short chunks."""
+    """Bring the full-text index up to turn `upto`, in short chunks. A turn is indexed
+    with its neighbours' words; the turn before a new one, indexed when it was the last
+    of its session, is indexed again with its new neighbour."""
     while not ctx.budget.exhausted():
         with ctx.store.read() as conn:
             after = q.fts_watermark(conn)
-            newest = min(q.max_exchange_id(conn), upto)
-        if newest <= after:
+            redo = q.fts_redo(conn)[:chunk]  # beside a forgotten turn
+            turns = q.with_neighbours(conn, q.ids_after(conn, after, chunk, upto))
+            again = q.with_neighbours(conn, sorted(
+                {b.id for _, b, _ in turns if b is not None and b.id <= after}
+                | {i for i in redo if i <= after}))
+        if not turns and not redo:
             return
+        rows = words_rows(again + turns)
         with ctx.store.write() as conn:
-            if q.fts_watermark(conn) == after:
-                q.index_text(conn, after, min(newest, after + chunk))
+            if q.fts_watermark(conn) == after and ctx.still_current(conn):
+                q.index_texts(conn, rows, turns[-1][0].id if turns else after, tuple(redo))
 
 
 def embed_derived(ctx: JobContext, errors: list[str]) -> int:
@@ -86,7 +106,7 @@ def embed_derived(ctx: JobContext, errors: list[str]) -> int:
     done = 0
     while not ctx.budget.exhausted():
         with ctx.store.read() as conn:
-            rows = q.derived_without_vector(conn, ctx.embedder.model,
+            rows = q.derived_without_vector(conn, space(ctx.embedder.model),
                                             ctx.config.embed.batch_size)
         if not rows:
             break
@@ -98,7 +118,7 @@ def embed_derived(ctx: JobContext, errors: list[str]) -> int:
         blobs = [(k, key, c, q.to_blob(v)) for (k, key, c), v in zip(rows, vectors, strict=True)]
         with ctx.store.write() as conn:
             stored = ctx.still_current(conn) and q.save_derived_vectors(
-                conn, ctx.embedder.model, blobs)
+                conn, space(ctx.embedder.model), blobs)
         done += stored
         ctx.budget.spend()
         if stored < len(rows):

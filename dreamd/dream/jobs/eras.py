@@ -9,6 +9,7 @@ import numpy as np
 from dreamd.config import Config
 from dreamd.dream.jobs.base import JobContext, complete_once
 from dreamd.dream.jobs.pool import run_keyed
+from dreamd.dream.keys import space
 from dreamd.dream.prompts import era_prompt
 from dreamd.errors import OutputInvalid
 from dreamd.ids import era_key
@@ -69,7 +70,7 @@ def save(ctx: JobContext, conn: Conn, work: Work,
         session_count=len(work.gists), seq=max(g.seq for g in work.gists),
         expected_seq=work.current_seq, source=ctx.source, now=ctx.now_text(),
         embedding=q.core_embedding(layout.eras_embedding_required),
-        vector=q.to_blob(vector), model=ctx.embedder.model, inputs=q.inputs_of(work.gists),
+        vector=q.to_blob(vector), model=space(ctx.embedder.model), inputs=q.inputs_of(work.gists),
     )
     if stored:
         q.save_output(conn, JOB, work.key, digest, raw)

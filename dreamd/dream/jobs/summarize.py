@@ -14,6 +14,7 @@ import numpy as np
 from dreamd.config import Config
 from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.pool import run_keyed
+from dreamd.dream.keys import space
 from dreamd.dream.prompts import merge_prompt, summary_prompt, turn_line
 from dreamd.dream.sensing import is_idle
 from dreamd.errors import InputRejected, OutputInvalid
@@ -89,7 +90,7 @@ def prepare(ctx: JobContext, session: q.DirtySession) -> Work:
     with ctx.store.read() as conn:
         existing = q.summary_row(conn, session.session_id)
         turns = q.session_turns(conn, session.session_id, session.summarized_id, session.last_id)
-        vectors = q.turn_vectors(conn, ctx.embedder.model, [t.id for t in turns])
+        vectors = q.turn_vectors(conn, space(ctx.embedder.model), [t.id for t in turns])
     return Work(session, existing[0] if existing else None, turns, vectors)
 
 
@@ -123,7 +124,7 @@ def save(ctx: JobContext, conn: Conn, work: Work,
         created_at=ctx.now_text(),
         embedding=q.core_embedding(layout.summaries_embedding_required),
         vector=vector,
-        model=ctx.embedder.model,
+        model=space(ctx.embedder.model),
     )
 
 

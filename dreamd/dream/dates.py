@@ -1,0 +1,201 @@
+"""Relative time made absolute against the date a turn was said.
+
+"I went yesterday" said on Sunday 7 May 2023 happened on Saturday 6 May 2023; a person
+asking "when did she go?" months later needs the date, not "yesterday". `resolve` finds
+the relative expressions in a text and writes what they mean beside them, so that the
+key a turn is indexed by, and what recall shows, carry the absolute date. Pure: no
+clock, the turn's own date is passed in.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from datetime import date, datetime, timedelta
+
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August",
+          "September", "October", "November", "December")
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6,
+            "seven": 7, "eight": 8, "nine": 9, "ten": 10, "eleven": 11, "twelve": 12,
+            "a couple of": 2, "a few": 3, "couple of": 2, "few": 3}
+_NUMBER = r"(\d{1,2}|a couple of|a few|couple of|few|an?|one|two|three|four|five|six|seven|" \
+          r"eight|nine|ten|eleven|twelve)"
+_DAY = r"(monday|tuesday|wednesday|thursday|friday|saturday|sunday)"
+
+
+def long_date(day: date) -> str:
+    """Unambiguous in every locale: `Sunday 7 May 2023`."""
+    return f"{WEEKDAYS[day.weekday()].capitalize()} {day.day} {MONTHS[day.month - 1]} {day.year}"
+
+
+def month_name(day: date) -> str:
+    return f"{MONTHS[day.month - 1]} {day.year}"
+
+
+def day_of(timestamp: str) -> date | None:
+    """The calendar date of an ISO timestamp as the conversation stored it."""
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).date()
+    except ValueError:
+        return None
+
+
+def shift_months(day: date, months: int) -> date:
+    index = day.year * 12 + day.month - 1 + months
+    return date(index // 12, index % 12 + 1, 1)
+
+
+def _count(word: str) -> int:
+    return int(word) if word.isdigit() else _NUMBERS[word]
+
+
+def _weekday_before(day: date, weekday: int) -> date:
+    return day - timedelta(days=(day.weekday() - weekday - 1) % 7 + 1)
+
+
+def _weekday_after(day: date, weekday: int) -> date:
+    return day + timedelta(days=(weekday - day.weekday() - 1) % 7 + 1)
+
+
+def _ago(n: int, unit: str, said: date) -> str:
+    unit = unit.rstrip("s")
+    if unit == "day":
+        return long_date(said - timedelta(days=n))
+    if unit == "week":
+        return f"the week of {long_date(said - timedelta(weeks=n))}"
+    if unit == "month":
+        return month_name(shift_months(said, -n))
+    return str(said.year - n)
+
+
+def _ahead(n: int, unit: str, said: date) -> str:
+    unit = unit.rstrip("s")
+    if unit == "day":
+        return long_date(said + timedelta(days=n))
+    if unit == "week":
+        return f"the week of {long_date(said + timedelta(weeks=n))}"
+    if unit == "month":
+        return month_name(shift_months(said, n))
+    return str(said.year + n)
+
+
+Meaning = Callable[[re.Match[str], date], str]
+# Each rule: a pattern (matched case-insensitively on word boundaries) and what it means
+# on the day `said`, from the match. Longer phrases come first.
+_RULES: list[tuple[re.Pattern[str], Meaning]] = []
+
+
+def _rule(pattern: str) -> Callable[[Meaning], Meaning]:
+    def register(meaning: Meaning) -> Meaning:
+        _RULES.append((re.compile(rf"\b{pattern}\b", re.IGNORECASE), meaning))
+        return meaning
+    return register
+
+
+@_rule(r"the day before yesterday")
+def _day_before_yesterday(m: re.Match[str], said: date) -> str:
+    return long_date(said - timedelta(days=2))
+
+
+@_rule(r"the day after tomorrow")
+def _day_after_tomorrow(m: re.Match[str], said: date) -> str:
+    return long_date(said + timedelta(days=2))
+
+
+@_rule(rf"{_NUMBER} (days?|weeks?|months?|years?) ago")
+def _n_ago(m: re.Match[str], said: date) -> str:
+    return _ago(_count(m.group(1).lower()), m.group(2).lower(), said)
+
+
+@_rule(rf"in {_NUMBER} (days?|weeks?|months?|years?)(?: time)?")
+def _in_n(m: re.Match[str], said: date) -> str:
+    return _ahead(_count(m.group(1).lower()), m.group(2).lower(), said)
+
+
+@_rule(rf"{_NUMBER} weekends? ago")
+def _weekends_ago(m: re.Match[str], said: date) -> str:
+    n = _count(m.group(1).lower())
+    saturday = _weekday_before(said, 5) - timedelta(weeks=n - 1)
+    return f"the weekend of {long_date(saturday)}"
+
+
+@_rule(r"(yesterday|last night)")
+def _yesterday(m: re.Match[str], said: date) -> str:
+    return long_date(said - timedelta(days=1))
+
+
+@_rule(r"(today|tonight|this morning|this afternoon|this evening)")
+def _today(m: re.Match[str], said: date) -> str:
+    return long_date(said)
+
+
+@_rule(r"tomorrow")
+def _tomorrow(m: re.Match[str], said: date) -> str:
+    return long_date(said + timedelta(days=1))
+
+
+@_rule(r"last weekend")
+def _last_weekend(m: re.Match[str], said: date) -> str:
+    return f"the weekend of {long_date(_weekday_before(said, 5))}"
+
+
+@_rule(r"(this|next) weekend")
+def _next_weekend(m: re.Match[str], said: date) -> str:
+    if m.group(1).lower() == "this" and said.weekday() >= 5:  # said on the weekend itself
+        return f"the weekend of {long_date(said - timedelta(days=said.weekday() - 5))}"
+    return f"the weekend of {long_date(_weekday_after(said, 5))}"
+
+
+@_rule(r"(last|next|this) week")
+def _week(m: re.Match[str], said: date) -> str:
+    which = m.group(1).lower()
+    if which == "last":
+        return f"the week before {long_date(said)}"
+    if which == "next":
+        return f"the week after {long_date(said)}"
+    return f"the week of {long_date(said)}"
+
+
+@_rule(r"(last|next|this) month")
+def _month(m: re.Match[str], said: date) -> str:
+    return month_name(shift_months(said, {"last": -1, "next": 1, "this": 0}[m.group(1).lower()]))
+
+
+@_rule(r"(last|next|this) year")
+def _year(m: re.Match[str], said: date) -> str:
+    return str(said.year + {"last": -1, "next": 1, "this": 0}[m.group(1).lower()])
+
+
+@_rule(rf"(last|next|this|on|this past|this coming) {_DAY}")
+def _weekday(m: re.Match[str], said: date) -> str:
+    which, weekday = m.group(1).lower(), WEEKDAYS.index(m.group(2).lower())
+    if which in ("last", "this past"):
+        return long_date(_weekday_before(said, weekday))
+    if which in ("next", "this coming"):
+        return long_date(_weekday_after(said, weekday))
+    if weekday == said.weekday():
+        return long_date(said)
+    # "on Friday"/"this Friday": the nearest one, looking back for a past-tense sentence
+    # is beyond a pattern; the coming one is the usual reading of a plan.
+    return long_date(_weekday_after(said, weekday))
+
+
+def resolve(text: str, said: date) -> str:
+    """`text` with the absolute date written after each relative expression:
+    "yesterday" said on 7 May 2023 -> "yesterday (Saturday 6 May 2023)". Overlapping
+    phrases resolve once, the longest rule first."""
+    spans: list[tuple[int, int, str]] = []
+    for pattern, meaning in _RULES:
+        for m in pattern.finditer(text):
+            if any(m.start() < end and start < m.end() for start, end, _ in spans):
+                continue
+            spans.append((m.start(), m.end(), meaning(m, said)))
+    if not spans:
+        return text
+    out, at = [], 0
+    for _, end, absolute in sorted(spans):
+        out.append(f"{text[at:end]} ({absolute})")
+        at = end
+    out.append(text[at:])
+    return "".join(out)

@@ -1,0 +1,90 @@
+"""What a turn is indexed by: its key, for the vector and for the words.
+
+A turn's words alone lose who said it, to whom and when: "I went yesterday" matches a
+question about anyone, any day. The key puts them back — the date it was said, the
+speaker and the addressee, first and second person written as their names, and
+relative dates made absolute:
+
+    Sunday 7 May 2023. Caroline (to Melanie): Caroline went to a support group
+    yesterday (Saturday 6 May 2023).
+
+Measured on LoCoMo (RETRIEVAL.md): dropping the speaker from the key halves recall. The
+scheme is versioned: a changed scheme is a new vector space (`space`), re-embedded in
+the background like a model change, never mixed with the old one.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dreamd.dream.dates import day_of, long_date, resolve
+
+SCHEME = 2  # 1: "role: content"
+
+
+def space(model: str) -> str:
+    """The name vectors of `model` under this key scheme are stored by."""
+    return f"{model}+k{SCHEME}"
+
+
+@dataclass(frozen=True)
+class Said:
+    """One turn with what its key needs: who spoke to whom, and when."""
+
+    speaker: str
+    content: str
+    created_at: str
+    addressee: str | None = None
+
+
+_FIRST = [(re.compile(p), r) for p, r in (
+    (r"\bI'm\b", "{s} is"), (r"\bI've\b", "{s} has"), (r"\bI'll\b", "{s} will"),
+    (r"\bI'd\b", "{s} would"), (r"\bI\b", "{s}"), (r"\b[Mm]y\b", "{s}'s"),
+    (r"\b[Mm]ine\b", "{s}'s"), (r"\b(?:[Mm]e|[Mm]yself)\b", "{s}"))]
+_SECOND = [(re.compile(p, re.IGNORECASE), r) for p, r in (
+    (r"\byou're\b", "{o} is"), (r"\byou've\b", "{o} has"), (r"\byou'll\b", "{o} will"),
+    (r"\byou'd\b", "{o} would"), (r"\byours\b", "{o}'s"), (r"\byour\b", "{o}'s"),
+    (r"\byourself\b", "{o}"), (r"\byou\b", "{o}"))]
+
+
+def in_names(text: str, speaker: str, addressee: str | None) -> str:
+    """First person as the speaker's name, second person as the addressee's."""
+    for pattern, replacement in _FIRST:
+        text = pattern.sub(replacement.format(s=speaker), text)
+    if addressee:
+        for pattern, replacement in _SECOND:
+            text = pattern.sub(replacement.format(o=addressee), text)
+    return text
+
+
+def dated(text: str, created_at: str) -> str:
+    """The text with its relative dates resolved against the day it was said."""
+    day = day_of(created_at)
+    return resolve(text, day) if day is not None else text
+
+
+def body(turn: Said) -> str:
+    """The turn's words as its key carries them: names for pronouns, dates for "yesterday"."""
+    return in_names(dated(turn.content, turn.created_at), turn.speaker, turn.addressee)
+
+
+def turn_key(turn: Said) -> str:
+    day = day_of(turn.created_at)
+    when = f"{long_date(day)}. " if day is not None else ""
+    to = f" (to {turn.addressee})" if turn.addressee else ""
+    return f"{when}{turn.speaker}{to}: {body(turn)}"
+
+
+def context_text(turn: Said, before: Said | None, after: Said | None) -> str:
+    """What the words index holds for a turn: its key, with the turns either side of it
+    in the session (an answer often names its topic only in the question before it)."""
+    parts = [turn_key(turn)]
+    parts += [f"{n.speaker}: {body(n)}" for n in (before, after) if n is not None]
+    return "\n".join(parts)
+
+
+def addressee(speaker: str, before: str | None, after: str | None) -> str | None:
+    """Whom a turn speaks to: the speaker of the turn before it, if someone else, or else
+    of the turn after it."""
+    return next((s for s in (before, after) if s is not None and s != speaker), None)

@@ -1,0 +1,173 @@
+"""The recall recipe part by part, on handmade turns: each part moves the ranking the way
+it should; relative dates resolve across month, year and weekday boundaries; one user's
+words never crowd out another's."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from dreamd.backends.hashing import HashingEmbedder
+from dreamd.config import Config, EmbedConfig
+from dreamd.dream.cycle import run_pass
+from dreamd.dream.dates import long_date, resolve
+from dreamd.dream.keys import Said, context_text, in_names, turn_key
+from dreamd.memory.api import Memory, scope_of
+from dreamd.memory.recall import named, query_words
+from dreamd.store import queries as q
+from tests.helpers import RecordingCompleter
+
+SUNDAY = date(2023, 5, 7)
+
+
+@pytest.mark.parametrize(("said", "text", "meaning"), [
+    (SUNDAY, "I went yesterday", "Saturday 6 May 2023"),
+    (date(2023, 5, 1), "yesterday", "Sunday 30 April 2023"),  # month boundary
+    (date(2024, 1, 1), "last night", "Sunday 31 December 2023"),  # year boundary
+    (date(2024, 3, 1), "the day before yesterday", "Wednesday 28 February 2024"),  # leap
+    (date(2023, 12, 31), "tomorrow", "Monday 1 January 2024"),
+    (SUNDAY, "last Friday", "Friday 5 May 2023"),
+    (SUNDAY, "last Sunday", "Sunday 30 April 2023"),  # never the day itself
+    (SUNDAY, "next Monday", "Monday 8 May 2023"),
+    (date(2023, 12, 29), "next Tuesday", "Tuesday 2 January 2024"),
+    (SUNDAY, "3 days ago", "Thursday 4 May 2023"),
+    (SUNDAY, "two weeks ago", "the week of Sunday 23 April 2023"),
+    (SUNDAY, "last week", "the week before Sunday 7 May 2023"),
+    (SUNDAY, "last weekend", "the weekend of Saturday 6 May 2023"),
+    (date(2023, 5, 10), "two weekends ago", "the weekend of Saturday 29 April 2023"),
+    (date(2023, 1, 15), "last month", "December 2022"),
+    (date(2023, 12, 15), "next month", "January 2024"),
+    (SUNDAY, "a few months ago", "February 2023"),
+    (SUNDAY, "last year", "2022"),
+    (SUNDAY, "in two weeks", "the week of Sunday 21 May 2023"),
+])
+def test_relative_dates_resolve_against_the_day_said(said: date, text: str,
+                                                     meaning: str) -> None:
+    assert resolve(text, said).endswith(f"({meaning})")
+
+
+def test_text_without_relative_dates_is_untouched() -> None:
+    text = "Mondays are fine; I like May and the weekday rhythm"
+    assert resolve(text, SUNDAY) == text
+    assert long_date(SUNDAY) == "Sunday 7 May 2023"
+
+
+def test_the_key_says_who_spoke_to_whom_and_when() -> None:
+    said = Said("Caroline", "I went to my support group yesterday, you'd love it",
+                "2023-05-07T13:56:00+00:00", "Melanie")
+    assert turn_key(said) == ("Sunday 7 May 2023. Caroline (to Melanie): Caroline went to "
+                              "Caroline's support group yesterday (Saturday 6 May 2023), "
+                              "Melanie would love it")
+    assert in_names("Are you OK? I am.", "ana", None) == "Are you OK? ana am."
+    text = context_text(said, Said("Melanie", "How was your week?", said.created_at,
+                                   "Caroline"), None)
+    assert text.splitlines()[1] == "Melanie: How was Caroline's week?"
+
+
+def test_query_words_are_unicode() -> None:
+    assert query_words("Zoë … Malmö, café München") == ["zoë", "malmö", "café", "münchen"]
+    assert named("What is Caroline's job? Did Zoë visit Malmö?") == ["Caroline", "Zoë",
+                                                                      "Malmö"]
+
+
+T0 = datetime(2023, 5, 7, 13, 0, tzinfo=UTC)
+
+
+def memory_of(db: Path, sessions: dict[str, list[tuple[str, str]]],
+              users: dict[str, str] | None = None) -> Memory:
+    """A file with these sessions of (speaker, text), a pass over it, a Memory on it."""
+    embedder = HashingEmbedder()
+    memory = Memory(db, config=Config(db=str(db), embed=EmbedConfig(backend="hashing")),
+                    embedder=embedder)
+    at = T0
+    with memory.store.write() as conn:
+        for session, turns in sessions.items():
+            for speaker, text in turns:
+                q.add_turn(conn, session, speaker, text, at.isoformat())
+                at += timedelta(minutes=1)
+        for session, user in (users or {}).items():  # as the app files them
+            conn.execute("INSERT INTO sessions (id, name, created_at, user_id) "
+                         "VALUES (?, ?, ?, ?)", (session, session, T0.isoformat(), user))
+    run_pass(memory.store, memory.config, embedder, RecordingCompleter(memory.store, embedder),
+             trigger="test", force=True)
+    return memory
+
+
+def ranked(memory: Memory, query: str, **kw: object) -> list[str]:
+    return [h.content for h in memory.recall(query, k=10, **kw)]
+
+
+def test_the_speaker_in_the_key_finds_whose_turn_it_is(tmp_path: Path) -> None:
+    memory = memory_of(tmp_path / "m.db", {"s": [
+        ("ben", "I really love spicy ramen"), ("ana", "I really love spicy ramen too"),
+        ("ben", "Noted"), ("ana", "Good")]})
+    # Lower case: no name for the entity boost to see; the key alone tells them apart.
+    assert ranked(memory, "what food does ana love", words_too=False)[0].endswith("too")
+    assert ranked(memory, "what food does ben love", words_too=False)[0].endswith("ramen")
+    memory.close()
+
+
+def test_the_context_finds_an_answer_that_never_names_its_topic(tmp_path: Path) -> None:
+    memory = memory_of(tmp_path / "m.db", {
+        "hike": [("ana", "Which trail is your favourite hike?"),
+                 ("ben", "Definitely the ridge above the lake"), ("ana", "Nice")],
+        "other": [("ben", "Definitely the blue one, above all"), ("ana", "Fine")]})
+    best = ranked(memory, "favourite hike trail")[:2]
+    assert "Definitely the ridge above the lake" in best
+    assert "Definitely the blue one, above all" not in best
+    memory.close()
+
+
+def test_the_session_signal_lifts_turns_of_the_session_about_it(tmp_path: Path) -> None:
+    memory = memory_of(tmp_path / "m.db", {
+        "garden": [("ana", "tomatoes basil compost garden beds"),
+                   ("ana", "garden compost tomatoes basil"),
+                   ("ana", "it is all done now")],
+        "chores": [("ana", "it is all done now"), ("ana", "laundry dishes vacuum")]})
+    hits = memory.recall("garden compost tomatoes basil done", k=5, words_too=False)
+    done = [h.session_id for h in hits if h.content == "it is all done now"]
+    assert done[:2] == ["garden", "chores"]
+    memory.close()
+
+
+def test_a_named_person_lifts_their_turns_and_turns_about_them(tmp_path: Path) -> None:
+    memory = memory_of(tmp_path / "m.db", {"s": [
+        ("Ana", "I cooked a mushroom risotto"), ("Ben", "I cooked a mushroom risotto"),
+        ("Carl", "Dora cooked a mushroom risotto"), ("Ana", "Eli cooked a mushroom risotto")]})
+    assert memory.recall("What did Ben cook?", k=1)[0].role == "Ben"
+    assert memory.recall("What did Ana cook?", k=1)[0].role == "Ana"
+    assert ranked(memory, "What did Dora cook?")[0].startswith("Dora")
+    memory.close()
+
+
+def test_recall_and_context_carry_absolute_dates(tmp_path: Path) -> None:
+    memory = memory_of(tmp_path / "m.db", {"s": [
+        ("Caroline", "I went to the LGBTQ support group yesterday"),
+        ("Melanie", "How did it go?")]})
+    [hit] = [h for h in memory.recall("When did Caroline go to the support group?", k=2)
+             if h.role == "Caroline"]
+    assert hit.when == "Sunday 7 May 2023"
+    assert hit.dated.endswith("yesterday (Saturday 6 May 2023)")
+    block = memory.context("later", query="When did Caroline go to the support group?")
+    assert "[Sunday 7 May 2023] Caroline: I went to the LGBTQ support group yesterday " \
+           "(Saturday 6 May 2023)" in block.text
+    memory.close()
+
+
+def test_another_users_words_never_crowd_a_user_out(tmp_path: Path) -> None:
+    crowd = {f"b{i}": [("user", f"saxophone practice {i} saxophone reeds saxophone")]
+             for i in range(300)}
+    memory = memory_of(tmp_path / "m.db", {"a1": [("user", "I started saxophone lessons")],
+                                           **crowd},
+                       users={"a1": "alice", **{s: "bob" for s in crowd}})
+    with memory.store.read() as conn:
+        [alice] = q.search_words(conn, ["saxophone"], 5, ["alice"])
+        bobs = q.search_words(conn, ["saxophone"], 5, ["bob"])
+    assert len(bobs) == 5 and alice not in bobs
+    assert [h.content for h in memory.recall("saxophone", k=3, users=["alice"])] == [
+        "I started saxophone lessons"]
+    # Alice's matrix holds Alice's turns only.
+    assert memory.indexes.of(scope_of(["alice"])).ids.tolist() == [alice]
+    memory.close()
