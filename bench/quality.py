@@ -92,6 +92,23 @@ def longmemeval(path: Path, embedder: LocalEmbedder) -> None:
 def locomo(path: Path, embedder: LocalEmbedder) -> None:
     """Per category, and per conversation (each conversation is its own file: a figure for
     one conversation never saw the others)."""
+    scores = locomo_scores(path, embedder)
+    names = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop",
+             "all": "all"}
+    convs = sorted({k.split("|")[0] for k in scores if k.startswith("conv ")})
+    for cat in ("all", "1", "2", "3", "4", *convs):
+        n = len(scores[f"{cat}|5"])
+        if n:
+            def pct(name: str, cat: str = cat, n: int = n) -> str:
+                return f"{100 * sum(scores[f'{cat}|{name}']) / n:5.1f}"
+            print(f"locomo {names.get(cat, cat):<12} n={n:<4} evidence recall@5 {pct('5')}  "
+                  f"@10 {pct('10')}  @25 {pct('25')} (vector only @10 {pct('vector10')}); "
+                  f"1000-token context: evidence inside {pct('inside')}, answer words "
+                  f"{pct('words')}, whole answer {pct('context')}")
+
+
+def locomo_scores(path: Path, embedder: LocalEmbedder) -> dict[str, list[float]]:
+    """`category|measure`, `all|measure` and `conv <id>|measure` -> one value per question."""
     data = json.loads(path.read_text())
     scores: dict[str, list[float]] = defaultdict(list)
     for conv in data:  # each conversation in a file of its own: recall stays within it
@@ -123,18 +140,7 @@ def locomo(path: Path, embedder: LocalEmbedder) -> None:
                     scores[f"{key}|words"].append(
                         sum(w in block for w in words) / len(words) if words else 1.0)
             memory.close()
-    names = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop",
-             "all": "all"}
-    convs = sorted({k.split("|")[0] for k in scores if k.startswith("conv ")})
-    for cat in ("all", "1", "2", "3", "4", *convs):
-        n = len(scores[f"{cat}|5"])
-        if n:
-            def pct(name: str, cat: str = cat, n: int = n) -> str:
-                return f"{100 * sum(scores[f'{cat}|{name}']) / n:5.1f}"
-            print(f"locomo {names.get(cat, cat):<12} n={n:<4} evidence recall@5 {pct('5')}  "
-                  f"@10 {pct('10')}  @25 {pct('25')} (vector only @10 {pct('vector10')}); "
-                  f"1000-token context: evidence inside {pct('inside')}, answer words "
-                  f"{pct('words')}, whole answer {pct('context')}")
+    return scores
 
 
 def dia_ids(memory: Memory, conv: dict[str, Any]) -> dict[str, int]:

@@ -75,7 +75,7 @@ class CompleterConfig:
     credential: str = field(default="openai-api-key", metadata=_check("str"))
     connect_timeout_seconds: float = field(default=5.0, metadata=_check("float", min=0.1))
     read_timeout_seconds: float = field(default=120.0, metadata=_check("float", min=0.1))
-    item_deadline_seconds: float = field(default=300.0, metadata=_check("float", min=0.1))
+    call_deadline_seconds: float = field(default=300.0, metadata=_check("float", min=0.1))
     retries: int = field(default=3, metadata=_check("int", min=0, max=20))
     retry_after_cap_seconds: float = field(default=60.0, metadata=_check("float", min=0))
     breaker_failures: int = field(default=5, metadata=_check("int", min=1))
@@ -286,6 +286,10 @@ def _coerce(where: str, value: Any, meta: dict[str, Any], from_text: bool) -> An
     return float(value) if kind == "float" else value
 
 
+# Keys renamed since a release: the old name still works, meaning the new one.
+RENAMED = {("completer", "item_deadline_seconds"): "call_deadline_seconds"}
+
+
 def _apply(base: Config, data: dict[str, Any], origin: str, from_text: bool = False) -> Config:
     """Return `base` with the keys of `data` (nested like the TOML file) applied."""
     top: dict[str, Any] = {}
@@ -302,7 +306,11 @@ def _apply(base: Config, data: dict[str, Any], origin: str, from_text: bool = Fa
         current = getattr(base, f.name)
         fields = {sf.name: sf for sf in dataclasses.fields(current)}
         changes = {}
-        for sub, subvalue in value.items():
+        for old, subvalue in value.items():
+            sub = RENAMED.get((key, old), old)
+            if sub != old and sub in value:
+                raise ConfigError(f"{origin}{key}.{old} is the old name of {key}.{sub}: "
+                                  "set only one")
             if sub not in fields:
                 raise ConfigError(f"{origin}{key}.{sub} is not a known configuration key")
             changes[sub] = _coerce(

@@ -224,7 +224,7 @@ PROMPT = summary_prompt({"user": "U", "agent": "A"}, None, ["user: hi", "assista
 def completer_config(server: FakeOpenAI, **changes: Any) -> CompleterConfig:
     base = CompleterConfig(backend="openai", base_url=server.base_url, model="test-model",
                            read_timeout_seconds=0.5, connect_timeout_seconds=0.5,
-                           item_deadline_seconds=4, retries=3, retry_after_cap_seconds=5,
+                           call_deadline_seconds=4, retries=3, retry_after_cap_seconds=5,
                            breaker_failures=4, breaker_cooldown_seconds=1.0, workers=1)
     return dataclasses.replace(base, **changes)
 

@@ -86,3 +86,14 @@ def test_example_config_lists_every_key_with_its_default() -> None:
         assert f"[{f.name.rstrip('_')}]" in text
         for sub in dataclasses.fields(section):
             assert f"{sub.name} =" in text, f"{f.name}.{sub.name} missing from example"
+
+
+def test_a_renamed_key_still_works_under_its_old_name() -> None:
+    """The deadline bounds one request with its retries, so it is `call_deadline_seconds`;
+    configs that say `item_deadline_seconds` keep working."""
+    old = parse("[completer]\nitem_deadline_seconds = 42\n")
+    assert old.completer.call_deadline_seconds == 42
+    env = load(environ={"DREAMD_COMPLETER__ITEM_DEADLINE_SECONDS": "7"})
+    assert env.completer.call_deadline_seconds == 7
+    with pytest.raises(ConfigError, match=r"old name of completer\.call_deadline_seconds"):
+        parse("[completer]\nitem_deadline_seconds = 1\ncall_deadline_seconds = 2\n")

@@ -85,9 +85,9 @@ def test_each_failure_ends_in_its_class_within_the_deadline(
     assert at_least <= time.monotonic() - started <= at_most
 
 
-def test_hang_past_every_timeout_is_bounded_by_the_item_deadline(server: FakeOpenAI) -> None:
+def test_hang_past_every_timeout_is_bounded_by_the_call_deadline(server: FakeOpenAI) -> None:
     server.plan(*["hang:5"] * 10)
-    client = completer(server, item_deadline_seconds=1.6, retries=10)
+    client = completer(server, call_deadline_seconds=1.6, retries=10)
     started = time.monotonic()
     with pytest.raises(BackendUnavailable):
         client.complete(PROMPT)

@@ -77,7 +77,7 @@ def test_no_save_overlaps_a_worker_computing(tmp_path: Path) -> None:
 def test_the_openai_backend_holds_no_share_while_it_waits(plan: list[str]) -> None:
     server = FakeOpenAI(delay=0.5 if plan == ["ok"] else 0.0).start()
     server.plan(*plan)
-    client = completer(server, read_timeout_seconds=2, item_deadline_seconds=6)
+    client = completer(server, read_timeout_seconds=2, call_deadline_seconds=6)
     gate = write_gate.Gate(drain_seconds=5.0)
     result: list[Completion] = []
     worker = threading.Thread(target=lambda: result.append(gate.run(client.complete, PROMPT)))

@@ -167,7 +167,7 @@ class _Caller:
 
     def call(self, fn: Callable[[float], Any]) -> Any:
         c = self.config
-        deadline = time.monotonic() + c.item_deadline_seconds
+        deadline = time.monotonic() + c.call_deadline_seconds
         attempt = 0
         while True:
             if self.stop.is_set():
@@ -175,7 +175,7 @@ class _Caller:
             self.breaker.check()
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                raise BackendUnavailable(f"item deadline of {c.item_deadline_seconds:g} s passed")
+                raise BackendUnavailable(f"call deadline of {c.call_deadline_seconds:g} s passed")
             try:
                 try:
                     result = fn(min(c.read_timeout_seconds, remaining))

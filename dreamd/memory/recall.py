@@ -37,7 +37,9 @@ from dreamd.store.interface import Store
 from dreamd.text import STOPWORDS
 
 VECTOR_WEIGHT, LEXICAL_WEIGHT = 0.65, 0.35
+CONTEXT_WEIGHT = 1.0
 SESSION_WEIGHT = 0.5
+GIST_WEIGHT = 2.0  # a gist is one vector; a turn scores own + context
 SPEAKER_BOOST, MENTION_BOOST = 1.0, 0.5
 CANDIDATES = 200
 INDEXES_KEPT = 16  # scopes whose matrices a process keeps, least recently used dropped
@@ -179,13 +181,13 @@ class VectorIndex:
         own = self.matrix @ query if len(self.base_ids) else np.zeros(0, dtype=np.float32)
         padded = np.append(own, np.float32(0))  # index -1 reads the 0 at the end
         context = (own + padded[self.prev] + padded[self.next]) / self.context_norm
-        score = own + context
+        score = own + CONTEXT_WEIGHT * context
         if len(score):
             best = self.session_best(score)
             for session, cosine in (gists or {}).items():
                 code = self._code_of.get(session)
                 if code is not None:
-                    best[code] = max(best[code], 2 * cosine)
+                    best[code] = max(best[code], GIST_WEIGHT * cosine)
             score = score + SESSION_WEIGHT * best[self.codes]
         if self._extra:
             block = np.frombuffer(b"".join(r[1] for r in self._extra), dtype=np.float32)

@@ -175,7 +175,7 @@ class Runner:
 
     def set_backends(self, config: cfg.Config) -> None:
         embedder, self.completer = make_backends(config, self.flags.stop)
-        deadline = config.completer.item_deadline_seconds + config.completer.connect_timeout_seconds
+        deadline = config.completer.call_deadline_seconds + config.completer.connect_timeout_seconds
         self.embedder = WatchedEmbedder(embedder, self.health, deadline)
 
     def grace_over(self) -> None:
