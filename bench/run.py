@@ -360,6 +360,10 @@ def bench_recall_users() -> None:
     rng = np.random.default_rng(5)
     if not db.exists():
         with_vectors(db, 1_000_000, 20_000, 500, rng)
+    if os.environ.get("BENCH_FRESH_PROCESS") != "1":  # measure RSS in a process of its own
+        subprocess.run([sys.executable, "-m", "bench.run", "recall-users"], check=True,
+                       env={**os.environ, "BENCH_FRESH_PROCESS": "1"})
+        return
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     store = open_store(Config(db=str(db)))
     index = VectorIndex(store, "bench", Owners(("u7",)))

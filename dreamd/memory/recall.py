@@ -121,13 +121,14 @@ class VectorIndex:
         with self.store.read() as conn:
             epoch = q.get_state(conn, "vector_epoch", "0")
             watermark = q.embed_watermark(conn, self.space)
+            newest = q.max_exchange_id(conn)
         if epoch != self.epoch:
             self._reset(epoch)
         if watermark > self.upto:
             self._append(self._read(self.upto, watermark))
             self.upto = watermark
         # Rows ahead of the watermark are appended for this query and dropped after.
-        self._extra = self._read(self.upto, None)
+        self._extra = self._read(self.upto, None) if newest > self.upto else []
 
     def _code(self, table: dict[str, int], names: list[str], name: str) -> int:
         if name not in table:

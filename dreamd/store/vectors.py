@@ -230,15 +230,29 @@ def turn_vector_rows(conn: Conn, model: str, after_id: int, upto_id: int | None 
                      ) -> list[tuple[int, bytes, str, str]]:
     """(exchange id, vector, session, speaker) of this model's turn vectors past
     `after_id`, in id order, of the sessions of `users` (None: everyone's); only turns the
-    app still has."""
+    app still has. Named users' turns are read from their sessions (index seeks, however
+    many other users the file holds); sessions filed under nobody yet need a look at
+    every turn past `after_id`."""
+    upto = "" if upto_id is None else " AND e.id <= ?"
+    bound: tuple[object, ...] = () if upto_id is None else (upto_id,)
+    if users is not None and not default_too:
+        marks = ",".join("?" * len(users))
+        return conn.execute(
+            f"WITH mine(session_id) AS (SELECT id FROM sessions WHERE user_id IN ({marks}) "
+            f"UNION SELECT session_id FROM dreamd_sessions WHERE user_id IN ({marks})) "
+            # CROSS JOIN fixes the order: sessions, their turns by (session_id, id), then
+            # each turn's vector by its key (the planner, left alone, scans vectors).
+            "SELECT v.exchange_id, v.vector, e.session_id, e.role FROM mine m "
+            "CROSS JOIN exchanges e CROSS JOIN dreamd_exchange_vectors v "
+            f"WHERE e.session_id = m.session_id AND e.id > ?{upto} "
+            "AND v.model = ? AND v.exchange_id = e.id "
+            "ORDER BY e.id", (*users, *users, after_id, *bound, model)).fetchall()
     scope, scope_params = scope_sql(users, default_too)
-    sql = ("SELECT v.exchange_id, v.vector, e.session_id, e.role FROM exchanges e "
-           "JOIN dreamd_exchange_vectors v ON v.model = ? AND v.exchange_id = e.id "
-           f"WHERE e.id > ? AND {scope}")
-    params: tuple[object, ...] = (model, after_id, *scope_params)
-    if upto_id is not None:
-        sql, params = sql + " AND e.id <= ?", (*params, upto_id)
-    return conn.execute(sql + " ORDER BY e.id", params).fetchall()
+    return conn.execute(
+        "SELECT v.exchange_id, v.vector, e.session_id, e.role FROM exchanges e "
+        "JOIN dreamd_exchange_vectors v ON v.model = ? AND v.exchange_id = e.id "
+        f"WHERE e.id > ? AND {scope}{upto} ORDER BY e.id",
+        (model, after_id, *scope_params, *bound)).fetchall()
 
 
 def gist_vector_rows(conn: Conn, model: str, user_id: str, after_seq: int
