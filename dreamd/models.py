@@ -29,6 +29,26 @@ class Gist:
 
 
 @dataclass(frozen=True)
+class Fact:
+    """One statement about a person, with when it held and where it came from."""
+
+    id: int
+    user_id: str
+    subject: str
+    about: str | None  # what a newer fact of the subject replaces ("job", "home", ...)
+    statement: str
+    valid_from: str | None  # ISO date it became true, when the conversation says
+    learned_at: str  # when it was said
+    valid_to: str | None = None  # when a newer fact replaced it
+    replaced_by: int | None = None
+    sources: tuple[int, ...] = ()  # the turns it came from
+
+    @property
+    def current(self) -> bool:
+        return self.replaced_by is None
+
+
+@dataclass(frozen=True)
 class BacklogStats:
     """What sensing saw: how much memory is waiting to be consolidated."""
 
@@ -39,6 +59,7 @@ class BacklogStats:
     unsummarized_turns: int = 0
     idle_ripe_turns: int = 0
     unembedded_turns: int = 0
+    turns_without_facts: int = 0
     gists: int = 0
     gists_newer_than_profile: int = 0
     stale_months: int = 0

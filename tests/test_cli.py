@@ -87,7 +87,7 @@ def test_force_then_status_and_show(tmp_path: Path) -> None:
     assert data["backlog"]["dirty"] == 0 and data["drives"]["stability"] == 1.0
     run = data["runs"][0]
     assert run["outcome"] == "ok" and {j["job"] for j in run["jobs"] if j["ran"]} == {
-        "embed", "summarize", "profile", "eras", "narrative", "reflect"}
+        "embed", "facts", "summarize", "profile", "eras", "narrative", "reflect"}
     text = invoke("--db", str(db), "status").output
     assert "summarize  ran" in text and "forced:" in text
     shown = invoke("--db", str(db), "show").output

@@ -242,7 +242,9 @@ def test_a_new_embedding_model_re_embeds_without_mixing_dimensions(demo_store: S
     second = RecordingCompleter(demo_store, embedder=HashingEmbedder(dim=64))
     pass_(demo_store, second)
     conn = demo_store.conn
-    for table, count in (("dreamd_exchange_vectors", 143), ("dreamd_vectors", 12 + 4)):
+    facts = conn.execute("SELECT COUNT(*) FROM facts").fetchone()[0]
+    assert facts > 10
+    for table, count in (("dreamd_exchange_vectors", 143), ("dreamd_vectors", 12 + 4 + facts)):
         rows = dict(conn.execute(
             f"SELECT model, COUNT(*) FROM {table} GROUP BY model").fetchall())
         assert rows == {space("hashing-256"): count, space("hashing-64"): count}, table
@@ -313,7 +315,7 @@ def test_a_new_job_is_one_spec_registered_and_its_drive_schedules_it(demo_store:
 
     jobs = JOBS.with_job(JobSpec(name="count", drive="coherence", work=work, run=run),
                          after="summarize")  # new gists raise coherence just before it
-    assert jobs.names == ("embed", "summarize", "count", "profile", "eras", "narrative",
+    assert jobs.names == ("embed", "facts", "summarize", "count", "profile", "eras", "narrative",
                           "reflect")
     completer = RecordingCompleter(demo_store)
     config = config_for(demo_store.path)
@@ -348,5 +350,5 @@ def test_the_pass_log_names_every_job_that_ran_and_counts_read_as_words(db: Path
     assert era.startswith("2026-03: 1 conversation.\n")
     [finished] = [e for e in logs if e["event"] == "pass_finished"]
     assert finished["ran"] == [r.job for r in result.jobs if r.ran] == [
-        "embed", "summarize", "profile", "eras", "narrative", "reflect"]
+        "embed", "facts", "summarize", "profile", "eras", "narrative", "reflect"]
     assert finished["stored"] == [r.job for r in result.jobs if r.done]

@@ -400,6 +400,7 @@ def rows_of(conn: sqlite3.Connection, user: str) -> dict[str, set[Any]]:
                                               (user,))},
         "narrative": {c for (c,) in conn.execute(
             "SELECT content FROM narrative WHERE user_id = ?", (user,))},
+        "facts": {i for (i,) in conn.execute("SELECT id FROM facts WHERE user_id = ?", (user,))},
     }
 
 
@@ -417,8 +418,11 @@ def test_export_lists_every_row_of_the_user(db: Path) -> None:
         "eras": {e["month"] for e in doc["eras"]},
         "profile": {doc["profile"]["content"]},
         "narrative": {doc["narrative"]["content"]},
+        "facts": {f["id"] for f in doc["facts"]},
     }
     assert got == want and len(want["turns"]) == 24
+    for fact in doc["facts"]:  # each fact names the turns it came from, all of them ana's
+        assert fact["from_turns"] and set(fact["from_turns"]) <= want["turns"]
     # Provenance: each derived row names the turns it came from, all of them ana's.
     for gist in doc["gists"]:
         assert gist["made_from_turns"] and set(gist["made_from_turns"]) <= want["turns"]

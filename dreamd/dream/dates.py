@@ -176,9 +176,15 @@ def _weekday(m: re.Match[str], said: date) -> str:
         return long_date(_weekday_after(said, weekday))
     if weekday == said.weekday():
         return long_date(said)
-    # "on Friday"/"this Friday": the nearest one, looking back for a past-tense sentence
-    # is beyond a pattern; the coming one is the usual reading of a plan.
+    # "on Friday"/"this Friday": the last one when the sentence tells of the past ("did 14
+    # km on Sunday"), else the coming one, as in a plan.
+    if _PAST.search(m.string[:m.start()].rsplit(".", 1)[-1]):
+        return long_date(_weekday_before(said, weekday))
     return long_date(_weekday_after(said, weekday))
+
+
+_PAST = re.compile(r"\b(?:did|was|were|went|had|ran|came|got|saw|met|made|took|\w+ed)\b",
+                   re.IGNORECASE)
 
 
 def resolve(text: str, said: date) -> str:

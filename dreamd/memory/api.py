@@ -21,6 +21,7 @@ from dreamd.backends.factory import make_embedder
 from dreamd.backends.protocols import Embedder
 from dreamd.config import Config
 from dreamd.config import load as load_config
+from dreamd.dream.facts import asks_about_the_past, fact_line
 from dreamd.dream.keys import Said, space, turn_key
 from dreamd.ids import (
     DEFAULT_USER,
@@ -46,6 +47,7 @@ from dreamd.memory.recall import (
     query_words,
     top_k,
 )
+from dreamd.models import Fact
 from dreamd.store import queries as q
 from dreamd.store.interface import Store
 from dreamd.store.opening import open_readonly, open_store
@@ -198,6 +200,9 @@ class Memory:
             eras = {m: c for m, c, _ in q.eras_for_user(conn, user)}
             era_vectors = {month: blob for month in eras if (blob := q.vector_of(
                 conn, space(self.embedder.model), "era", era_key(user, month))) is not None}
+            facts = q.facts_of(conn, user)
+            fact_vectors = q.fact_vectors(conn, space(self.embedder.model),
+                                          [f.id for f in facts])
         if query is None:
             query = next((c for r, c, _ in reversed(turns) if r == "user"), "")
         vector = self.embedder.embed([query or " "])[0]
@@ -207,10 +212,13 @@ class Memory:
             "profile": _lines(profile.content if profile else ""),
             "narrative": _bullets(narrative.content if narrative else ""),
             "eras": _best_eras(eras, era_vectors, vector, 2),
+            "facts": relevant_facts(facts, fact_vectors, vector, query or "", FACTS),
             "gists": self._gist_lines(vector, session, user),
+            # Best first; as many as the budget takes (the tier's share, and what the
+            # tiers before it left over).
             "details": [f"[{h.when}] {h.role}: {h.dated}" for h in
-                        self.recall(query, k=12, users=[user]) if h.session_id != session][:10]
-                       if query else [],
+                        self.recall(query, k=DETAILS + 5, users=[user])
+                        if h.session_id != session][:DETAILS] if query else [],
             "recent": [f"{r}: {c}" for r, c, _ in turns],
         }
         return build_context(parts, budget)
@@ -239,6 +247,22 @@ class Memory:
         with self.store.read() as conn:
             rows = q.sessions_of_turns(conn, list(ids))
         return {i for i, session in rows if allowed(session)}
+
+
+DETAILS = 25  # raw turns offered to the context block's details tier
+FACTS = 12  # facts offered to its facts tier
+
+
+def relevant_facts(facts: list[Fact], vectors: dict[int, bytes], query: np.ndarray,
+                   text: str, k: int) -> list[str]:
+    """The facts nearest the query, as lines with their dates: current ones, and the ones
+    they replaced only when the query asks about the past."""
+    shown = [f for f in facts if f.current or asks_about_the_past(text)]
+    scored = [f for f in shown if f.id in vectors]
+    if not scored:
+        return []
+    scores = np.stack([np.frombuffer(vectors[f.id], dtype=np.float32) for f in scored]) @ query
+    return [fact_line(scored[i]) for i in top_k(scores, k)]
 
 
 def scope_of(users: list[str]) -> Owners:

@@ -1,10 +1,11 @@
 """The tiered context block a chat app puts in its prompt, within a token budget.
 
-Tiers, in order: the agent's self-state and drives, the user's profile, the narrative,
-relevant eras, relevant gists of other sessions, a few sharp raw details, then the
-current session's recent turns. Every tier has a share of the budget; what a tier
-leaves unused goes to the others. Tokens are counted one way throughout
-(`estimate_tokens`), and the whole block never exceeds the budget.
+Tiers, in order: the agent's self-state and drives, the user's profile, the facts
+nearest the query (with their dates), the narrative, relevant eras, relevant gists of
+other sessions, a few sharp raw details, then the current session's recent turns. Every
+tier has a share of the budget; what a tier leaves unused goes to the others. Tokens are
+counted one way throughout (`estimate_tokens`), and the whole block never exceeds the
+budget.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ from dreamd.backends.llm_output import estimate_tokens
 TIERS = (
     ("self", "How I am", 0.05),
     ("profile", "About the user", 0.10),
-    ("narrative", "Lately", 0.08),
-    ("eras", "Back then", 0.08),
-    ("gists", "Earlier conversations", 0.12),
-    ("details", "Details that may matter", 0.22),
+    ("facts", "Facts that may matter", 0.10),
+    ("narrative", "Lately", 0.07),
+    ("eras", "Back then", 0.07),
+    ("gists", "Earlier conversations", 0.10),
+    ("details", "Details that may matter", 0.16),
     ("recent", "This conversation", 0.35),
 )
 
@@ -61,7 +63,8 @@ def build(parts: dict[str, list[str]], budget: int) -> Context:
 
     spent = sum(take(name, allowance[name]) for name, _, _ in TIERS)
     # What a tier left unused goes to the others, the current conversation first.
-    for name in ("recent", "details", "gists", "profile", "narrative", "eras", "self"):
+    for name in ("recent", "gists", "facts", "details", "profile", "narrative", "eras",
+                 "self"):
         spent += take(name, budget - spent)
     return _render(want, kept, budget)
 

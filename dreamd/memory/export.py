@@ -61,6 +61,10 @@ def export_user(store: Store, user: str, agent_id: str) -> dict[str, Any]:
                 "stored_llm_output": stored_output(conn, "reflect", state_key),
             }
         gists = [g for s in sessions if (g := gist_record(conn, s)) is not None]
+        facts = [{"id": f.id, "subject": f.subject, "about": f.about, "statement": f.statement,
+                  "valid_from": f.valid_from, "learned_at": f.learned_at,
+                  "valid_to": f.valid_to, "replaced_by": f.replaced_by,
+                  "from_turns": list(f.sources)} for f in q.facts_of(conn, user)]
         return {
             "format": FORMAT,
             "dreamd_version": __version__,
@@ -68,6 +72,7 @@ def export_user(store: Store, user: str, agent_id: str) -> dict[str, Any]:
             "exported_at": datetime.now(UTC).isoformat(),
             "sessions": [session_record(conn, s) for s in sessions],
             "gists": gists,
+            "facts": facts,
             "profile": profile,
             "eras": eras,
             "narrative": narrative,

@@ -108,6 +108,7 @@ def _delete_ids(conn: Conn, ids: list[int], models: list[str]) -> None:
               for i in (before.id if before else None, after.id if after else None)
               if i is not None and i not in gone}
     q.redo_words_of(conn, sorted(beside))
+    q.drop_facts_of_turns(conn, ids)
     marks = ",".join("?" * len(ids))
     conn.execute(f"DELETE FROM exchanges WHERE id IN ({marks})", ids)
     for model in models:  # by the full key: an index seek per turn, not a scan

@@ -264,6 +264,39 @@ def _keyed_words(conn: sqlite3.Connection) -> None:
     conn.execute("DELETE FROM dreamd_state WHERE key = 'fts_id'")
 
 
+_FACTS = """
+-- Facts about people, per user: one statement each, with when it held and its sources.
+-- A newer fact about the same thing (`about`) replaces an older one: the older keeps its
+-- row with valid_to and replaced_by set. Nothing is deleted but by forget.
+CREATE TABLE facts (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    user_id TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    about TEXT,
+    statement TEXT NOT NULL,
+    valid_from TEXT,
+    learned_at TEXT NOT NULL,
+    valid_to TEXT,
+    replaced_by INTEGER,
+    origin TEXT NOT NULL,
+    dreamd_seq INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX dreamd_facts_user ON facts(user_id, subject, about);
+-- Which turns each fact came from: forget finds a turn's facts by this index.
+CREATE TABLE dreamd_fact_sources (
+    fact_id INTEGER NOT NULL,
+    exchange_id INTEGER NOT NULL,
+    PRIMARY KEY (fact_id, exchange_id)
+);
+CREATE INDEX dreamd_fact_sources_turn ON dreamd_fact_sources(exchange_id);
+"""
+
+
+def _facts(conn: sqlite3.Connection) -> None:
+    for statement in _statements(_FACTS):
+        conn.execute(statement)
+
+
 MIGRATIONS = (
     Migration(1, "core tables (prior-art layout)", _core),
     Migration(2, "dreamd bookkeeping, tally, vectors, runs", _dreamd_base),
@@ -272,6 +305,7 @@ MIGRATIONS = (
     Migration(5, "per-user eras, provenance of tiers", _per_user),
     Migration(6, "write-lock time per pass; era references keyed by user", _write_lock),
     Migration(7, "words index of turn keys with their neighbours", _keyed_words),
+    Migration(8, "facts about people, with their sources", _facts),
 )
 
 

@@ -5,6 +5,17 @@ runbook — with erasure, provenance and the app-side file beside them."""
 
 from __future__ import annotations
 
+from dreamd.store.facts import (  # noqa: F401
+    add_fact,
+    add_sources,
+    count_facts,
+    drop_facts_of_turns,
+    fact_vectors,
+    facts_of,
+    facts_watermark,
+    replace_fact,
+    set_facts_watermark,
+)
 from dreamd.store.runbook import (  # noqa: F401
     Failure,
     cached_output,

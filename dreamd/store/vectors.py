@@ -67,14 +67,17 @@ def save_turn_vectors(
 def derived_without_vector(
     conn: Conn, model: str, limit: int
 ) -> list[tuple[str, str, str]]:
-    """(kind, key, content) of gists and eras that have no vector of `model` yet."""
+    """(kind, key, content) of gists, eras and facts that have no vector of `model` yet."""
     rows = conn.execute(
         "SELECT 'summary', session_id, content FROM summaries s WHERE NOT EXISTS "
         "(SELECT 1 FROM dreamd_vectors v WHERE v.model = ?1 AND v.kind = 'summary' "
         "AND v.key = s.session_id) "
         "UNION ALL SELECT 'era', user_id || '|' || month, content FROM eras e WHERE NOT EXISTS "
         "(SELECT 1 FROM dreamd_vectors v WHERE v.model = ?1 AND v.kind = 'era' "
-        "AND v.key = e.user_id || '|' || e.month) LIMIT ?2",
+        "AND v.key = e.user_id || '|' || e.month) "
+        "UNION ALL SELECT 'fact', CAST(id AS TEXT), statement FROM facts f WHERE NOT EXISTS "
+        "(SELECT 1 FROM dreamd_vectors v WHERE v.model = ?1 AND v.kind = 'fact' "
+        "AND v.key = CAST(f.id AS TEXT)) LIMIT ?2",
         (model, limit),
     ).fetchall()
     return [(r[0], r[1], r[2]) for r in rows]
@@ -89,6 +92,9 @@ def save_derived_vectors(
         if kind == "summary":
             current = conn.execute(
                 "SELECT content FROM summaries WHERE session_id = ?", (key,)).fetchone()
+        elif kind == "fact":
+            current = conn.execute("SELECT statement FROM facts WHERE id = ?",
+                                   (int(key),)).fetchone()
         else:
             current = conn.execute("SELECT content FROM eras WHERE user_id = ? AND month = ?",
                                    split_era_key(key)).fetchone()

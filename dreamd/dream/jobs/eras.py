@@ -7,13 +7,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from dreamd.config import Config
+from dreamd.dream.facts import era_from
 from dreamd.dream.jobs.base import JobContext, complete_once
 from dreamd.dream.jobs.pool import run_keyed
 from dreamd.dream.keys import space
 from dreamd.dream.prompts import era_prompt
 from dreamd.errors import OutputInvalid
 from dreamd.ids import era_key
-from dreamd.models import BacklogStats, Gist, JobResult, JobSpec
+from dreamd.models import BacklogStats, Fact, Gist, JobResult, JobSpec
 from dreamd.store import queries as q
 from dreamd.store.interface import Conn
 
@@ -34,6 +35,7 @@ class Work:
     gists: list[Gist]
     current_seq: int | None
     cached: tuple[str, str] | None
+    facts: list[Fact]
 
     @property
     def key(self) -> str:
@@ -46,19 +48,24 @@ def prepare(ctx: JobContext, user_month: tuple[str, str]) -> Work | None:
         gists = q.gists_for_month(conn, user, month)
         current = q.era_seqs(conn, user).get(month)
         cached = q.cached_output(conn, JOB, era_key(user, month))
-    return Work(user, month, gists, current, cached) if gists else None
+        facts = q.facts_of(conn, user)
+    return Work(user, month, gists, current, cached, facts) if gists else None
 
 
 def think(ctx: JobContext, work: Work) -> tuple[str, str, str, np.ndarray]:
-    lines = [ln for g in work.gists for ln in g.content.splitlines() if ln.strip()]
-    prompt = era_prompt(ctx.names_for(work.user_id), work.month, lines, ctx.config.eras.lines)
-    completion, digest = complete_once(ctx, prompt, work.cached)
-    body = completion.text.strip()
+    body = "" if ctx.llm else era_from(work.facts, work.month, ctx.config.eras.lines)
+    digest = raw = ""
+    if not body:  # with an LLM, or a month without dated facts: from the gists
+        lines = [ln for g in work.gists for ln in g.content.splitlines() if ln.strip()]
+        prompt = era_prompt(ctx.names_for(work.user_id), work.month, lines,
+                            ctx.config.eras.lines)
+        completion, digest = complete_once(ctx, prompt, work.cached)
+        body, raw = completion.text.strip(), completion.text
     if not body:
         raise OutputInvalid(f"empty digest for {work.month}")
     count = len(work.gists)
     content = f"{work.month}: {count} conversation{'' if count == 1 else 's'}.\n{body}"
-    return content, digest, completion.text, ctx.embedder.embed([content])[0]
+    return content, digest, raw, ctx.embedder.embed([content])[0]
 
 
 def save(ctx: JobContext, conn: Conn, work: Work,
@@ -72,7 +79,7 @@ def save(ctx: JobContext, conn: Conn, work: Work,
         embedding=q.core_embedding(layout.eras_embedding_required),
         vector=q.to_blob(vector), model=space(ctx.embedder.model), inputs=q.inputs_of(work.gists),
     )
-    if stored:
+    if stored and digest:
         q.save_output(conn, JOB, work.key, digest, raw)
     return stored
 

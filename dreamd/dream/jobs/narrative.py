@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dreamd.config import Config
+from dreamd.dream.facts import narrative_from
 from dreamd.dream.jobs.base import JobContext, complete_once
 from dreamd.dream.jobs.pool import run_keyed
 from dreamd.dream.prompts import narrative_prompt
 from dreamd.errors import OutputInvalid
 from dreamd.ids import narrative_id, profile_id
-from dreamd.models import BacklogStats, JobResult, JobSpec
+from dreamd.models import BacklogStats, Fact, JobResult, JobSpec
 from dreamd.store import queries as q
 from dreamd.store.interface import Conn
 
@@ -32,6 +33,7 @@ class Work:
     eras: list[tuple[str, str]]
     inputs: dict[str, int]
     cached: tuple[str, str] | None
+    facts: list[Fact]
 
     @property
     def key(self) -> str:
@@ -50,21 +52,25 @@ def prepare(ctx: JobContext, user: str) -> Work | None:
         work = Work(user, q.narrative_row(conn, narrative_id(user)),
                     q.max_tier_seq(conn, user, profile_id(user)),
                     profile.content if profile else None, [(m, c) for m, c, _ in eras], inputs,
-                    q.cached_output(conn, JOB, narrative_id(user)))
+                    q.cached_output(conn, JOB, narrative_id(user)), q.facts_of(conn, user))
     if work.inputs_seq == 0 or (work.current is not None and work.current.seq >= work.inputs_seq):
         return None
     return work
 
 
 def think(ctx: JobContext, work: Work) -> tuple[str, str, str]:
-    prompt = narrative_prompt(ctx.names_for(work.user_id), work.profile, work.eras,
-                              ctx.config.narrative.lines)
-    completion, digest = complete_once(ctx, prompt, work.cached)
-    body = completion.text.strip()
+    since = f"{work.eras[0][0]}-01" if work.eras else ""
+    body = "" if ctx.llm else narrative_from(work.facts, since, ctx.config.narrative.lines)
+    digest = raw = ""
+    if not body:  # with an LLM, or nothing dated changed: from the profile and eras
+        prompt = narrative_prompt(ctx.names_for(work.user_id), work.profile, work.eras,
+                                  ctx.config.narrative.lines)
+        completion, digest = complete_once(ctx, prompt, work.cached)
+        body, raw = completion.text.strip(), completion.text
     if not body:
         raise OutputInvalid("empty narrative")
     span = f"{work.eras[0][0]} to {work.eras[-1][0]}" if work.eras else "so far"
-    return f"Recent arc ({span}):\n{body}", digest, completion.text
+    return f"Recent arc ({span}):\n{body}", digest, raw
 
 
 def save(ctx: JobContext, conn: Conn, work: Work,
@@ -75,7 +81,7 @@ def save(ctx: JobContext, conn: Conn, work: Work,
         seq=work.inputs_seq, expected_seq=work.current.seq if work.current else None,
         source=ctx.source, now=ctx.now_text(), inputs=work.inputs,
     )
-    if stored:
+    if stored and digest:
         q.save_output(conn, JOB, work.key, digest, raw)
     return stored
 

@@ -1,16 +1,20 @@
-"""profile: standing facts about each user, folded in from gists newer than the profile."""
+"""profile: standing facts about each user.
+
+Offline, it is the user's current facts grouped by topic (dreamd.dream.facts); with an
+LLM, the model folds the gists newer than the profile into it."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from dreamd.config import Config
+from dreamd.dream.facts import profile_from
 from dreamd.dream.jobs.base import JobContext, complete_once
 from dreamd.dream.jobs.pool import run_keyed
 from dreamd.dream.prompts import profile_prompt
 from dreamd.errors import OutputInvalid
 from dreamd.ids import profile_id
-from dreamd.models import BacklogStats, Completion, Gist, JobResult, JobSpec
+from dreamd.models import BacklogStats, Completion, Fact, Gist, JobResult, JobSpec
 from dreamd.store import queries as q
 from dreamd.store.interface import Conn
 
@@ -33,6 +37,7 @@ class Work:
     top_seq: int
     sessions: int
     cached: tuple[str, str] | None
+    facts: list[Fact]
 
     @property
     def key(self) -> str:
@@ -49,11 +54,15 @@ def prepare(ctx: JobContext, user: str) -> Work | None:
             previous_inputs=q.tier_inputs(conn, "profile", "id = ?", (key,)) if current else {},
             new_gists=[g for g in q.gists_for_user(conn, user) if g.seq > seen],
             top_seq=q.max_gist_seq(conn, user), sessions=q.count_gists(conn, user),
-            cached=q.cached_output(conn, JOB, key))
+            cached=q.cached_output(conn, JOB, key),
+            facts=q.facts_of(conn, user, current_only=True))
     return work if work.new_gists else None
 
 
 def think(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
+    content = "" if ctx.llm else profile_from(work.facts, ctx.config.profile.max_facts)
+    if content:
+        return content, Completion(content, ctx.source, "facts", extractive=True), ""
     lines = [ln for g in work.new_gists for ln in g.content.splitlines() if ln.strip()]
     names = ctx.names_for(work.user_id)
     previous = work.current.content if work.current else None
@@ -78,7 +87,7 @@ def save(ctx: JobContext, conn: Conn, work: Work,
         expected_seq=work.current.seq if work.current else None, source=ctx.source,
         now=ctx.now_text(), inputs=q.inputs_of(work.new_gists, work.previous_inputs),
     )
-    if stored:
+    if stored and digest:
         q.save_output(conn, JOB, work.key, digest, completion.text)
     return stored
 

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 
-from dreamd.dream.jobs import embed, eras, narrative, profile, reflect, summarize
+from dreamd.dream.jobs import embed, eras, facts, narrative, profile, reflect, summarize
 from dreamd.models import DRIVE_NAMES, JobSpec
 
 
 class Registry:
-    """Jobs in dependency order (embed → summarize → profile/eras → narrative → reflect)."""
+    """Jobs in dependency order (embed → facts → summarize → profile/eras → narrative →
+    reflect)."""
 
     def __init__(self, jobs: tuple[JobSpec, ...]) -> None:
         for job in jobs:
@@ -43,5 +44,5 @@ class Registry:
         return {task: job for job in self.jobs for task in job.bounds}
 
 
-JOBS = Registry((embed.SPEC, summarize.SPEC, profile.SPEC, eras.SPEC, narrative.SPEC,
+JOBS = Registry((embed.SPEC, facts.SPEC, summarize.SPEC, profile.SPEC, eras.SPEC, narrative.SPEC,
                  reflect.SPEC))

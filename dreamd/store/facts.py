@@ -1,0 +1,99 @@
+"""The facts tier: statements about people with their dates, replacements and sources."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dreamd.models import Fact
+from dreamd.store.interface import Conn
+from dreamd.store.state import get_state, next_seq, set_state
+from dreamd.store.vectors import delete_vectors
+
+_COLUMNS = ("f.id, f.user_id, f.subject, f.about, f.statement, f.valid_from, f.learned_at, "
+            "f.valid_to, f.replaced_by, (SELECT json_group_array(s.exchange_id) FROM "
+            "dreamd_fact_sources s WHERE s.fact_id = f.id)")
+
+
+def _fact(row: Any) -> Fact:
+    return Fact(int(row[0]), row[1], row[2], row[3], row[4], row[5], row[6], row[7],
+                row[8], tuple(sorted(json.loads(row[9] or "[]"))))
+
+
+def facts_watermark(conn: Conn) -> int:
+    """The newest turn the facts job has read."""
+    return int(get_state(conn, "facts_id", "0") or 0)
+
+
+def facts_of(conn: Conn, user_id: str, current_only: bool = False) -> list[Fact]:
+    """A user's facts, oldest first (current ones only, or with those replaced)."""
+    where = " AND f.replaced_by IS NULL" if current_only else ""
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM facts f WHERE f.user_id = ?{where} "
+                        "ORDER BY COALESCE(f.valid_from, f.learned_at), f.id", (user_id,))
+    return [_fact(r) for r in rows]
+
+
+def add_fact(conn: Conn, user_id: str, subject: str, about: str | None, statement: str,
+             valid_from: str | None, learned_at: str, sources: list[int], origin: str) -> int:
+    cur = conn.execute(
+        "INSERT INTO facts (user_id, subject, about, statement, valid_from, learned_at, "
+        "origin, dreamd_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        (user_id, subject, about, statement, valid_from, learned_at, origin, next_seq(conn)))
+    fact_id = int(cur.lastrowid or 0)
+    add_sources(conn, fact_id, sources)
+    return fact_id
+
+
+def add_sources(conn: Conn, fact_id: int, sources: list[int]) -> None:
+    conn.executemany("INSERT OR IGNORE INTO dreamd_fact_sources (fact_id, exchange_id) "
+                     "VALUES (?, ?)", [(fact_id, s) for s in sources])
+
+
+def replace_fact(conn: Conn, old_id: int, new_id: int, valid_to: str | None) -> None:
+    """The old fact stopped being true when the new one began."""
+    conn.execute("UPDATE facts SET valid_to = ?, replaced_by = ? WHERE id = ? "
+                 "AND replaced_by IS NULL", (valid_to, new_id, old_id))
+
+
+def set_facts_watermark(conn: Conn, upto_id: int) -> None:
+    set_state(conn, "facts_id", str(upto_id))
+
+
+def drop_facts_of_turns(conn: Conn, ids: list[int]) -> int:
+    """Erase the facts any of these turns gave (forget): a fact they replaced is current
+    again. Returns how many facts went."""
+    gone: set[int] = set()
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        gone |= {int(r[0]) for r in conn.execute(
+            "SELECT fact_id FROM dreamd_fact_sources WHERE exchange_id IN "
+            f"({','.join('?' * len(chunk))})", chunk)}
+    marks = ",".join("?" * len(gone))
+    if gone:
+        conn.execute(f"UPDATE facts SET valid_to = NULL, replaced_by = NULL "
+                     f"WHERE replaced_by IN ({marks})", sorted(gone))
+        conn.execute(f"DELETE FROM dreamd_fact_sources WHERE fact_id IN ({marks})",
+                     sorted(gone))
+        conn.execute(f"DELETE FROM facts WHERE id IN ({marks})", sorted(gone))
+        for fact_id in sorted(gone):
+            delete_vectors(conn, "fact", str(fact_id))
+    return len(gone)
+
+
+def fact_vectors(conn: Conn, model: str, ids: list[int]) -> dict[int, bytes]:
+    out: dict[int, bytes] = {}
+    keys = [str(i) for i in ids]
+    for start in range(0, len(keys), 500):
+        chunk = keys[start : start + 500]
+        for key, blob in conn.execute(
+                "SELECT key, vector FROM dreamd_vectors WHERE model = ? AND kind = 'fact' "
+                f"AND key IN ({','.join('?' * len(chunk))})", (model, *chunk)):
+            out[int(key)] = blob
+    return out
+
+
+def count_facts(conn: Conn, user_id: str | None = None) -> int:
+    if user_id is None:
+        return int(conn.execute("SELECT COUNT(*) FROM facts").fetchone()[0])
+    return int(conn.execute("SELECT COUNT(*) FROM facts WHERE user_id = ?",
+                            (user_id,)).fetchone()[0])

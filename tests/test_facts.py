@@ -1,0 +1,180 @@
+"""The facts tier: what is kept and dropped, facts replaced by newer ones, forget, bounds,
+and the profile a person would call useful on the shipped sample conversations."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from dreamd.cli.demo import sample_sessions, write_sessions
+from dreamd.config import Config, EmbedConfig, UserConfig
+from dreamd.dream.cycle import run_pass
+from dreamd.dream.facts import MAX_CHARS, extract, profile_from
+from dreamd.ids import narrative_id, profile_id
+from dreamd.memory.forget import Scope, forget
+from dreamd.models import Fact
+from dreamd.store import queries as q
+from tests.helpers import RecordingCompleter, add_turns, make_chat_file, open_sqlite
+
+SAID = "2026-07-12T20:15:00+00:00"  # a Sunday
+
+
+@pytest.mark.parametrize(("text", "kept"), [
+    ("I adopted a dog today, her name is Biscuit.", "Sam adopted a dog today"),
+    ("I work as a backend developer at a small startup.", "Sam works as a backend developer"),
+    ("My sister Ana lives in Manchester.", "Sam's sister Ana lives in Manchester"),
+    ("I ran the half marathon in 1 hour 57 minutes!", "Sam ran the half marathon in 1 hour 57"),
+    ("Moved into the new flat on Saturday.", "Sam moved into the new flat on Saturday "
+                                             "(Saturday 11 July 2026)"),
+    ("I moved here last week.", "Sam moved here last week (the week before Sunday 12 July"),
+    ("Yes please, maybe next time.", None),
+    ("Tonight I'm just tired and want to unpack.", None),
+    ("That I'll spend all day in meetings and stop writing code.", None),
+    ("Good idea, I'll ask Rui if the company can help.", None),
+    ("How is Biscuit settling in?", None),
+    ("Thanks, that sounds good!", None),
+    ("Exhausted and a bit embarrassed, honestly.", None),
+])
+def test_sentences_that_carry_information_are_kept(text: str, kept: str | None) -> None:
+    facts = extract("Sam", text, SAID, "Wren")
+    if kept is None:
+        assert facts == []
+    else:
+        assert len(facts) == 1 and facts[0].statement.startswith(kept), facts
+
+
+def test_a_fact_is_bounded_whatever_the_input() -> None:
+    facts = extract("Sam", "I moved to Lisbon " + "and Porto " * 5000 + ".", SAID, None)
+    assert all(len(f.statement) <= MAX_CHARS for f in facts)
+    many = [Fact(i, "u", "Sam", None, f"Sam adopted cat number {i}", "2026-01-01", SAID)
+            for i in range(500)]
+    assert len(profile_from(many, 20).splitlines()) <= 20 + 8  # facts and topic headings
+
+
+T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
+
+
+def pass_over(db: Path, config: Config) -> None:
+    store = open_sqlite(config)
+    completer = RecordingCompleter(store)
+    run_pass(store, config, completer.embedder, completer, trigger="test", force=True)
+    store.close()
+
+
+def facts_in(db: Path, config: Config) -> list[Fact]:
+    store = open_sqlite(config)
+    with store.read() as conn:
+        facts = q.facts_of(conn, "default")
+    store.close()
+    return facts
+
+
+def test_a_newer_fact_replaces_the_older_one_about_the_same_thing(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    config = Config(db=str(db), embed=EmbedConfig(backend="hashing"), user=UserConfig(name="Sam"))
+    app = make_chat_file(db)
+    add_turns(app, "s1", ["I moved to Porto for university.", "Nice!",
+                          "I work as a barista at a cafe near the river.", "Cool."], start=T0)
+    add_turns(app, "s2", ["I moved to Lisbon yesterday, finally!", "Welcome!",
+                          "I started working as a nurse at Santa Maria hospital.", "Great."],
+              start=T0 + timedelta(days=200))
+    pass_over(db, config)
+    facts = facts_in(db, config)
+
+    def saying(words: str) -> Fact:
+        return next(f for f in facts if words in f.statement)
+    porto, lisbon = saying("Porto"), saying("Lisbon")
+    assert "Porto" in porto.statement and porto.about == "home"
+    assert porto.replaced_by == lisbon.id and lisbon.current
+    assert porto.valid_to == lisbon.valid_from == (T0 + timedelta(days=199)).date().isoformat()
+    barista, nurse = saying("barista"), saying("nurse")
+    assert barista.replaced_by == nurse.id and nurse.current
+    # The profile holds what is true now; the narrative says what changed.
+    store = open_sqlite(config)
+    with store.read() as conn:
+        profile = q.profile_row(conn, profile_id("default"))
+        narrative = q.narrative_row(conn, narrative_id("default"))
+    store.close()
+    assert profile is not None and narrative is not None
+    assert "Lisbon" in profile.content and "Porto" not in profile.content
+    assert "nurse" in profile.content and "barista" not in profile.content
+    assert "(before: Sam moved to Porto" in narrative.content
+
+
+def test_forget_erases_the_facts_of_its_turns_and_keeps_the_rest(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    config = Config(db=str(db), embed=EmbedConfig(backend="hashing"), user=UserConfig(name="Sam"))
+    app = make_chat_file(db)
+    add_turns(app, "old", ["I moved to Porto for university.", "Nice!"], start=T0)
+    add_turns(app, "new", ["I moved to Lisbon yesterday, finally!", "Welcome!",
+                           "My sister Ana plays the cello in an orchestra.", "Lovely."],
+              start=T0 + timedelta(days=100))
+    pass_over(db, config)
+    assert len(facts_in(db, config)) == 3
+    store = open_sqlite(config)
+    forget(store, Scope("default", session="new"), config.agent.id)
+    store.close()
+    [left] = facts_in(db, config)
+    assert "Porto" in left.statement and left.current  # what replaced it is gone
+
+
+# Written from the sample conversations (dreamd/data/sample_conversations.txt), not from
+# any output: what a friend of Sam's would remember, and what no profile should hold.
+REMEMBER = {
+    "lives in Lisbon / Campo de Ourique": ("Campo de Ourique", "Lisbon"),
+    "tech lead role": ("tech lead",),
+    "sister Ana": ("sister Ana",),
+    "dog Biscuit": ("Biscuit",),
+    "half marathon time": ("1 hour 57",),
+    "Seville marathon plan": ("Seville",),
+    "Portuguese: A2 exam / classes": ("A2", "Portuguese"),
+    "backend developer at a startup (before the promotion)": ("backend developer",),
+    "manager Rui": ("Rui",),
+}
+NEVER = ("maybe next time", "tired and want to unpack", "spend all day in meetings",
+         "ask Rui if the company can help", "Tell me more", "Exhausted", "Only water",
+         "pastéis de nata it is", "assistant:", "Wren:")
+
+
+def test_the_demo_profile_is_what_a_friend_would_remember(tmp_path: Path) -> None:
+    db = tmp_path / "m.db"
+    config = Config(db=str(db), embed=EmbedConfig(backend="hashing"), user=UserConfig(name="Sam"))
+    app = make_chat_file(db)
+    write_sessions(app, sample_sessions())
+    app.close()
+    pass_over(db, config)
+    store = open_sqlite(config)
+    with store.read() as conn:
+        profile = q.profile_row(conn, profile_id("default"))
+    store.close()
+    assert profile is not None
+    text = profile.content
+    found = [name for name, words in REMEMBER.items() if any(w in text for w in words)]
+    wrong = [line for line in NEVER if line in text]
+    lines = [ln for ln in text.splitlines() if ln.startswith("- ")]
+    print(f"profile: {len(found)}/{len(REMEMBER)} remembered, {len(wrong)} of "
+          f"{len(NEVER)} never-lines, {len(lines)} facts")
+    assert wrong == []
+    assert len(found) >= 6, (found, text)
+
+
+def test_the_context_block_shows_facts_with_their_dates_and_the_past_when_asked(
+        tmp_path: Path) -> None:
+    from dreamd.memory.api import Memory
+
+    db = tmp_path / "m.db"
+    config = Config(db=str(db), embed=EmbedConfig(backend="hashing"), user=UserConfig(name="Sam"))
+    app = make_chat_file(db)
+    add_turns(app, "s1", ["I moved to Porto for university.", "Nice!"], start=T0)
+    add_turns(app, "s2", ["I moved to Lisbon yesterday, finally!", "Welcome!"],
+              start=T0 + timedelta(days=200))
+    pass_over(db, config)
+    memory = Memory(db, config=config)
+    now = dict(memory.context("s3", query="Where does Sam live?").sections)["facts"]
+    assert now == ("Sam moved to Lisbon yesterday (Wednesday 16 September 2026), finally!",)
+    then = dict(memory.context("s3", query="Where did Sam live before?").sections)["facts"]
+    assert any(line.startswith("Sam moved to Porto") and "(no longer true since Wednesday "
+               "16 September 2026)" in line for line in then)
+    memory.close()
