@@ -49,7 +49,7 @@ def key_without(part: str) -> Callable[[keys.Said], str]:
         if part != "names":
             content = keys.in_names(content, turn.speaker, turn.addressee)
         day = dates.day_of(turn.created_at)
-        when = f"{dates.long_date(day)}. " if day is not None and part != "day" else ""
+        when = f"{dates.long_date(day)}. " if day is not None and part == "nothing" else ""
         to = f" (to {turn.addressee})" if turn.addressee and part != "addressee" else ""
         return f"{when}{turn.speaker}{to}: {content}"
     return key
@@ -57,11 +57,11 @@ def key_without(part: str) -> Callable[[keys.Said], str]:
 
 VARIANTS: dict[str, list[tuple[Any, dict[str, Any]]]] = {
     "the whole recipe": [],
-    "key: speaker and text only": [(embed, {"turn_key": plain_key})],
-    "key: no day said": [(embed, {"turn_key": key_without("day")})],
-    "key: no addressee": [(embed, {"turn_key": key_without("addressee")})],
-    "key: pronouns left": [(embed, {"turn_key": key_without("names")})],
-    "key: relative dates left": [(embed, {"turn_key": key_without("dates")})],
+    "vector key: speaker and text only": [(embed, {"vector_key": plain_key})],
+    "vector key: with the day said": [(embed, {"vector_key": key_without("nothing")})],
+    "vector key: no addressee": [(embed, {"vector_key": key_without("addressee")})],
+    "vector key: pronouns left": [(embed, {"vector_key": key_without("names")})],
+    "vector key: relative dates left": [(embed, {"vector_key": key_without("dates")})],
     "no context vector": [(recall, {"CONTEXT_WEIGHT": 0.0})],
     "no session signal": [(recall, {"SESSION_WEIGHT": 0.0})],
     "no gist evidence": [(recall, {"GIST_WEIGHT": 0.0})],

@@ -24,6 +24,7 @@ from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.local import LocalEmbedder
 from dreamd.config import Config
 from dreamd.dream.cycle import run_pass
+from dreamd.ids import DEFAULT_USER, profile_id
 from dreamd.memory.api import Memory
 from dreamd.memory.importers import parse_locomo, parse_longmemeval, write_sessions
 from dreamd.runtime.log import configure
@@ -64,6 +65,7 @@ def longmemeval(path: Path, embedder: LocalEmbedder) -> None:
     questions = json.loads(path.read_text())
     results: dict[str, dict[str, list[float]]] = {"hybrid": defaultdict(list),
                                                   "vector": defaultdict(list)}
+    facts: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for question in questions:
         relevant = {f"lme:{s}" for s in question.get("answer_session_ids", [])}
         if not relevant:
@@ -78,7 +80,14 @@ def longmemeval(path: Path, embedder: LocalEmbedder) -> None:
                     row[f"{key}|r5"].append(float(bool(relevant & set(ranked[:5]))))
                     row[f"{key}|r10"].append(float(bool(relevant & set(ranked[:10]))))
                     row[f"{key}|ndcg10"].append(ndcg(ranked, relevant, 10))
+            if question["question_type"] in ("knowledge-update", "single-session-user"):
+                facts[question["question_type"]].append(in_facts(memory, question))
             memory.close()
+    for kind, found in facts.items():
+        n = len(found)
+        print(f"longmemeval facts  {kind:<26} n={n:<3} answer in the current facts or profile "
+              f"{100 * sum(now for now, _ in found) / n:5.1f}; answer only in a replaced fact "
+              f"{100 * sum(old for _, old in found) / n:5.1f}")
     for mode, row in results.items():
         keys = sorted({k.split("|")[0] for k in row}, key=lambda k: (k != "all", k))
         for key in keys:
@@ -87,6 +96,21 @@ def longmemeval(path: Path, embedder: LocalEmbedder) -> None:
                   f"{100 * sum(row[f'{key}|r5']) / n:5.1f}  @10 "
                   f"{100 * sum(row[f'{key}|r10']) / n:5.1f}  NDCG@10 "
                   f"{100 * sum(row[f'{key}|ndcg10']) / n:5.1f}")
+
+
+def in_facts(memory: Memory, question: dict[str, Any]) -> tuple[float, float]:
+    """Whether the answer's words are in the current facts or the profile, and whether
+    they are only in a fact since replaced (an old value shown as the answer)."""
+    words = set(_WORDS.findall(str(question["answer"]).lower())) - STOPWORDS
+    with memory.store.read() as conn:
+        facts = q.facts_of(conn, DEFAULT_USER)
+        profile = q.profile_row(conn, profile_id(DEFAULT_USER))
+    current = " ".join([f.statement for f in facts if f.current]
+                       + [profile.content if profile else ""]).lower()
+    replaced = " ".join(f.statement for f in facts if not f.current).lower()
+    now = bool(words) and all(w in current for w in words)
+    old = bool(words) and not now and all(w in replaced for w in words)
+    return float(now), float(old)
 
 
 def locomo(path: Path, embedder: LocalEmbedder) -> None:
@@ -104,7 +128,8 @@ def locomo(path: Path, embedder: LocalEmbedder) -> None:
             print(f"locomo {names.get(cat, cat):<12} n={n:<4} evidence recall@5 {pct('5')}  "
                   f"@10 {pct('10')}  @25 {pct('25')} (vector only @10 {pct('vector10')}); "
                   f"1000-token context: evidence inside {pct('inside')}, answer words "
-                  f"{pct('words')}, whole answer {pct('context')}")
+                  f"{pct('words')} (consolidated tiers alone {pct('tiers')}), whole answer "
+                  f"{pct('context')}")
 
 
 def locomo_scores(path: Path, embedder: LocalEmbedder) -> dict[str, list[float]]:
@@ -131,6 +156,8 @@ def locomo_scores(path: Path, embedder: LocalEmbedder) -> dict[str, list[float]]
                 answer = str(qa["answer"]).lower()
                 words = set(_WORDS.findall(answer)) - STOPWORDS
                 inside = any(texts[e][:60].lower() in block for e in evidence)
+                tiers = memory.context(f"question:{sample}", query=qa["question"], budget=1000,
+                                       raw_turns=False).text.lower()
                 for key in (str(category), "all", f"conv {sample}"):
                     for k in (5, 10, 25):
                         scores[f"{key}|{k}"].append(float(bool(evidence & set(hits[:k]))))
@@ -139,6 +166,8 @@ def locomo_scores(path: Path, embedder: LocalEmbedder) -> dict[str, list[float]]
                     scores[f"{key}|inside"].append(float(inside))
                     scores[f"{key}|words"].append(
                         sum(w in block for w in words) / len(words) if words else 1.0)
+                    scores[f"{key}|tiers"].append(
+                        sum(w in tiers for w in words) / len(words) if words else 1.0)
             memory.close()
     return scores
 

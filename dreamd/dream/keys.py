@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from dreamd.dream.dates import day_of, long_date, resolve
 
-SCHEME = 2  # 1: "role: content"
+SCHEME = 3  # 1: "role: content"; 2: the day said in front of the vector key too
 
 
 def space(model: str) -> str:
@@ -69,11 +69,18 @@ def body(turn: Said) -> str:
     return in_names(dated(turn.content, turn.created_at), turn.speaker, turn.addressee)
 
 
-def turn_key(turn: Said) -> str:
-    day = day_of(turn.created_at)
+def turn_key(turn: Said, day_said: bool = True) -> str:
+    """The key: the day said (for the words index; a vector key without it measured
+    better, 87.7 vs 86.1 R@10 on the LoCoMo dev slice), speaker, addressee, body."""
+    day = day_of(turn.created_at) if day_said else None
     when = f"{long_date(day)}. " if day is not None else ""
     to = f" (to {turn.addressee})" if turn.addressee else ""
     return f"{when}{turn.speaker}{to}: {body(turn)}"
+
+
+def vector_key(turn: Said) -> str:
+    """What a turn's vector is made from: its key without the day it was said."""
+    return turn_key(turn, day_said=False)
 
 
 def context_text(turn: Said, before: Said | None, after: Said | None) -> str:

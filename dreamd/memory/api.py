@@ -22,7 +22,7 @@ from dreamd.backends.protocols import Embedder
 from dreamd.config import Config
 from dreamd.config import load as load_config
 from dreamd.dream.facts import asks_about_the_past, fact_line
-from dreamd.dream.keys import Said, space, turn_key
+from dreamd.dream.keys import Said, space, vector_key
 from dreamd.ids import (
     DEFAULT_USER,
     era_key,
@@ -134,7 +134,7 @@ class Memory:
         vector = None
         if embed:
             said = Said(role, content, when)  # whom it speaks to is not known yet
-            vector = q.to_blob(self.embedder.embed([turn_key(said)])[0])
+            vector = q.to_blob(self.embedder.embed([vector_key(said)])[0])
         with self.store.write() as conn:
             exchange_id = q.add_turn(conn, session_id, role, content, when)
             if vector is not None:
@@ -183,11 +183,12 @@ class Memory:
 
     @serialized
     def context(self, session: str, *, query: str | None = None, budget: int = 1000,
-                recent: int = 20) -> Context:
+                recent: int = 20, raw_turns: bool = True) -> Context:
         """The tiered context block for `session`, within `budget` tokens: the memory of
         the session's own user only.
 
-        The query defaults to the session's last user turn.
+        The query defaults to the session's last user turn. `raw_turns=False` leaves out
+        the raw details and recent turns: the consolidated tiers alone.
         """
         agent = self.config.agent.id
         with self.store.read() as conn:
@@ -221,6 +222,8 @@ class Memory:
                         if h.session_id != session][:DETAILS] if query else [],
             "recent": [f"{r}: {c}" for r, c, _ in turns],
         }
+        if not raw_turns:  # the consolidated tiers alone
+            parts["details"], parts["recent"] = [], []
         return build_context(parts, budget)
 
     def _gist_lines(self, vector: np.ndarray, session: str, user: str) -> list[str]:
@@ -229,7 +232,7 @@ class Memory:
             return []
         with self.store.read() as conn:
             rows = q.gist_texts(conn, best)
-        return [" / ".join(_lines(rows[s])) for s in best if s in rows]
+        return [_shortened(" / ".join(_lines(rows[s])), GIST_CHARS) for s in best if s in rows]
 
     def _allowed(self, users: list[str], session: str | None) -> Callable[[str], bool]:
         """Whether a session's turns may be returned: it belongs to one of `users` (a
@@ -268,6 +271,19 @@ def relevant_facts(facts: list[Fact], vectors: dict[int, bytes], query: np.ndarr
 def scope_of(users: list[str]) -> Owners:
     """The matrix for these users (a session nobody has filed yet is the default user's)."""
     return Owners(tuple(sorted(set(users))), DEFAULT_USER in users)
+
+
+GIST_CHARS = 320  # of a gist in the context block: its opening lines
+
+
+def _shortened(text: str, limit: int) -> str:
+    """At most `limit` characters, cut at a line or word boundary, marked when cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    at = cut.rfind(" / ")
+    cut = cut[:at] if at > limit // 2 else cut[:cut.rfind(" ")]
+    return cut.rstrip() + " …"
 
 
 def _lines(text: str) -> list[str]:

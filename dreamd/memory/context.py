@@ -63,7 +63,7 @@ def build(parts: dict[str, list[str]], budget: int) -> Context:
 
     spent = sum(take(name, allowance[name]) for name, _, _ in TIERS)
     # What a tier left unused goes to the others, the current conversation first.
-    for name in ("recent", "gists", "facts", "details", "profile", "narrative", "eras",
+    for name in ("recent", "details", "facts", "gists", "profile", "narrative", "eras",
                  "self"):
         spent += take(name, budget - spent)
     return _render(want, kept, budget)

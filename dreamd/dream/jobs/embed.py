@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dreamd.config import Config
 from dreamd.dream.jobs.base import JobContext, failed_items, note_failure, note_success
-from dreamd.dream.keys import Said, addressee, context_text, space, turn_key
+from dreamd.dream.keys import Said, addressee, context_text, space, vector_key
 from dreamd.models import BacklogStats, JobResult, JobSpec, Turn
 from dreamd.store import queries as q
 
@@ -32,7 +32,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             errors.append(f"{item}: {failures[item]}")
             break
         try:
-            vectors = ctx.embedder.embed([turn_key(said(*t)) for t in turns])
+            vectors = ctx.embedder.embed([vector_key(said(*t)) for t in turns])
             if vectors.shape != (len(turns), ctx.embedder.dim):
                 raise ValueError(f"embedder returned shape {vectors.shape}")
         except Exception as exc:  # a backend fault: record it, leave the rest of the pass be
