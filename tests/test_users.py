@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -293,10 +295,18 @@ def test_forget_in_steps_of_two_turns_ends_where_one_step_does(tmp_path: Path) -
 
 class HalfForgotten:
     """A file where `dreamd forget --user ana` was killed with SIGKILL half-way: 14 of
-    ana's sessions and 2 of bo's, 600 turns each, embedded and indexed before."""
+    ana's sessions and 2 of bo's, 600 turns each, embedded and indexed before. Built once
+    per test session (`made`); each test works on a copy of its own."""
 
-    def __init__(self, tmp_path: Path) -> None:
-        self.db = db = tmp_path / "big.db"
+    def __init__(self, db: Path) -> None:
+        self.db = db
+        self.env = {"PYTHONPATH": str(ROOT), "DREAMD_EMBED__BACKEND": "hashing",
+                    "PATH": "/usr/bin:/bin"}
+        self.command = [sys.executable, "-m", "dreamd", "--db", str(db)]
+
+    @classmethod
+    def made(cls, where: Path) -> HalfForgotten:
+        db = where / "big.db"
         app = make_chat_file(db)
         open_store(config_for(db)).close()  # sessions rows carry a user
         for s in range(16):
@@ -308,18 +318,25 @@ class HalfForgotten:
                             [(f"{owner}{s}", f"{owner}word{s}n{i} and some talk about the day",
                               (T0 + timedelta(minutes=i)).isoformat()) for i in range(600)])
         app.close()
-        self.env = {"PYTHONPATH": str(ROOT), "DREAMD_EMBED__BACKEND": "hashing",
-                    "PATH": "/usr/bin:/bin"}
-        self.command = [sys.executable, "-m", "dreamd", "--db", str(db)]
-        self.dreamd("--force")  # turns embedded and in the full-text index
-        killed = subprocess.Popen([*self.command, "forget", "--user", "ana"], env=self.env,
+        half = cls(db)
+        half.dreamd("--force")  # turns embedded and in the full-text index
+        killed = subprocess.Popen([*half.command, "forget", "--user", "ana"], env=half.env,
                                   cwd=ROOT, text=True, stdout=subprocess.DEVNULL,
                                   stderr=subprocess.PIPE)
-        while self.journal() is None and killed.poll() is None:
+        while half.journal() is None and killed.poll() is None:
             pass
         killed.kill()
         _, err = killed.communicate(timeout=10)
-        assert self.journal() is not None, f"the forget ended before it was killed: {err}"
+        assert half.journal() is not None, f"the forget ended before it was killed: {err}"
+        return half
+
+    def copy(self, where: Path) -> HalfForgotten:
+        """The file as the kill left it (its WAL and shared memory too), elsewhere."""
+        for suffix in ("", "-wal", "-shm"):
+            source = Path(f"{self.db}{suffix}")
+            if source.exists():
+                shutil.copyfile(source, where / f"big.db{suffix}")
+        return HalfForgotten(where / "big.db")
 
     def dreamd(self, *args: str) -> str:
         run = subprocess.run([*self.command, *args], env=self.env, cwd=ROOT, text=True,
@@ -337,8 +354,14 @@ class HalfForgotten:
             return int(look.execute(sql).fetchone()[0])
 
 
-def test_a_forget_killed_half_way_is_finished_by_the_next_pass(tmp_path: Path) -> None:
-    half = HalfForgotten(tmp_path)
+@pytest.fixture(scope="session")
+def half_forgotten(tmp_path_factory: pytest.TempPathFactory) -> HalfForgotten:
+    return HalfForgotten.made(tmp_path_factory.mktemp("half-forgotten"))
+
+
+def test_a_forget_killed_half_way_is_finished_by_the_next_pass(
+        half_forgotten: HalfForgotten, tmp_path: Path) -> None:
+    half = half_forgotten.copy(tmp_path)
     assert "forget       unfinished for user 'ana'" in half.dreamd("status")
     half.dreamd("--force")  # finishes the forget before anything else
     with contextlib.closing(sqlite3.connect(half.db)) as conn:
@@ -361,8 +384,9 @@ def test_a_forget_killed_half_way_is_finished_by_the_next_pass(tmp_path: Path) -
     assert re.findall(rb"anaword\d+", file_bytes(half.db)) == []
 
 
-def test_a_forget_started_over_an_unfinished_one_finishes_that_first(tmp_path: Path) -> None:
-    half = HalfForgotten(tmp_path)
+def test_a_forget_started_over_an_unfinished_one_finishes_that_first(
+        half_forgotten: HalfForgotten, tmp_path: Path) -> None:
+    half = half_forgotten.copy(tmp_path)
     out = half.dreamd("forget", "--user", "bo")
     assert "forgot 1200 turns of user 'bo'" in out, out
     assert half.count("SELECT COUNT(*) FROM exchanges") == 0  # ana's went first

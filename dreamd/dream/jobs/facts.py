@@ -11,8 +11,6 @@ watermark.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
 from dreamd.config import Config
@@ -30,12 +28,51 @@ SAME = 0.9  # cosine at which a candidate says what a known fact says
 NOT_PEOPLE = frozenset({"assistant", "system", "tool", "function", "developer"})
 
 
-@dataclass
 class Known:
-    """A user's current facts and their vectors, as the batch sees and changes them."""
+    """A user's current facts and their vectors, as the batch sees and changes them: the
+    vectors in one matrix (grown by doubling), so a candidate meets them all in one
+    product."""
 
-    facts: list[Fact]
-    vectors: dict[int, np.ndarray]
+    def __init__(self, facts: list[Fact], vectors: dict[int, np.ndarray]) -> None:
+        self.facts = [f for f in facts if f.id in vectors]
+        self.unvectored = [f for f in facts if f.id not in vectors]
+        dim = next(iter(vectors.values())).shape[0] if vectors else 0
+        self._matrix = np.zeros((max(16, len(self.facts) * 2), dim), dtype=np.float32)
+        for row, fact in enumerate(self.facts):
+            self._matrix[row] = vectors[fact.id]
+        self.live = np.ones(len(self.facts), dtype=bool)  # not replaced in this batch
+
+    def same(self, subject: str, vector: np.ndarray) -> Fact | None:
+        """The current fact of `subject` that says what `vector` says, if any."""
+        if not self.facts:
+            return None
+        scores = self._matrix[: len(self.facts)] @ vector
+        for row in np.argsort(-scores)[:8]:
+            if scores[row] < SAME:
+                break
+            if self.live[row] and self.facts[row].subject == subject:
+                return self.facts[row]
+        return None
+
+    def about(self, subject: str, about: str) -> list[Fact]:
+        return [f for row, f in enumerate(self.facts + self.unvectored)
+                if (row >= len(self.facts) or self.live[row]) and f.subject == subject
+                and f.about == about]
+
+    def replaced(self, old: Fact) -> None:
+        if old in self.facts:
+            self.live[self.facts.index(old)] = False
+        else:
+            self.unvectored.remove(old)
+
+    def add(self, fact: Fact, vector: np.ndarray) -> None:
+        if self._matrix.shape[1] == 0:
+            self._matrix = np.zeros((16, vector.shape[0]), dtype=np.float32)
+        if len(self.facts) == len(self._matrix):
+            self._matrix = np.vstack([self._matrix, np.zeros_like(self._matrix)])
+        self._matrix[len(self.facts)] = vector
+        self.facts.append(fact)
+        self.live = np.append(self.live, True)
 
 
 def speaker_name(ctx: JobContext, role: str, user_id: str) -> str | None:
@@ -67,13 +104,16 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     upto = horizon(ctx)
     done = added = 0
     errors: list[str] = []
+    # Each user's facts are read once per run and kept in step by `learn` (only this job
+    # writes facts; a forget meanwhile ends the run through `still_current`).
+    state: dict[str, Known] = {}
     while not ctx.budget.exhausted() and not ctx.invalidated:
         with ctx.store.read() as conn:
             after = q.facts_watermark(conn)
             rows = q.with_neighbours(conn, q.ids_after(conn, after, BATCH, upto))
             owners = {t.session_id: q.session_owner(conn, t.session_id) for t, _, _ in rows}
             known = {user: q.facts_of(conn, user, current_only=True)
-                     for user in set(owners.values())}
+                     for user in set(owners.values()) - set(state)}
             blobs = q.fact_vectors(conn, model, [f.id for fs in known.values() for f in fs])
         if not rows:
             break
@@ -83,8 +123,8 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         except Exception as exc:  # a backend fault: recorded; the next pass tries again
             errors.append(note_failure(ctx, JOB, f"after:{after}", exc))
             break
-        state = {user: Known(facts, {f.id: q.from_blob(blobs[f.id]) for f in facts
-                                     if f.id in blobs}) for user, facts in known.items()}
+        state |= {user: Known(facts, {f.id: q.from_blob(blobs[f.id]) for f in facts
+                                      if f.id in blobs}) for user, facts in known.items()}
         with ctx.store.write() as conn:
             if q.facts_watermark(conn) != after or not ctx.still_current(conn):
                 break
@@ -105,23 +145,19 @@ def learn(conn: Conn, ctx: JobContext, model: str, known: Known, user: str, turn
           candidate: Candidate, vector: np.ndarray) -> int:
     """Inside the batch's write: one candidate into the user's facts. Returns 1 for a new
     fact, 0 for one already known (its turn joins the sources)."""
-    same = [f for f in known.facts if f.subject == candidate.subject and f.id in known.vectors
-            and float(known.vectors[f.id] @ vector) >= SAME]
-    if same:
-        q.add_sources(conn, same[0].id, [turn_id])
+    same = known.same(candidate.subject, vector)
+    if same is not None:
+        q.add_sources(conn, same.id, [turn_id])
         return 0
     fact_id = q.add_fact(conn, user, candidate.subject, candidate.about, candidate.statement,
                          candidate.valid_from, candidate.said_at, [turn_id], ctx.source)
     q.put_vector(conn, model, "fact", str(fact_id), q.to_blob(vector))
-    replaced = [f for f in known.facts if candidate.about is not None
-                and f.subject == candidate.subject and f.about == candidate.about]
-    for old in replaced:
-        q.replace_fact(conn, old.id, fact_id, candidate.valid_from)
-    kept = [f for f in known.facts if f not in replaced]
-    known.facts = [*kept, Fact(fact_id, user, candidate.subject, candidate.about,
-                               candidate.statement, candidate.valid_from, candidate.said_at,
-                               sources=(turn_id,))]
-    known.vectors[fact_id] = vector
+    if candidate.about is not None:
+        for old in known.about(candidate.subject, candidate.about):
+            q.replace_fact(conn, old.id, fact_id, candidate.valid_from)
+            known.replaced(old)
+    known.add(Fact(fact_id, user, candidate.subject, candidate.about, candidate.statement,
+                   candidate.valid_from, candidate.said_at, sources=(turn_id,)), vector)
     return 1
 
 
