@@ -24,7 +24,7 @@ demo: install
 test: install
 	$(BIN)/ruff check dreamd tests bench
 	$(BIN)/mypy
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n 4
 
 bench: install
 	$(BIN)/python -m bench.run
