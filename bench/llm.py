@@ -8,6 +8,8 @@ tokens:     one session grows to 400 turns in 20-turn steps; its gist is kept cu
 throughput: 500 sessions through a server (its own process) answering in 100 ms: 8
             workers vs 1, and the chat writer's INSERT latency (p99) during each pass vs
             alone.
+window:     the profile of 500 gists for a model with a 4,096-token window: the calls and
+            input tokens folded in parts vs all at once (which such a model refuses).
 """
 
 from __future__ import annotations
@@ -202,11 +204,56 @@ def bench_throughput(repeats: int = 5) -> None:
     print(p99_line("8 workers, writes not waiting for quiet workers (comparison)", open_gate))
 
 
+def profile_requests(window: int, server_window: int, sessions: int = 500
+                     ) -> tuple[int, int, int, int]:
+    """A first pass over `sessions` sessions; the profile's requests: (calls, input
+    tokens, the largest prompt in tokens, requests the server refused)."""
+    server = FakeOpenAI(pad=700, context_tokens=server_window).start()
+    rng = random.Random(2)
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "m.db"
+        chat = new_file(db)
+        for s in range(sessions):
+            for i in range(4):
+                role = "user" if i % 2 == 0 else "assistant"
+                chat.execute("INSERT INTO exchanges (session_id, role, content, created_at) "
+                             "VALUES (?, ?, ?, ?)", (f"s{s}", role, turn_text(
+                                 rng, role, rng.choice(["work", "running", "my sister"])),
+                                 (START + timedelta(hours=6 * s, minutes=i)).isoformat()))
+        chat.close()
+        config = config_for(db, server)
+        config = Config(db=config.db, embed=config.embed, completer=CompleterConfig(
+            **{**config.completer.__dict__, "context_window": window,
+               "max_output_tokens": 600}))
+        store = open_store(config)
+        completer = OpenAICompleter(config.completer, environ={})
+        run_pass(store, config, HashingEmbedder(), completer, trigger="bench", force=True)
+        store.close()
+    server.stop()
+    sizes = [(len(r["body"]["messages"][0]["content"]) + len(r["body"]["messages"][-1]
+                                                             ["content"])) // 4
+             for r in server.requests if r["path"].endswith("/chat/completions")
+             and "Maintain the profile" in r["body"]["messages"][0]["content"]]
+    return len(sizes), sum(sizes), max(sizes, default=0), server.refused
+
+
+def bench_window() -> None:
+    """The profile of 500 gists for a model with a 4,096-token window: folded in parts
+    that fit vs all at once (which a 4,096-token model refuses), in the same run."""
+    whole = profile_requests(window=10_000_000, server_window=0)
+    folded = profile_requests(window=4096, server_window=4096)
+    print(f"window: profile of 500 gists, 4,096-token model: folded {folded[0]} calls, "
+          f"{folded[1]:,} input tokens, largest prompt {folded[2]:,} tokens, "
+          f"{folded[3]} refused; all at once 1 call of {whole[1]:,} input tokens, which "
+          f"a 4,096-token model refuses ({whole[1] / max(1, folded[1]):.2f}x the folded "
+          f"input)")
+
+
 def main() -> None:
     configure("warning")
-    chosen = sys.argv[1:] or ["tokens", "throughput"]
+    chosen = sys.argv[1:] or ["tokens", "throughput", "window"]
     for name in chosen:
-        {"tokens": bench_tokens, "throughput": bench_throughput}[name]()
+        {"tokens": bench_tokens, "throughput": bench_throughput, "window": bench_window}[name]()
 
 
 if __name__ == "__main__":

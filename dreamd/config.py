@@ -83,6 +83,7 @@ class CompleterConfig:
     workers: int = field(default=4, metadata=_check("int", min=1, max=64))
     temperature: float = field(default=0.2, metadata=_check("float", min=0, max=2))
     max_output_tokens: int = field(default=600, metadata=_check("int", min=16))
+    context_window: int = field(default=8192, metadata=_check("int", min=256))
 
 
 OPENAI_API = "https://api.openai.com/v1"

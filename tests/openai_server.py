@@ -7,6 +7,8 @@ the plan (default "ok"): ok, 429:SECONDS (Retry-After), 500, 503, 400, 401, 404,
 (any status, optionally with the server's message: "500:MESSAGE"), say:TEXT (answer
 exactly TEXT, "\\n" for a newline: a weak model's junk),
 hang:SECONDS, malformed, empty, nousage, badjson. `delay` adds latency to every call.
+`context_tokens` makes it a model with that context window: a chat request whose prompt
+and max_tokens add up to more is answered 400 context_length_exceeded, as OpenAI does.
 Answers are deterministic and say which task they answer; usage is counted and summed.
 """
 
@@ -45,9 +47,28 @@ def answer(system: str, user: str) -> str:
            f"last: {last[:80]}"
 
 
+_FILLER = ("river lamp quiet garden morning letter window travel music paper coffee bridge "
+           "market season friend harbor evening walk city train book kitchen rain summer "
+           "office plan dinner weekend sister doctor ticket concert").split()
+
+
+def padded(content: str, size: int) -> str:
+    """`content` grown to `size` characters with sentences that never repeat, like a real
+    model's longer answer (a repeated filler would be a loop, which dreamd rejects)."""
+    sentences, i = [content], 0
+    while sum(len(x) + 1 for x in sentences) < size:
+        seed = hashlib.sha256(f"{content}|{i}".encode()).digest()
+        sentences.append(" ".join(_FILLER[b % len(_FILLER)] for b in seed[:9]).capitalize() + ".")
+        i += 1
+    return " ".join(sentences)[:size]
+
+
 class FakeOpenAI:
-    def __init__(self, delay: float = 0.0, pad: int = 0) -> None:
+    def __init__(self, delay: float = 0.0, pad: int = 0, context_tokens: int = 0) -> None:
         self.delay = delay
+        self.context_tokens = context_tokens
+        self.largest_request = 0  # prompt + max_tokens of the largest chat request served
+        self.refused = 0  # chat requests refused as longer than the context window
         self.pad = pad  # pad answers to this many characters, like a real gist
         self._plan: collections.deque[str] = collections.deque()
         self.lock = threading.Lock()
@@ -152,11 +173,19 @@ class FakeOpenAI:
             def chat(self, body: dict[str, Any], kind: str, arg: str = "") -> None:
                 system = body["messages"][0]["content"]
                 user = body["messages"][-1]["content"]
+                asked = (len(system) + len(user)) // 4 + int(body.get("max_tokens") or 0)
+                if fake.context_tokens and asked > fake.context_tokens:
+                    with fake.lock:
+                        fake.refused += 1
+                    return self.error(400, message=(
+                        f"This model's maximum context length is {fake.context_tokens} "
+                        f"tokens. However, you requested {asked} tokens. Please reduce the "
+                        "length of the messages or completion. (context_length_exceeded)"))
+                with fake.lock:
+                    fake.largest_request = max(fake.largest_request, asked)
                 content = answer(system, user)
                 if fake.pad and task_of(system) != "reflect":
-                    content = (content + " Filler sentence of a longer gist.") * (
-                        fake.pad // (len(content) + 34) + 1)
-                    content = content[: fake.pad]
+                    content = padded(content, fake.pad)
                 if kind == "say":  # answer like a weak model: exactly this text
                     content = arg.replace("\\n", "\n")
                 elif kind == "empty":

@@ -51,7 +51,7 @@ def test_first_pass_soon_and_sigterm_mid_pass_exits_cleanly(tmp_path: Path) -> N
     proc = start(db, "--loop", "1")
     assert wait_for(lambda: query(db, "SELECT COUNT(*) FROM dreamd_runs", 0), 5)
     assert time.monotonic() - started < 5
-    assert wait_for(lambda: query(db, "SELECT COUNT(*) FROM summaries", 0), 10)
+    assert wait_for(lambda: query(db, "SELECT COUNT(*) FROM summaries", 0), 60)
     proc.send_signal(signal.SIGTERM)  # mid-pass: summaries are being written
     out, err = proc.communicate(timeout=15)
     assert proc.returncode == 0, err[-2000:]

@@ -126,33 +126,45 @@ def profile_prompt(
     )
 
 
-def era_prompt(names: dict[str, str], month: str, gist_lines: list[str], lines: int) -> Prompt:
+def era_prompt(names: dict[str, str], month: str, gist_lines: list[str], lines: int,
+               previous: str | None = None) -> Prompt:
+    """`previous`: the digest of the month's gists so far, when they are folded in parts."""
+    before = ("Digest so far:\n" + _data(previous.splitlines()) + "\n\n") if previous else ""
     return Prompt(
         task="era",
         system=ERA_SYSTEM.format(month=month, lines=lines, **names),
-        user=f"Gists of {month}:\n" + _data(gist_lines),
+        user=before + f"Gists of {month}:\n" + _data(gist_lines),
         items=tuple(gist_lines),
         max_items=lines,
         context={"month": month},
     )
 
 
-def narrative_prompt(
-    names: dict[str, str], profile: str | None, eras: list[tuple[str, str]], lines: int
-) -> Prompt:
-    era_lines = [
+def era_lines(eras: list[tuple[str, str]]) -> list[str]:
+    return [
         f"{month} | {ln[2:].strip() if ln.startswith('- ') else ln.strip()}"
         for month, content in eras
         for ln in content.splitlines()
         if ln.strip()
     ]
-    user = "Profile:\n" + _data((profile or "").splitlines()) + "\n\nRecent months:\n"
-    user += _data(era_lines)
+
+
+def narrative_prompt(
+    names: dict[str, str], profile: str | None, eras: list[tuple[str, str]], lines: int,
+    previous: str | None = None, months: list[str] | None = None,
+) -> Prompt:
+    """`months` (lines as `era_lines` makes them) instead of `eras`, and `previous` (the
+    narrative of the months before), when the months are folded in parts."""
+    points = months if months is not None else era_lines(eras)
+    user = "Profile:\n" + _data((profile or "").splitlines()) + "\n\n"
+    if previous:
+        user += "Narrative so far:\n" + _data(previous.splitlines()) + "\n\n"
+    user += "Recent months:\n" + _data(points)
     return Prompt(
         task="narrative",
         system=NARRATIVE_SYSTEM.format(lines=lines, **names),
         user=user,
-        items=tuple(era_lines),
+        items=tuple(points),
         max_items=lines,
     )
 

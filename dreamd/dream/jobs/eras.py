@@ -8,7 +8,8 @@ import numpy as np
 
 from dreamd.config import Config
 from dreamd.dream.facts import era_from
-from dreamd.dream.jobs.base import JobContext, complete_once
+from dreamd.dream.jobs.base import JobContext
+from dreamd.dream.jobs.fitting import answer
 from dreamd.dream.jobs.pool import run_keyed
 from dreamd.dream.keys import space
 from dreamd.dream.prompts import era_prompt
@@ -57,9 +58,10 @@ def think(ctx: JobContext, work: Work) -> tuple[str, str, str, np.ndarray]:
     digest = raw = ""
     if not body:  # with an LLM, or a month without dated facts: from the gists
         lines = [ln for g in work.gists for ln in g.content.splitlines() if ln.strip()]
-        prompt = era_prompt(ctx.names_for(work.user_id), work.month, lines,
-                            ctx.config.eras.lines)
-        completion, digest = complete_once(ctx, prompt, work.cached)
+        names = ctx.names_for(work.user_id)
+        completion, digest = answer(
+            ctx, lines, None, lambda before, chunk: era_prompt(
+                names, work.month, chunk, ctx.config.eras.lines, before), work.cached)
         body, raw = completion.text.strip(), completion.text
     if not body:
         raise OutputInvalid(f"empty digest for {work.month}")

@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 from dreamd.config import Config
 from dreamd.dream.facts import narrative_from
-from dreamd.dream.jobs.base import JobContext, complete_once
+from dreamd.dream.jobs.base import JobContext
+from dreamd.dream.jobs.fitting import answer
 from dreamd.dream.jobs.pool import run_keyed
-from dreamd.dream.prompts import narrative_prompt
+from dreamd.dream.prompts import era_lines, narrative_prompt
 from dreamd.errors import OutputInvalid
 from dreamd.ids import narrative_id, profile_id
 from dreamd.models import BacklogStats, Fact, JobResult, JobSpec
@@ -63,9 +64,11 @@ def think(ctx: JobContext, work: Work) -> tuple[str, str, str]:
     body = "" if ctx.llm else narrative_from(work.facts, since, ctx.config.narrative.lines)
     digest = raw = ""
     if not body:  # with an LLM, or nothing dated changed: from the profile and eras
-        prompt = narrative_prompt(ctx.names_for(work.user_id), work.profile, work.eras,
-                                  ctx.config.narrative.lines)
-        completion, digest = complete_once(ctx, prompt, work.cached)
+        names = ctx.names_for(work.user_id)
+        completion, digest = answer(
+            ctx, era_lines(work.eras), None, lambda before, chunk: narrative_prompt(
+                names, work.profile, [], ctx.config.narrative.lines, before, chunk),
+            work.cached)
         body, raw = completion.text.strip(), completion.text
     if not body:
         raise OutputInvalid("empty narrative")

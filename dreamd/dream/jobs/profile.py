@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from dreamd.config import Config
 from dreamd.dream.facts import profile_from
-from dreamd.dream.jobs.base import JobContext, complete_once
+from dreamd.dream.jobs.base import JobContext
+from dreamd.dream.jobs.fitting import answer
 from dreamd.dream.jobs.pool import run_keyed
 from dreamd.dream.prompts import profile_prompt
 from dreamd.errors import OutputInvalid
@@ -66,8 +67,9 @@ def think(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
     lines = [ln for g in work.new_gists for ln in g.content.splitlines() if ln.strip()]
     names = ctx.names_for(work.user_id)
     previous = work.current.content if work.current else None
-    prompt = profile_prompt(names, previous, lines, ctx.config.profile.max_facts, USER_ROLE)
-    completion, digest = complete_once(ctx, prompt, work.cached)
+    completion, digest = answer(
+        ctx, lines, previous, lambda before, chunk: profile_prompt(
+            names, before, chunk, ctx.config.profile.max_facts, USER_ROLE), work.cached)
     content = completion.text.strip()
     if not content and not completion.extractive:
         raise OutputInvalid("empty profile")

@@ -8,11 +8,12 @@ from typing import Any
 
 from dreamd.config import Config
 from dreamd.dream.jobs.base import JobContext, complete_once
+from dreamd.dream.jobs.fitting import newest_that_fit
 from dreamd.dream.jobs.pool import run_keyed
 from dreamd.dream.prompts import reflect_prompt, repair_prompt, turn_line
 from dreamd.errors import OutputInvalid
 from dreamd.ids import self_state_id
-from dreamd.models import BacklogStats, JobResult, JobSpec, Turn
+from dreamd.models import BacklogStats, JobResult, JobSpec, Prompt, Turn
 from dreamd.store import queries as q
 from dreamd.store.interface import Conn
 
@@ -104,11 +105,13 @@ def prepare(ctx: JobContext, user: str) -> Work | None:
 
 def think(ctx: JobContext, work: Work) -> tuple[dict[str, Any], str, str]:
     """The reflection, validated; one repair attempt when an LLM's answer is invalid."""
-    prompt = reflect_prompt(
-        ctx.names_for(work.user_id), work.previous,
-        [turn_line(t.role, t.content) for t in work.turns if t.role == "user"],
-        {"new_turns": work.new_turns, "sessions": work.sessions, "now": ctx.now_text()},
-    )
+    def build(lines: list[str]) -> Prompt:
+        return reflect_prompt(
+            ctx.names_for(work.user_id), work.previous, lines,
+            {"new_turns": work.new_turns, "sessions": work.sessions, "now": ctx.now_text()})
+
+    said = [turn_line(t.role, t.content) for t in work.turns if t.role == "user"]
+    prompt = build(newest_that_fit(ctx, said, build))  # the latest turns, as many as fit
     completion, digest = complete_once(ctx, prompt, work.cached)
     raw = completion.text
     try:

@@ -6,6 +6,7 @@ turns) is cut into chunks whose partial gists are merged — nothing is silently
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -13,6 +14,7 @@ import numpy as np
 
 from dreamd.config import Config
 from dreamd.dream.jobs.base import JobContext
+from dreamd.dream.jobs.fitting import fold, largest
 from dreamd.dream.jobs.pool import run_keyed
 from dreamd.dream.keys import space
 from dreamd.dream.prompts import merge_prompt, summary_prompt, turn_line
@@ -58,11 +60,17 @@ def gist_for(ctx: JobContext, user_id: str, previous: str | None, turns: list[Tu
             return np.stack([vectors[t.id] for t in block])
         return None
 
-    blocks = [turns[i : i + chunk] for i in range(0, len(turns), chunk)]
+    said = [turn_line(t.role, t.content) for t in turns]
+    blocks: list[list[Turn]] = []
+    while (at := sum(map(len, blocks))) < len(turns):  # at most `chunk` turns, and fitting
+        n = largest(ctx, functools.partial(summary_prompt, names,
+                                           previous if not blocks else None, lines=lines),
+                    said[at:], chunk)
+        blocks.append(turns[at : at + n])
     if len(blocks) == 1:
         block = blocks[0]
-        prompt = summary_prompt(names, previous, [turn_line(t.role, t.content) for t in block],
-                                lines, block_vectors(block))
+        prompt = summary_prompt(names, previous, said[: len(block)], lines,
+                                block_vectors(block))
         return validate(ctx.complete(prompt).text)
     partials = []
     for block in blocks:
@@ -71,7 +79,9 @@ def gist_for(ctx: JobContext, user_id: str, previous: str | None, turns: list[Tu
         partials.append(validate(ctx.complete(prompt).text))
     if previous:
         partials.insert(0, previous)
-    return validate(ctx.complete(merge_prompt(names, partials, lines)).text)
+    merged, _ = fold(ctx, partials, None, lambda so_far, part: merge_prompt(
+        names, [so_far, *part] if so_far else part, lines), lambda c: c.text)
+    return validate(merged or "")
 
 
 @dataclass(frozen=True)
