@@ -71,6 +71,7 @@ class CompleterConfig:
     eras_model: str = field(default="", metadata=_check("optstr"))
     narrative_model: str = field(default="", metadata=_check("optstr"))
     reflect_model: str = field(default="", metadata=_check("optstr"))
+    facts_model: str = field(default="", metadata=_check("optstr"))
     api_key_env: str = field(default="OPENAI_API_KEY", metadata=_check("str"))
     credential: str = field(default="openai-api-key", metadata=_check("str"))
     connect_timeout_seconds: float = field(default=5.0, metadata=_check("float", min=0.1))
@@ -107,6 +108,12 @@ class SummarizeConfig:
     idle_minutes: float = field(default=30.0, metadata=_check("float", min=0))
     chunk_turns: int = field(default=120, metadata=_check("int", min=4))
     gist_lines: int = field(default=8, metadata=_check("int", min=1, max=100))
+
+
+@dataclass(frozen=True)
+class FactsConfig:
+    producer: str = field(
+        default="auto", metadata=_check("choice", choices=("auto", "offline", "llm")))
 
 
 @dataclass(frozen=True)
@@ -176,6 +183,7 @@ class Config:
     completer: CompleterConfig = CompleterConfig()
     budget: BudgetConfig = BudgetConfig()
     summarize: SummarizeConfig = SummarizeConfig()
+    facts: FactsConfig = FactsConfig()
     profile: ProfileConfig = ProfileConfig()
     eras: ErasConfig = ErasConfig()
     narrative: NarrativeConfig = NarrativeConfig()

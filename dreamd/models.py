@@ -28,6 +28,11 @@ class Gist:
     seq: int
 
 
+# Tasks whose answer is one JSON object, checked against its schema by its job (not for
+# echoes or copies, and bounded field by field).
+JSON_TASKS = frozenset({"reflect", "facts"})
+
+
 @dataclass(frozen=True)
 class Fact:
     """One statement about a person, with when it held and where it came from."""

@@ -18,6 +18,7 @@ import collections
 import contextlib
 import hashlib
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,16 +30,42 @@ DIM = 16
 def task_of(system: str) -> str:
     for marker, task in (("Update the gist", "summarize"), ("Merge partial", "merge"),
                          ("Maintain the profile", "profile"), ("digest of", "era"),
-                         ("current narrative", "narrative"), ("JSON object", "reflect")):
+                         ("current narrative", "narrative"), ("facts about people", "facts"),
+                         ("JSON object", "reflect")):
         if marker in system:
             return task
     return "other"
+
+
+_TURN = re.compile(r"^\[(\d+)\] (?:[A-Z][a-z]+day \d+ [A-Z][a-z]+ \d{4}\. )?([^:]+): (.*)$")
+_KNOWN = re.compile(r"^#(\d+) ([^(:]+?)(?: \(([^)]+)\))?: ")
+
+
+def facts_answer(lines: list[str]) -> str:
+    """A deterministic structured extraction: one fact a turn that says "I ...", about a
+    home when it says "moved to", replacing the speaker's known home."""
+    homes = {m.group(2): int(m.group(1)) for ln in lines if (m := _KNOWN.match(ln))
+             and m.group(3) == "home"}
+    facts = []
+    for line in lines:
+        m = _TURN.match(line)
+        if not m or " I " not in f" {m.group(3)} ":
+            continue
+        turn, speaker, text = int(m.group(1)), m.group(2), m.group(3)
+        home = "moved to" in text
+        facts.append({"subject": speaker,
+                      "statement": f"{speaker} said: " + text.replace("I ", f"{speaker} ")[:120],
+                      "about": "home" if home else None, "valid_from": None, "turns": [turn],
+                      "replaces": [homes[speaker]] if home and speaker in homes else []})
+    return json.dumps({"facts": facts})
 
 
 def answer(system: str, user: str) -> str:
     task = task_of(system)
     data = [ln for ln in user.splitlines() if ln and not ln.startswith("<")]
     last = data[-1] if data else ""
+    if task == "facts":
+        return facts_answer(data)
     if task == "reflect":
         return json.dumps({"mood": "curious", "mood_score": 0.4, "energy": 0.6,
                            "self_narrative": "I have been listening closely.",
@@ -184,7 +211,7 @@ class FakeOpenAI:
                 with fake.lock:
                     fake.largest_request = max(fake.largest_request, asked)
                 content = answer(system, user)
-                if fake.pad and task_of(system) != "reflect":
+                if fake.pad and task_of(system) not in ("reflect", "facts"):
                     content = padded(content, fake.pad)
                 if kind == "say":  # answer like a weak model: exactly this text
                     content = arg.replace("\\n", "\n")

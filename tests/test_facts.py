@@ -178,3 +178,35 @@ def test_the_context_block_shows_facts_with_their_dates_and_the_past_when_asked(
     assert any(line.startswith("Sam moved to Porto") and "(no longer true since Wednesday "
                "16 September 2026)" in line for line in then)
     memory.close()
+
+
+def test_with_an_llm_the_same_tier_is_filled_by_structured_extraction(tmp_path: Path) -> None:
+    """The test server answers the facts schema deterministically; an invalid answer is
+    repaired once; a fact the model says a new one replaces is marked replaced."""
+    import dataclasses
+
+    from dreamd.backends.openai_backend import OpenAICompleter
+    from tests.helpers import KEY, completer_config
+    from tests.openai_server import FakeOpenAI
+
+    server = FakeOpenAI().start()
+    db = tmp_path / "m.db"
+    config = Config(db=str(db), embed=EmbedConfig(backend="hashing"), user=UserConfig(name="Sam"))
+    config = dataclasses.replace(config, completer=completer_config(server))
+    app = make_chat_file(db)
+    add_turns(app, "s1", ["I moved to Porto for university.", "Nice!"], start=T0)
+    add_turns(app, "s2", ["I moved to Lisbon yesterday, finally!", "Welcome!"],
+              start=T0 + timedelta(days=200))
+    server.plan('say:{"facts": [{"subject": "Sam"}]}')  # the first facts answer: invalid
+    store = open_sqlite(config)
+    client = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY})
+    from dreamd.backends.hashing import HashingEmbedder
+    result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
+    store.close()
+    server.stop()
+    assert result.outcome == "ok", result.jobs
+    facts = facts_in(db, config)
+    porto = next(f for f in facts if "Porto" in f.statement)
+    lisbon = next(f for f in facts if "Lisbon" in f.statement)
+    assert porto.replaced_by == lisbon.id and lisbon.current and lisbon.about == "home"
+    assert server.tasks()[:2] == ["facts", "facts"]  # asked, and asked again once

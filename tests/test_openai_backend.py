@@ -18,7 +18,7 @@ import pytest
 
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.openai_backend import Breaker, OpenAICompleter, api_key
-from dreamd.config import BudgetConfig, CompleterConfig, Config
+from dreamd.config import BudgetConfig, CompleterConfig, Config, FactsConfig
 from dreamd.dream.cycle import run_pass
 from dreamd.dream.keys import space
 from dreamd.errors import (
@@ -145,7 +145,9 @@ def test_api_key_from_env_or_credentials_directory(tmp_path: Path) -> None:
 
 def llm_config(db: Path, server: FakeOpenAI, **sections: Any) -> Config:
     config = config_for(db)
-    config = dataclasses.replace(config, completer=completer_config(server))
+    # The facts offline: the scripted calls are the summaries' and the tiers'.
+    config = dataclasses.replace(config, completer=completer_config(server),
+                                 facts=FactsConfig(producer="offline"))
     return dataclasses.replace(config, **sections) if sections else config
 
 

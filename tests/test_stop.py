@@ -39,6 +39,9 @@ workers = 4
 read_timeout_seconds = 120
 item_deadline_seconds = 300
 
+[facts]
+producer = "offline"  # the scripted calls are the summaries'
+
 {stop}""")
     return path
 

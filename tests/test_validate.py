@@ -10,6 +10,7 @@ import pytest
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.backends.validate import junk
+from dreamd.config import FactsConfig
 from dreamd.dream.cycle import PassResult, run_pass
 from dreamd.dream.prompts import era_prompt, reflect_prompt, summary_prompt
 from dreamd.models import Prompt
@@ -75,7 +76,8 @@ def pass_against(tmp_path: Path, *plan: str) -> tuple[PassResult, list[str], lis
         conn = make_chat_file(db)
         add_turns(conn, "s1", chat_texts(0, 8))
         conn.close()
-        config = dataclasses.replace(config_for(db), completer=completer_config(server))
+        config = dataclasses.replace(config_for(db), completer=completer_config(server),
+                                     facts=FactsConfig(producer="offline"))
         server.plan(*plan)
         store = open_sqlite(config)
         completer = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"})

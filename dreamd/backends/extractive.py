@@ -75,11 +75,20 @@ def select(vectors: np.ndarray, weights: np.ndarray, k: int, diversity: float = 
 
 
 def keywords(texts: list[str], n: int) -> list[str]:
+    """The words most texts share, in the spelling they were written in most ("Biscuit",
+    "Portuguese", "marathon")."""
     counts: Counter[str] = Counter()
+    spellings: dict[str, Counter[str]] = {}
     for text in texts:
-        words = {w.lower().strip("'-") for w in _WORD.findall(text)}
-        counts.update(w for w in words if w not in CHATTER and 3 < len(w) <= 30)
-    return [w for w, c in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0])) if c > 1][:n]
+        words = {w.strip("'-") for w in _WORD.findall(text)}
+        for word in words:
+            key = word.lower()
+            if key in CHATTER or not 3 < len(key) <= 30:
+                continue
+            spellings.setdefault(key, Counter())[word] += 1
+        counts.update({w.lower() for w in words} & set(spellings))
+    best = [w for w, c in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0])) if c > 1][:n]
+    return [spellings[w].most_common(1)[0][0] for w in best]
 
 
 def mood(texts: list[str]) -> tuple[str, float]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 from dreamd.errors import OutputInvalid
-from dreamd.models import DEFAULT_BOUND
+from dreamd.models import DEFAULT_BOUND, JSON_TASKS
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL | re.IGNORECASE)
 _UNCLOSED_THINK = re.compile(r"^\s*<think>.*", re.DOTALL | re.IGNORECASE)
@@ -41,7 +41,7 @@ def bounded(text: str, limit: int, task: str = "") -> str:
     """`text` within `limit` characters, cut at the last line or sentence end that keeps
     at least half of it (else at a word), whatever produced it. Reflections are JSON and
     are bounded field by field when validated instead."""
-    if task == "reflect" or len(text) <= limit:
+    if task in JSON_TASKS or len(text) <= limit:
         return text
     cut = text[:limit]
     end = max(cut.rfind("\n"), cut.rfind(". "))

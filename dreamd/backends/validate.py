@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 
-from dreamd.models import Prompt
+from dreamd.models import JSON_TASKS, Prompt
 
 # Chat-template and prompt markers no answer should contain: Llama 2, ChatML, Gemma,
 # Mistral/Llama 3 headers, and dreamd's own data delimiters.
@@ -74,8 +74,8 @@ def junk(answer: str, prompt: Prompt) -> str | None:
         return f"chat-template or prompt marker {marker.group(0)!r} in the answer"
     if looping(text):
         return "the answer repeats itself in a loop"
-    if prompt.task == "reflect":
-        return None  # JSON, validated against its schema by the reflect job
+    if prompt.task in JSON_TASKS:
+        return None  # JSON, validated against its schema by its job
     if echoed(text, prompt.system):
         return "the answer echoes the instructions"
     if copied(text, prompt.user):

@@ -11,13 +11,21 @@ watermark.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import json
+
 import numpy as np
 
 from dreamd.config import Config
-from dreamd.dream.facts import Candidate, extract
+from dreamd.dream.dates import day_of, long_date
+from dreamd.dream.facts import MAX_CHARS, Candidate, extract
 from dreamd.dream.jobs.base import JobContext, note_failure
 from dreamd.dream.jobs.embed import horizon
+from dreamd.dream.jobs.fitting import largest
 from dreamd.dream.keys import addressee, space
+from dreamd.dream.prompts import facts_prompt, facts_repair_prompt
+from dreamd.errors import PASS_STOPPING, InputRejected, OutputInvalid
 from dreamd.models import BacklogStats, Fact, JobResult, JobSpec, Turn
 from dreamd.store import queries as q
 from dreamd.store.interface import Conn
@@ -59,6 +67,9 @@ class Known:
                 if (row >= len(self.facts) or self.live[row]) and f.subject == subject
                 and f.about == about]
 
+    def current(self) -> list[Fact]:
+        return [f for row, f in enumerate(self.facts) if self.live[row]] + self.unvectored
+
     def replaced(self, old: Fact) -> None:
         if old in self.facts:
             self.live[self.facts.index(old)] = False
@@ -99,6 +110,106 @@ def candidates(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]
     return out
 
 
+ABOUTS = frozenset({"job", "home", "partner", "pet", "half marathon", "marathon"})
+PER_TURN = 3  # facts an LLM may draw from one turn
+KNOWN_SHOWN = 40  # current facts shown to the LLM, so it can say which a new one replaces
+
+
+def parsed(raw: str, turn_ids: set[int], known: set[int]) -> list[tuple[Candidate, int,
+                                                                       list[int]]]:
+    """An LLM's facts, checked against the schema: (candidate, its first turn, the known
+    facts it replaces). Anything off is OutputInvalid naming the problem."""
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise OutputInvalid(f"not JSON ({exc})") from None
+    items = data.get("facts") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        raise OutputInvalid('expected an object {"facts": [...]}')
+    if len(items) > PER_TURN * max(1, len(turn_ids)):
+        raise OutputInvalid(f"{len(items)} facts from {len(turn_ids)} turns")
+    out = []
+    for i, item in enumerate(items):
+        where = f"fact {i + 1}"
+        if not isinstance(item, dict):
+            raise OutputInvalid(f"{where} is not an object")
+        subject, statement = item.get("subject"), item.get("statement")
+        if not (isinstance(subject, str) and 0 < len(subject.strip()) <= 80):
+            raise OutputInvalid(f"{where}: subject must be a name")
+        if not (isinstance(statement, str) and 0 < len(statement.strip()) <= MAX_CHARS):
+            raise OutputInvalid(f"{where}: statement must be 1..{MAX_CHARS} characters")
+        about = item.get("about")
+        if about is not None and about not in ABOUTS:
+            raise OutputInvalid(f"{where}: about must be one of {sorted(ABOUTS)} or null")
+        since = item.get("valid_from")
+        if since is not None and not (isinstance(since, str) and day_of(since) is not None):
+            raise OutputInvalid(f"{where}: valid_from must be YYYY-MM-DD or null")
+        turns = item.get("turns")
+        if not (isinstance(turns, list) and turns and all(
+                isinstance(t, int) and t in turn_ids for t in turns)):
+            raise OutputInvalid(f"{where}: turns must name the given [ids]")
+        replaces = item.get("replaces") or []
+        if not (isinstance(replaces, list) and all(isinstance(r, int) and r in known
+                                                   for r in replaces)):
+            raise OutputInvalid(f"{where}: replaces must name known #ids")
+        out.append((Candidate(subject.strip(), statement.strip(), about, since, ""),
+                    min(turns), replaces))
+    return out
+
+
+def llm_candidates(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
+                   owners: dict[str, str], state: dict[str, Known]
+                   ) -> list[tuple[str, int, Candidate, list[int]]]:
+    """The facts an LLM draws from these turns, per user, in requests that fit."""
+    out: list[tuple[str, int, Candidate, list[int]]] = []
+    for user in sorted(set(owners.values())):
+        said = {t.id: t for t, _, _ in rows if owners[t.session_id] == user
+                and speaker_name(ctx, t.role, user) is not None}
+        known = state[user].current()[-KNOWN_SHOWN:]
+        shown = [f"#{f.id} {f.subject}{f' ({f.about})' if f.about else ''}: {f.statement}"
+                 for f in known]
+        lines = [f"[{t.id}] {long_day(t.created_at)}{speaker_name(ctx, t.role, user)}: "
+                 f"{t.content}" for t in said.values()]
+        build = functools.partial(facts_prompt, ctx.names_for(user), known=shown,
+                                  per_turn=PER_TURN)
+        at, cap = 0, len(lines)
+        while at < len(lines):
+            n = largest(ctx, build, lines[at:], cap)
+            part_ids = {int(ln[1 : ln.index("]")]) for ln in lines[at : at + n]}
+            prompt = build(lines[at : at + n])
+            try:
+                raw = ctx.complete(prompt).text
+            except InputRejected:
+                if n == 1:
+                    raise
+                cap = max(1, n // 2)  # the server counts tokens its own way: smaller
+                continue
+            try:
+                found = parsed(raw, part_ids, {f.id for f in known})
+            except OutputInvalid as exc:  # one repair, then the batch's failure
+                raw = ctx.complete(facts_repair_prompt(prompt, str(exc))).text
+                found = parsed(raw, part_ids, {f.id for f in known})
+            for candidate, turn_id, replaces in found:
+                out.append((user, turn_id, dataclasses.replace(
+                    candidate, said_at=said[turn_id].created_at,
+                    valid_from=candidate.valid_from or said[turn_id].created_at[:10]),
+                    replaces))
+            at += n
+    return out
+
+
+def by_llm(ctx: JobContext) -> bool:
+    """Whether this pass's facts come from the LLM: `facts.producer`, where "auto" means
+    the LLM when the completer is one."""
+    producer = ctx.config.facts.producer
+    return ctx.llm if producer == "auto" else producer == "llm" and ctx.llm
+
+
+def long_day(timestamp: str) -> str:
+    day = day_of(timestamp)
+    return f"{long_date(day)}. " if day else ""
+
+
 def run(ctx: JobContext, reason: str) -> JobResult:
     model = space(ctx.embedder.model)
     upto = horizon(ctx)
@@ -117,21 +228,26 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             blobs = q.fact_vectors(conn, model, [f.id for fs in known.values() for f in fs])
         if not rows:
             break
-        found = candidates(ctx, rows, owners)
+        state |= {user: Known(facts, {f.id: q.from_blob(blobs[f.id]) for f in facts
+                                      if f.id in blobs}) for user, facts in known.items()}
         try:
-            vectors = ctx.embedder.embed([c.statement for _, _, c in found]) if found else None
+            if by_llm(ctx):  # the same tier, filled by structured extraction
+                found = llm_candidates(ctx, rows, owners, state)
+            else:
+                found = [(user, turn, c, []) for user, turn, c in candidates(ctx, rows, owners)]
+            vectors = ctx.embedder.embed([c.statement for _, _, c, _ in found]) if found else None
+        except PASS_STOPPING:
+            raise
         except Exception as exc:  # a backend fault: recorded; the next pass tries again
             errors.append(note_failure(ctx, JOB, f"after:{after}", exc))
             break
-        state |= {user: Known(facts, {f.id: q.from_blob(blobs[f.id]) for f in facts
-                                      if f.id in blobs}) for user, facts in known.items()}
         with ctx.store.write() as conn:
             if q.facts_watermark(conn) != after or not ctx.still_current(conn):
                 break
-            for i, (user, turn_id, candidate) in enumerate(found):
+            for i, (user, turn_id, candidate, replaces) in enumerate(found):
                 assert vectors is not None
                 added += learn(conn, ctx, model, state[user], user, turn_id, candidate,
-                               vectors[i])
+                               vectors[i], replaces)
             q.set_facts_watermark(conn, rows[-1][0].id)
         done += len(rows)
         ctx.budget.spend()
@@ -142,7 +258,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
 
 
 def learn(conn: Conn, ctx: JobContext, model: str, known: Known, user: str, turn_id: int,
-          candidate: Candidate, vector: np.ndarray) -> int:
+          candidate: Candidate, vector: np.ndarray, replaces: list[int] | None = None) -> int:
     """Inside the batch's write: one candidate into the user's facts. Returns 1 for a new
     fact, 0 for one already known (its turn joins the sources)."""
     same = known.same(candidate.subject, vector)
@@ -152,10 +268,11 @@ def learn(conn: Conn, ctx: JobContext, model: str, known: Known, user: str, turn
     fact_id = q.add_fact(conn, user, candidate.subject, candidate.about, candidate.statement,
                          candidate.valid_from, candidate.said_at, [turn_id], ctx.source)
     q.put_vector(conn, model, "fact", str(fact_id), q.to_blob(vector))
-    if candidate.about is not None:
-        for old in known.about(candidate.subject, candidate.about):
-            q.replace_fact(conn, old.id, fact_id, candidate.valid_from)
-            known.replaced(old)
+    named = [f for f in known.current() if f.id in set(replaces or ())]
+    by_about = known.about(candidate.subject, candidate.about) if candidate.about else []
+    for old in {f.id: f for f in named + by_about}.values():
+        q.replace_fact(conn, old.id, fact_id, candidate.valid_from)
+        known.replaced(old)
     known.add(Fact(fact_id, user, candidate.subject, candidate.about, candidate.statement,
                    candidate.valid_from, candidate.said_at, sources=(turn_id,)), vector)
     return 1
@@ -165,5 +282,6 @@ def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
     return stats.turns_without_facts > 0, f"{stats.turns_without_facts} turns not read for facts"
 
 
-SPEC = JobSpec(name=JOB, drive="continuity", work=work, run=run, model_key="", bounds={})
+SPEC = JobSpec(name=JOB, drive="continuity", work=work, run=run, model_key="facts_model",
+               bounds={"facts": 8000})
 
