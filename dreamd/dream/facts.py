@@ -234,6 +234,18 @@ def since(fact: Fact) -> str:
     return f" (since {long_date(day)})"
 
 
+def weight(fact: Fact) -> int:
+    """How much a fact tells: a thing held at a time, then another name, then a number."""
+    said = re.sub(r"\([^)]*\)", "", fact.statement)  # not the resolved dates
+    others = [w for w in _PROPER.findall(said)
+              if w != fact.subject and w.lower() not in _CALENDAR]
+    return 4 * (fact.about is not None) + 2 * bool(others) + bool(_NUMBER.search(said))
+
+
+_CALENDAR = frozenset(m.lower() for m in _MONTHS) | frozenset(
+    ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"))
+
+
 def profile_from(facts: list[Fact], max_lines: int, per_topic: int = 4) -> str:
     """The current facts grouped by topic, the newest first within a topic; replaced facts
     are not part of a profile. At most `max_lines` facts."""
@@ -241,9 +253,9 @@ def profile_from(facts: list[Fact], max_lines: int, per_topic: int = 4) -> str:
         f.about is not None or f.statement.startswith((f"{f.subject} ", f"{f.subject}'s ")))]
     subjects = list(dict.fromkeys(f.subject for f in current))
     groups: dict[tuple[str, str], list[Fact]] = {}
-    # What a person has one of at a time (job, home) first, then the newest.
-    for fact in sorted(current, key=lambda f: (f.about is not None,
-                                               f.valid_from or f.learned_at, f.id),
+    # What a person has one of at a time (job, home) first, then facts with a name or a
+    # number in them, the newest first.
+    for fact in sorted(current, key=lambda f: (weight(f), f.valid_from or f.learned_at, f.id),
                        reverse=True):
         groups.setdefault((fact.subject, topic(fact.statement)), []).append(fact)
     order = [name for name, _ in TOPICS] + [OTHER]
