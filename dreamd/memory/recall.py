@@ -324,11 +324,15 @@ def fuse(vector: dict[int, float], words: dict[int, float],
 
 def boosted(scores: dict[int, float], turns: dict[int, Turn], names: list[str]
             ) -> dict[int, float]:
-    """+1.0 for a turn spoken by someone the query names, +0.5 for one that names them."""
+    """+1.0 for a turn spoken by someone the query names, +0.5 for one that names someone
+    or something it names who is not a speaker here (a person who speaks is found by
+    their turns; a turn that only addresses them says little about them)."""
     if not names:
         return scores
     lowered = [n.lower() for n in names]
-    patterns = [re.compile(rf"\b{re.escape(n)}\b", re.IGNORECASE) for n in names]
+    speakers = {t.role.lower() for t in turns.values()}
+    patterns = [re.compile(rf"\b{re.escape(n)}\b", re.IGNORECASE) for n in names
+                if n.lower() not in speakers]
     out = dict(scores)
     for i, turn in turns.items():
         if i not in out:
