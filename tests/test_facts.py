@@ -210,3 +210,33 @@ def test_with_an_llm_the_same_tier_is_filled_by_structured_extraction(tmp_path: 
     lisbon = next(f for f in facts if "Lisbon" in f.statement)
     assert porto.replaced_by == lisbon.id and lisbon.current and lisbon.about == "home"
     assert server.tasks()[:2] == ["facts", "facts"]  # asked, and asked again once
+
+
+def test_an_llm_that_answers_junk_twice_stores_no_fact(tmp_path: Path) -> None:
+    import dataclasses
+
+    from dreamd.backends.hashing import HashingEmbedder
+    from dreamd.backends.openai_backend import OpenAICompleter
+    from tests.helpers import KEY, completer_config
+    from tests.openai_server import FakeOpenAI
+
+    server = FakeOpenAI().start()
+    db = tmp_path / "m.db"
+    config = dataclasses.replace(
+        Config(db=str(db), embed=EmbedConfig(backend="hashing"), user=UserConfig(name="Sam")),
+        completer=completer_config(server))
+    app = make_chat_file(db)
+    add_turns(app, "s1", ["I moved to Porto for university.", "Nice!"], start=T0)
+    server.plan("say:not json at all", 'say:{"facts": [{"subject": "Sam", "turns": [999]}]}')
+    store = open_sqlite(config)
+    client = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY})
+    result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
+    with store.read() as conn:
+        failures = q.failures(conn, "facts")
+        watermark = q.facts_watermark(conn)
+    store.close()
+    server.stop()
+    facts = next(j for j in result.jobs if j.job == "facts")
+    assert facts.failed == 1 and facts.errors[0].startswith("after:0")
+    assert "statement must be" in failures[0].last_error  # the second answer's problem
+    assert facts_in(db, config) == [] and watermark == 0  # read again next pass

@@ -20,12 +20,12 @@ import numpy as np
 from dreamd.config import Config
 from dreamd.dream.dates import day_of, long_date
 from dreamd.dream.facts import MAX_CHARS, Candidate, extract
-from dreamd.dream.jobs.base import JobContext, note_failure
+from dreamd.dream.jobs.base import JobContext, failed_items, note_failure, note_success
 from dreamd.dream.jobs.embed import horizon
 from dreamd.dream.jobs.fitting import largest
 from dreamd.dream.keys import addressee, space
 from dreamd.dream.prompts import facts_prompt, facts_repair_prompt
-from dreamd.errors import PASS_STOPPING, InputRejected, OutputInvalid
+from dreamd.errors import InputRejected, OutputInvalid
 from dreamd.models import BacklogStats, Fact, JobResult, JobSpec, Turn
 from dreamd.store import queries as q
 from dreamd.store.interface import Conn
@@ -213,8 +213,9 @@ def long_day(timestamp: str) -> str:
 def run(ctx: JobContext, reason: str) -> JobResult:
     model = space(ctx.embedder.model)
     upto = horizon(ctx)
-    done = added = 0
+    done = failed = 0
     errors: list[str] = []
+    failures = failed_items(ctx, JOB)
     # Each user's facts are read once per run and kept in step by `learn` (only this job
     # writes facts; a forget meanwhile ends the run through `still_current`).
     state: dict[str, Known] = {}
@@ -228,6 +229,10 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             blobs = q.fact_vectors(conn, model, [f.id for fs in known.values() for f in fs])
         if not rows:
             break
+        item = f"after:{after}"
+        if failures.get(item):  # quarantined, or backing off: not this pass
+            errors.append(f"{item}: {failures[item]}")
+            break
         state |= {user: Known(facts, {f.id: q.from_blob(blobs[f.id]) for f in facts
                                       if f.id in blobs}) for user, facts in known.items()}
         try:
@@ -236,35 +241,35 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             else:
                 found = [(user, turn, c, []) for user, turn, c in candidates(ctx, rows, owners)]
             vectors = ctx.embedder.embed([c.statement for _, _, c, _ in found]) if found else None
-        except PASS_STOPPING:
-            raise
-        except Exception as exc:  # a backend fault: recorded; the next pass tries again
-            errors.append(note_failure(ctx, JOB, f"after:{after}", exc))
+        except Exception as exc:  # a backend fault or junk twice: recorded, as for embed
+            errors.append(note_failure(ctx, JOB, item, exc))
+            failed += 1
             break
         with ctx.store.write() as conn:
             if q.facts_watermark(conn) != after or not ctx.still_current(conn):
                 break
             for i, (user, turn_id, candidate, replaces) in enumerate(found):
                 assert vectors is not None
-                added += learn(conn, ctx, model, state[user], user, turn_id, candidate,
-                               vectors[i], replaces)
+                learn(conn, ctx, model, state[user], user, turn_id, candidate, vectors[i],
+                      replaces)
             q.set_facts_watermark(conn, rows[-1][0].id)
         done += len(rows)
         ctx.budget.spend()
+        note_success(ctx, JOB, item, failures)
     with ctx.store.read() as conn:
         left = q.count_exchanges_after(conn, q.facts_watermark(conn), upto)
     return JobResult(JOB, True, reason, done=done, remaining=left, errors=tuple(errors),
-                     skipped=done - added if done else 0)
+                     failed=failed)
 
 
 def learn(conn: Conn, ctx: JobContext, model: str, known: Known, user: str, turn_id: int,
-          candidate: Candidate, vector: np.ndarray, replaces: list[int] | None = None) -> int:
-    """Inside the batch's write: one candidate into the user's facts. Returns 1 for a new
-    fact, 0 for one already known (its turn joins the sources)."""
+          candidate: Candidate, vector: np.ndarray, replaces: list[int] | None = None) -> None:
+    """Inside the batch's write: one candidate into the user's facts — a new fact, or
+    (one already known) its turn joins that fact's sources."""
     same = known.same(candidate.subject, vector)
     if same is not None:
         q.add_sources(conn, same.id, [turn_id])
-        return 0
+        return
     fact_id = q.add_fact(conn, user, candidate.subject, candidate.about, candidate.statement,
                          candidate.valid_from, candidate.said_at, [turn_id], ctx.source)
     q.put_vector(conn, model, "fact", str(fact_id), q.to_blob(vector))
@@ -275,7 +280,6 @@ def learn(conn: Conn, ctx: JobContext, model: str, known: Known, user: str, turn
         known.replaced(old)
     known.add(Fact(fact_id, user, candidate.subject, candidate.about, candidate.statement,
                    candidate.valid_from, candidate.said_at, sources=(turn_id,)), vector)
-    return 1
 
 
 def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
