@@ -171,3 +171,18 @@ def test_another_users_words_never_crowd_a_user_out(tmp_path: Path) -> None:
     # Alice's matrix holds Alice's turns only.
     assert memory.indexes.of(scope_of(["alice"])).ids.tolist() == [alice]
     memory.close()
+
+
+def test_a_session_that_changes_hands_moves_to_its_new_owners_recall(tmp_path: Path) -> None:
+    memory = memory_of(tmp_path / "m.db", {"a1": [("user", "I started saxophone lessons")],
+                                           "b1": [("user", "I play the cello")]},
+                       users={"a1": "alice", "b1": "bob"})
+    assert [h.session_id for h in memory.recall("saxophone", k=5, users=["alice"])] == ["a1"]
+    assert "a1" not in {h.session_id for h in memory.recall("saxophone", k=5, users=["bob"])}
+    with memory.store.write() as conn:  # the app files the session under bob now
+        conn.execute("UPDATE sessions SET user_id = 'bob' WHERE id = 'a1'")
+    run_pass(memory.store, memory.config, memory.embedder,
+             RecordingCompleter(memory.store, memory.embedder), trigger="test", force=True)
+    assert "a1" in {h.session_id for h in memory.recall("saxophone", k=5, users=["bob"])}
+    assert memory.recall("saxophone", k=5, users=["alice"]) == []
+    memory.close()

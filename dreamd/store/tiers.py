@@ -418,7 +418,7 @@ def rehome_session(conn: Conn, session_id: str, user_id: str, agent_id: str
         (session_id,))} | {month}
     if drop_gist(conn, session_id):
         drop_tiers(conn, old_user, agent_id, months)
-        bump_vector_epoch(conn)
+    bump_vector_epoch(conn)  # each user's recall matrix holds only their sessions' turns
     return True
 
 
