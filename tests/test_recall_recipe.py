@@ -181,8 +181,9 @@ def test_a_session_that_changes_hands_moves_to_its_new_owners_recall(tmp_path: P
     assert "a1" not in {h.session_id for h in memory.recall("saxophone", k=5, users=["bob"])}
     with memory.store.write() as conn:  # the app files the session under bob now
         conn.execute("UPDATE sessions SET user_id = 'bob' WHERE id = 'a1'")
-    run_pass(memory.store, memory.config, memory.embedder,
-             RecordingCompleter(memory.store, memory.embedder), trigger="test", force=True)
+    completer = RecordingCompleter(memory.store)  # the same hashing model as the memory's
+    run_pass(memory.store, memory.config, completer.embedder, completer, trigger="test",
+             force=True)
     assert "a1" in {h.session_id for h in memory.recall("saxophone", k=5, users=["bob"])}
     assert memory.recall("saxophone", k=5, users=["alice"]) == []
     memory.close()
