@@ -213,9 +213,6 @@ class VectorIndex:
         extra = np.array([r[0] for r in self._extra], dtype=np.int64)
         return np.concatenate([self.base_ids, extra])
 
-    def row_sessions(self) -> list[str]:
-        return [self.sessions[c] for c in self.codes] + [r[2] for r in self._extra]
-
     def mask(self, allowed: Callable[[str], bool]) -> np.ndarray:
         """Which rows (in `ids` order) belong to sessions `allowed` accepts: asked
         once per session, not once per row."""

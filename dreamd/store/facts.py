@@ -90,10 +90,3 @@ def fact_vectors(conn: Conn, model: str, ids: list[int]) -> dict[int, bytes]:
                 f"AND key IN ({','.join('?' * len(chunk))})", (model, *chunk)):
             out[int(key)] = blob
     return out
-
-
-def count_facts(conn: Conn, user_id: str | None = None) -> int:
-    if user_id is None:
-        return int(conn.execute("SELECT COUNT(*) FROM facts").fetchone()[0])
-    return int(conn.execute("SELECT COUNT(*) FROM facts WHERE user_id = ?",
-                            (user_id,)).fetchone()[0])

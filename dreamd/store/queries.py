@@ -8,7 +8,6 @@ from __future__ import annotations
 from dreamd.store.facts import (  # noqa: F401
     add_fact,
     add_sources,
-    count_facts,
     drop_facts_of_turns,
     fact_vectors,
     facts_of,
