@@ -240,3 +240,21 @@ def test_an_llm_that_answers_junk_twice_stores_no_fact(tmp_path: Path) -> None:
     assert facts.failed == 1 and facts.errors[0].startswith("after:0")
     assert "statement must be" in failures[0].last_error  # the second answer's problem
     assert facts_in(db, config) == [] and watermark == 0  # read again next pass
+
+
+def test_a_known_fact_is_found_however_many_of_others_say_the_same() -> None:
+    """Ten of Ana's facts closer to the candidate than Sam's own do not hide Sam's."""
+    import numpy as np
+
+    from dreamd.dream.jobs.facts import Known
+
+    base = np.zeros(8, dtype=np.float32)
+    base[0] = 1.0
+    near = base.copy()
+    near[1] = 0.2
+    near /= np.linalg.norm(near)
+    anas = [Fact(i, "u", "Ana", None, f"Ana ran {i} km", None, SAID) for i in range(10)]
+    sams = Fact(10, "u", "Sam", None, "Sam ran 5 km", None, SAID)
+    known = Known([*anas, sams], {**{f.id: base for f in anas}, sams.id: near})
+    assert known.same("Sam", base) == sams
+    assert known.same("Bo", base) is None

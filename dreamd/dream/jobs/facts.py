@@ -55,12 +55,9 @@ class Known:
         if not self.facts:
             return None
         scores = self._matrix[: len(self.facts)] @ vector
-        for row in np.argsort(-scores)[:8]:
-            if scores[row] < SAME:
-                break
-            if self.live[row] and self.facts[row].subject == subject:
-                return self.facts[row]
-        return None
+        close = [row for row in np.flatnonzero(scores >= SAME)
+                 if self.live[row] and self.facts[row].subject == subject]
+        return self.facts[max(close, key=lambda row: scores[row])] if close else None
 
     def about(self, subject: str, about: str) -> list[Fact]:
         return [f for row, f in enumerate(self.facts + self.unvectored)
