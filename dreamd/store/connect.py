@@ -126,8 +126,6 @@ class SqliteStore:
         self.conn.close()
 
 
-Store = SqliteStore  # the engine's class; `interface.Store` is the Protocol it implements
-
 
 def _check_sqlite_file(path: Path) -> None:
     """Refuse a directory or an unreadable file before sqlite3 touches it.
@@ -152,7 +150,7 @@ def _opening_error(path: Path, exc: sqlite3.DatabaseError) -> StoreError:
     return StoreError(f"{path} cannot be opened as an SQLite database: {exc}")
 
 
-def connect_readonly(path: str | Path, busy_timeout_ms: int = 5000) -> Store:
+def connect_readonly(path: str | Path, busy_timeout_ms: int = 5000) -> SqliteStore:
     """Open the memory file for reading only: no migration, no journal-mode change, no
     checkpoint on close — the file stays byte-identical. (On a WAL file that has no -wal
     and -shm beside it, SQLite creates them, empty, as any reader does.)"""
@@ -171,7 +169,7 @@ def connect_readonly(path: str | Path, busy_timeout_ms: int = 5000) -> Store:
     return SqliteStore(conn, path, read_only=True)
 
 
-def connect(path: str | Path, busy_timeout_ms: int = 5000, create: bool = False) -> Store:
+def connect(path: str | Path, busy_timeout_ms: int = 5000, create: bool = False) -> SqliteStore:
     """Open the memory file with the contract: busy timeout, autocommit, WAL verified.
 
     With `create`, a missing file (and its directory) is created and put in WAL mode;

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from dreamd.errors import NotMigrated, StoreError
 from dreamd.ids import DEFAULT_USER
-from dreamd.store.connect import Store
+from dreamd.store.connect import SqliteStore
 
 CORE_TABLES = """
 CREATE TABLE IF NOT EXISTS exchanges (
@@ -318,7 +318,7 @@ def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
     return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
-def applied_versions(store: Store) -> set[int]:
+def applied_versions(store: SqliteStore) -> set[int]:
     conn = store.conn
     exists = conn.execute(
         "SELECT 1 FROM sqlite_master WHERE type='table' AND name='dreamd_migrations'"
@@ -328,7 +328,7 @@ def applied_versions(store: Store) -> set[int]:
     return {row[0] for row in conn.execute("SELECT version FROM dreamd_migrations")}
 
 
-def require_current(store: Store) -> None:
+def require_current(store: SqliteStore) -> None:
     """For read-only use: the file must carry every migration this dreamd knows, since
     reading must not apply them. Says plainly when dreamd has not run on it yet."""
     applied = applied_versions(store)
@@ -347,7 +347,7 @@ def require_current(store: Store) -> None:
             f"(dreamd --db {store.path} --force)")
 
 
-def migrate(store: Store, upto: int | None = None) -> list[int]:
+def migrate(store: SqliteStore, upto: int | None = None) -> list[int]:
     """Apply every pending migration (up to version `upto`, to build an older file), each in
     its own IMMEDIATE transaction with its record."""
     done: list[int] = []
