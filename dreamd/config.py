@@ -17,6 +17,7 @@ from typing import Any
 from dreamd.errors import ConfigError
 
 DEFAULT_DB = "~/.local/share/dreamd/memory.db"
+PG_SCHEMES = ("postgresql://", "postgres://")
 
 
 def _check(kind: str, **limits: Any) -> dict[str, Any]:
@@ -26,6 +27,8 @@ def _check(kind: str, **limits: Any) -> dict[str, Any]:
 @dataclass(frozen=True)
 class StoreConfig:
     busy_timeout_ms: int = field(default=5000, metadata=_check("int", min=100))
+    url: str = field(default="", metadata=_check("optstr"))
+    schema: str = field(default="public", metadata=_check("str"))
 
 
 @dataclass(frozen=True)
@@ -196,6 +199,26 @@ class Config:
     @property
     def db_path(self) -> Path:
         return Path(self.db).expanduser()
+
+    @property
+    def store_url(self) -> str | None:
+        """The PostgreSQL URL memory lives at, or None for the SQLite file at `db`. A store
+        named by --db or DREAMD_DB wins over `[store] url`."""
+        if self.db.startswith(PG_SCHEMES):
+            return self.db
+        if self.store.url and self.db == DEFAULT_DB:
+            return self.store.url
+        return None
+
+    @property
+    def where(self) -> str:
+        """The store as a person may see it: the file's path, or the URL without a
+        password."""
+        if self.store_url is None:
+            return str(self.db_path)
+        from dreamd.store.postgres import shown
+
+        return shown(self.store_url)
 
 
 def _section_name(f: dataclasses.Field[Any]) -> str:
@@ -392,6 +415,9 @@ def load(
 
 def check(config: Config) -> Config:
     """Rules that span keys."""
+    if config.store.url and not config.store.url.startswith(PG_SCHEMES):
+        raise ConfigError(f"store.url must be a PostgreSQL URL (postgresql://…), "
+                          f"not {config.store.url.split('://')[0]!r}")
     s = config.schedule
     if s.min_interval_seconds > s.max_interval_seconds:
         raise ConfigError(

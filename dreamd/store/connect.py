@@ -96,6 +96,11 @@ class SqliteStore:
             if self.conn.in_transaction:
                 self.conn.execute("COMMIT")
 
+    def settle_turns(self, wait: float = 0.0) -> int:
+        """SQLite hands out ids under its write lock: every id a reader sees is final."""
+        return int(self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM exchanges")
+                   .fetchone()[0])
+
     def settle(self) -> None:
         """Copy what it can of the WAL into the database without waiting for anyone:
         keeps the WAL bounded and never blocks the chat app's writes."""

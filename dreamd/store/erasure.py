@@ -8,7 +8,9 @@ transaction, so a forget cut short is finished by the next pass or forget
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +18,7 @@ from dreamd.errors import StoreError
 from dreamd.store import queries as q
 from dreamd.store.connect import SqliteStore
 from dreamd.store.interface import Conn, Store
+from dreamd.store.postgres import PgStore
 
 STEP = 500  # turns looked at per deleting transaction: ~35-55 us a turn of write lock
 MERGE_PAGES = 50  # full-text index pages merged per transaction: under ~10 ms
@@ -58,11 +61,19 @@ def survey(conn: Conn, user: str, session: str | None, before: str | None
     return cuts, months
 
 
-def sqlite_of(store: Store) -> SqliteStore:
-    """Erasure is written for SQLite's pages, index segments and WAL."""
+@contextlib.contextmanager
+def secure(store: Store) -> Iterator[None]:
+    """SQLite overwrites what it deletes while this lasts (`secure_delete`), so erased
+    text leaves the file's free pages too. PostgreSQL's dead rows go at VACUUM."""
     if not isinstance(store, SqliteStore):
-        raise StoreError(f"internal: erasure on the {store.engine} engine is not written yet")
-    return store
+        yield
+        return
+    was = store.conn.execute("PRAGMA secure_delete").fetchone()[0]
+    store.conn.execute("PRAGMA secure_delete = ON")
+    try:
+        yield
+    finally:
+        store.conn.execute(f"PRAGMA secure_delete = {int(was)}")
 
 
 def open_journal(store: Store, user: str, before: str | None, agent_id: str,
@@ -70,10 +81,7 @@ def open_journal(store: Store, user: str, before: str | None, agent_id: str,
     """Drop what was derived from the sessions and open the journal, in one transaction.
     Returns the tiers dropped, or None when another journal is open (nothing changed)."""
     job = {"user": user, "before": before, "upto": upto, "next": 0, "after": 0}
-    engine = sqlite_of(store)
-    engine.conn.execute("PRAGMA secure_delete = ON")
-    try:
-        with store.write() as conn:
+    with secure(store), store.write() as conn:
             if q.get_state(conn, JOURNAL) is not None:
                 return None
             for session in sessions:
@@ -82,8 +90,6 @@ def open_journal(store: Store, user: str, before: str | None, agent_id: str,
             q.bump_vector_epoch(conn)
             q.set_state(conn, JOURNAL_SESSIONS, json.dumps(sessions))
             q.set_state(conn, JOURNAL, json.dumps(job))
-    finally:
-        engine.conn.execute("PRAGMA secure_delete = OFF")
     return derived
 
 
@@ -114,7 +120,7 @@ def _delete_ids(conn: Conn, ids: list[int], models: list[str]) -> None:
     for model in models:  # by the full key: an index seek per turn, not a scan
         conn.execute(f"DELETE FROM dreamd_exchange_vectors WHERE model = ? "
                      f"AND exchange_id IN ({marks})", (model, *ids))
-    conn.execute(f"DELETE FROM dreamd_fts WHERE rowid IN ({marks})", ids)
+    conn.execute(f"DELETE FROM dreamd_fts WHERE {q.words_key(conn)} IN ({marks})", ids)
 
 
 def _settle_session(conn: Conn, session: str) -> None:
@@ -154,12 +160,9 @@ def finish_pending(store: Store, step: int = STEP) -> bool:
     with store.read() as conn:
         if q.get_state(conn, JOURNAL) is None:
             return False
-    engine = sqlite_of(store)
-    secure = engine.conn.execute("PRAGMA secure_delete").fetchone()[0]
-    engine.conn.execute("PRAGMA secure_delete = ON")
-    try:
+    with secure(store):
         while True:
-            with engine.write() as conn:
+            with store.write() as conn:
                 raw = q.get_state(conn, JOURNAL)
                 if raw is None:  # another dreamd finished it
                     break
@@ -170,26 +173,47 @@ def finish_pending(store: Store, step: int = STEP) -> bool:
                     _delete_step(conn, job, sessions, step)
                     q.set_state(conn, JOURNAL, json.dumps(job))
                     continue
-                # Merge the index's segments a few pages at a time (FTS5: a delta of
-                # total_changes under 2 means the merge found nothing left to do) ...
-                before = conn.total_changes
-                conn.execute("INSERT INTO dreamd_fts (dreamd_fts, rank) VALUES ('merge', ?)",
-                             (-MERGE_PAGES,))
-                if conn.total_changes - before >= 2:
+                if isinstance(store, SqliteStore) and _merge_words(store):
                     continue
-                # ... then `optimize`, nearly free by now, makes sure it is one segment.
-                conn.execute("INSERT INTO dreamd_fts (dreamd_fts) VALUES ('optimize')")
                 conn.execute("DELETE FROM dreamd_state WHERE key IN (?, ?)",
                              (JOURNAL, JOURNAL_SESSIONS))
                 break
-    finally:
-        engine.conn.execute(f"PRAGMA secure_delete = {int(secure)}")
     # The WAL still holds the forgotten pages' old images: empty it if nobody is using
     # the file right now (the forget command then tries again, waiting its turn).
     store.purge_log(wait=False)
     return True
 
 
+def _merge_words(store: SqliteStore) -> bool:
+    """Inside a write: merge the words index's segments a few pages at a time, so no
+    old segment keeps an erased turn's words; True while there is more to merge."""
+    conn = store.conn
+    # FTS5: a delta of total_changes under 2 means the merge found nothing left to do ...
+    before = conn.total_changes
+    conn.execute("INSERT INTO dreamd_fts (dreamd_fts, rank) VALUES ('merge', ?)",
+                 (-MERGE_PAGES,))
+    if conn.total_changes - before >= 2:
+        return True
+    # ... then `optimize`, nearly free by now, makes sure it is one segment.
+    conn.execute("INSERT INTO dreamd_fts (dreamd_fts) VALUES ('optimize')")
+    return False
+
+
+# The tables a forget deletes from, which PostgreSQL's VACUUM clears of dead rows.
+ERASED_TABLES = ("exchanges", "sessions", "summaries", "profile", "eras", "narrative",
+                 "facts", "dreamd_fact_sources", "dreamd_sessions",
+                 "dreamd_exchange_vectors", "dreamd_vectors", "dreamd_fts", "dreamd_outputs")
+
+
 def vacuum(store: Store) -> None:
-    """Rewrite the whole file: no stale copy of a deleted row survives in a live page."""
-    sqlite_of(store).conn.execute("VACUUM")
+    """SQLite: rewrite the whole file, so no stale copy of a deleted row survives in a
+    live page. PostgreSQL: VACUUM the tables a forget deletes from, which frees the
+    erased rows' space for reuse (the server's log keeps their images until it recycles
+    its segments)."""
+    if isinstance(store, SqliteStore):
+        store.conn.execute("VACUUM")
+    elif isinstance(store, PgStore):
+        for table in ERASED_TABLES:
+            store.raw.execute(f"VACUUM {table}")
+    else:
+        raise StoreError(f"internal: no vacuum for the {store.engine} engine")

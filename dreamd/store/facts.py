@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from dreamd.models import Fact
@@ -11,13 +10,21 @@ from dreamd.store.state import get_state, next_seq, set_state
 from dreamd.store.vectors import delete_vectors
 
 _COLUMNS = ("f.id, f.user_id, f.subject, f.about, f.statement, f.valid_from, f.learned_at, "
-            "f.valid_to, f.replaced_by, (SELECT json_group_array(s.exchange_id) FROM "
-            "dreamd_fact_sources s WHERE s.fact_id = f.id)")
+            "f.valid_to, f.replaced_by")
 
 
-def _fact(row: Any) -> Fact:
-    return Fact(int(row[0]), row[1], row[2], row[3], row[4], row[5], row[6], row[7],
-                row[8], tuple(sorted(json.loads(row[9] or "[]"))))
+def _facts(conn: Conn, rows: list[Any]) -> list[Fact]:
+    sources: dict[int, list[int]] = {}
+    ids = [int(r[0]) for r in rows]
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        for fact_id, turn in conn.execute(
+                "SELECT fact_id, exchange_id FROM dreamd_fact_sources WHERE fact_id IN "
+                f"({','.join('?' * len(chunk))})", chunk):
+            sources.setdefault(int(fact_id), []).append(int(turn))
+    return [Fact(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7],
+                 None if r[8] is None else int(r[8]),
+                 tuple(sorted(sources.get(int(r[0]), ())))) for r in rows]
 
 
 def facts_watermark(conn: Conn) -> int:
@@ -30,23 +37,24 @@ def facts_of(conn: Conn, user_id: str, current_only: bool = False) -> list[Fact]
     where = " AND f.replaced_by IS NULL" if current_only else ""
     rows = conn.execute(f"SELECT {_COLUMNS} FROM facts f WHERE f.user_id = ?{where} "
                         "ORDER BY COALESCE(f.valid_from, f.learned_at), f.id", (user_id,))
-    return [_fact(r) for r in rows]
+    return _facts(conn, rows.fetchall())
 
 
 def add_fact(conn: Conn, user_id: str, subject: str, about: str | None, statement: str,
              valid_from: str | None, learned_at: str, sources: list[int], origin: str) -> int:
-    cur = conn.execute(
+    row = conn.execute(
         "INSERT INTO facts (user_id, subject, about, statement, valid_from, learned_at, "
-        "origin, dreamd_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        (user_id, subject, about, statement, valid_from, learned_at, origin, next_seq(conn)))
-    fact_id = int(cur.lastrowid or 0)
+        "origin, dreamd_seq) VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        (user_id, subject, about, statement, valid_from, learned_at, origin, next_seq(conn))
+    ).fetchone()
+    fact_id = int(row[0])
     add_sources(conn, fact_id, sources)
     return fact_id
 
 
 def add_sources(conn: Conn, fact_id: int, sources: list[int]) -> None:
-    conn.executemany("INSERT OR IGNORE INTO dreamd_fact_sources (fact_id, exchange_id) "
-                     "VALUES (?, ?)", [(fact_id, s) for s in sources])
+    conn.executemany("INSERT INTO dreamd_fact_sources (fact_id, exchange_id) "
+                     "VALUES (?, ?) ON CONFLICT DO NOTHING", [(fact_id, s) for s in sources])
 
 
 def replace_fact(conn: Conn, old_id: int, new_id: int, valid_to: str | None) -> None:

@@ -64,8 +64,8 @@ class Store(Protocol):
     """One connection to the memory store with dreamd's rules attached: every read is one
     snapshot, every write one short transaction that commits or rolls back whole."""
 
-    engine: str  # "sqlite"
-    where: str  # what to show a person: the file's path (never a password)
+    engine: str  # "sqlite" or "postgresql"
+    where: str  # what to show a person: the file's path or the server's URL (no password)
     read_only: bool
     lock_times: WriteLockTimes
 
@@ -73,6 +73,10 @@ class Store(Protocol):
     def in_transaction(self) -> bool: ...
     def read(self) -> AbstractContextManager[Conn]: ...
     def write(self) -> AbstractContextManager[Conn]: ...
+    def settle_turns(self, wait: float = 0.0) -> int:
+        """Look again at which of the app's turns are final (committed, no smaller id still
+        to come), waiting up to `wait` seconds for those committed before the call; the
+        turns' watermarks never move past what this returns. (SQLite: always all.)"""
     def settle(self) -> None:
         """After a batch of writes: fold the write-ahead log into the store without
         waiting for anyone (SQLite: a passive checkpoint)."""
@@ -87,7 +91,9 @@ class Store(Protocol):
 def _engine_errors() -> tuple[type[Exception], ...]:
     import sqlite3
 
-    return (sqlite3.Error,)
+    from dreamd.store.postgres import error_classes
+
+    return (sqlite3.Error, *error_classes())
 
 
 ENGINE_ERRORS = _engine_errors()
@@ -99,8 +105,21 @@ def engine_failure(exc: BaseException) -> DreamdError | None:
     `StoreError` with its words."""
     if not isinstance(exc, ENGINE_ERRORS):
         return None
+    if engine_of_error(exc) == "postgresql":
+        from dreamd.store.postgres import engine_failure as pg_failure
+
+        return pg_failure(exc)
     text = str(exc)
     if "locked" in text or "busy" in text:
         return StoreBusy(f"the memory file stayed locked by another process past the busy "
                          f"timeout ({text}); try again")
     return StoreError(f"the memory file: {text}")
+
+
+def engine_of_error(exc: BaseException) -> str:
+    return "sqlite" if type(exc).__module__.startswith("sqlite3") else "postgresql"
+
+
+def engine_of(conn: Conn) -> str:
+    """Which engine a transaction is on, for the few statements the two spell apart."""
+    return str(getattr(conn, "engine", "sqlite"))

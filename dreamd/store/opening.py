@@ -1,4 +1,5 @@
 """Opening the memory store for dreamd: connect, migrate, and check the SQLite library.
+A PostgreSQL URL (`postgresql://…`) opens the PostgreSQL engine instead.
 
 Code above `dreamd.store` opens memory only through these functions and holds what they
 return as an `interface.Store`."""
@@ -11,14 +12,17 @@ from pathlib import Path
 from dreamd.config import DEFAULT_DB, Config
 from dreamd.errors import StoreError
 from dreamd.logger import Logger
+from dreamd.store import pg_schema
 from dreamd.store.connect import (
     connect,
     connect_readonly,
     has_wal_reset_bug,
     sqlite_version,
 )
-from dreamd.store.interface import Store
+from dreamd.store.interface import Store, engine_failure
 from dreamd.store.migrations import migrate, require_current
+from dreamd.store.postgres import PgStore, is_url
+from dreamd.store.postgres import connect as pg_connect
 
 _warned = False
 
@@ -51,9 +55,32 @@ def ensure_directory(config: Config) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
 
 
+def _url(config: Config, path: str | Path | None) -> str | None:
+    if path is not None:
+        return str(path) if is_url(str(path)) else None
+    return config.store_url
+
+
+def _migrated_pg(store: PgStore) -> Store:
+    try:
+        pg_schema.migrate(store)
+    except BaseException as exc:
+        store.close()
+        failure = engine_failure(exc)
+        if failure is not None:
+            raise StoreError(f"cannot set up dreamd's tables in {store.where}: "
+                             f"{str(failure).removeprefix('PostgreSQL: ')}") from None
+        raise
+    return store
+
+
 def open_store(config: Config, create: bool = True, path: str | Path | None = None) -> Store:
-    """Open (creating where allowed) and migrate the configured memory file — or `path`,
-    which a program names (its directories are created with it)."""
+    """Open (creating where allowed) and migrate the configured memory store — or `path`,
+    which a program names (a file's directories are created with it)."""
+    url = _url(config, path)
+    if url is not None:
+        return _migrated_pg(pg_connect(url, config.store.schema,
+                                       config.store.busy_timeout_ms))
     if path is None:
         path = config.db_path
         if create:
@@ -74,6 +101,17 @@ def open_readonly(config: Config, current: bool = True, path: str | Path | None 
                   ) -> Store:
     """Open the configured memory file (or `path`) for reading only: nothing is migrated
     or written, and (with `current`) a file dreamd has not set up yet is named as such."""
+    url = _url(config, path)
+    if url is not None:
+        pg = pg_connect(url, config.store.schema, config.store.busy_timeout_ms,
+                        read_only=True)
+        if current:
+            try:
+                pg_schema.require_current(pg)
+            except BaseException:
+                pg.close()
+                raise
+        return pg
     store = connect_readonly(config.db_path if path is None else path,
                              config.store.busy_timeout_ms)
     if not current:
@@ -89,6 +127,9 @@ def open_readonly(config: Config, current: bool = True, path: str | Path | None 
 def open_brief(config: Config, read_only: bool = False) -> Store:
     """A connection for one short look or write beside a running pass: a 1 s busy timeout,
     nothing migrated."""
+    url = config.store_url
+    if url is not None:
+        return pg_connect(url, config.store.schema, 1000, read_only=read_only)
     if read_only:
         return connect_readonly(config.db_path, 1000)
     return connect(config.db_path, busy_timeout_ms=1000)

@@ -7,6 +7,7 @@ from typing import Any
 
 from dreamd.store import queries as q
 from dreamd.store.interface import Conn
+from dreamd.store.vectors import words_key
 
 
 def turn_ids_of(conn: Conn, inputs: dict[str, int]) -> list[int]:
@@ -50,7 +51,8 @@ def session_record(conn: Conn, session_id: str) -> dict[str, Any]:
                 "SELECT model FROM dreamd_exchange_vectors WHERE exchange_id = ? "
                 "ORDER BY model", (tid,))],
             "in_search_index": conn.execute(
-                "SELECT 1 FROM dreamd_fts WHERE rowid = ?", (tid,)).fetchone() is not None,
+                f"SELECT 1 FROM dreamd_fts WHERE {words_key(conn)} = ?", (tid,)
+            ).fetchone() is not None,
         })
     return {
         "id": session_id,

@@ -138,4 +138,5 @@ from dreamd.store.vectors import (  # noqa: F401
     vector_models,
     vector_of,
     with_neighbours,
+    words_key,
 )

@@ -64,7 +64,7 @@ def record_failure(
     conn.execute(
         "INSERT INTO dreamd_failures (job, item, attempts, last_error, first_failed_at, "
         "last_failed_at, next_attempt_at, quarantined) VALUES (?, ?, 1, ?, ?, ?, ?, ?) "
-        "ON CONFLICT(job, item) DO UPDATE SET attempts = attempts + 1, "
+        "ON CONFLICT(job, item) DO UPDATE SET attempts = dreamd_failures.attempts + 1, "
         "last_error = excluded.last_error, last_failed_at = excluded.last_failed_at, "
         "next_attempt_at = excluded.next_attempt_at, quarantined = excluded.quarantined",
         (job, item, error[:500], now, now, next_at, int(quarantine)),
@@ -97,11 +97,10 @@ def release_failures(conn: Conn, job: str | None, item: str | None) -> int:
 
 
 def start_run(conn: Conn, trigger: str, pid: int, now: str) -> int:
-    cur = conn.execute(
-        "INSERT INTO dreamd_runs (trigger, pid, started_at, outcome) VALUES (?, ?, ?, 'running')",
-        (trigger, pid, now),
-    )
-    return int(cur.lastrowid or 0)
+    row = conn.execute(
+        "INSERT INTO dreamd_runs (trigger, pid, started_at, outcome) "
+        "VALUES (?, ?, ?, 'running') RETURNING id", (trigger, pid, now)).fetchone()
+    return int(row[0])
 
 
 def end_crashed_runs(conn: Conn) -> int:
@@ -109,7 +108,8 @@ def end_crashed_runs(conn: Conn) -> int:
     so their process is gone): mark them as ended by a crash. Returns how many."""
     cur = conn.execute(
         "UPDATE dreamd_runs SET outcome = 'crashed', "
-        "error = 'dreamd (pid ' || COALESCE(pid, '?') || ') ended before the pass finished' "
+        "error = 'dreamd (pid ' || COALESCE(CAST(pid AS TEXT), '?') "
+        "|| ') ended before the pass finished' "
         "WHERE outcome = 'running'")
     return cur.rowcount
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from dreamd.store.interface import Conn, Store
+from dreamd.store.interface import Conn, Store, engine_of
 
 
 def to_blob(vector: np.ndarray) -> bytes:
@@ -46,14 +46,22 @@ class Layout:
     eras_embedding_required: bool
 
 
-def read_layout(store: Store) -> Layout:
-    def required(conn: Conn, table: str, column: str) -> bool:
-        rows = conn.execute(f"PRAGMA table_info({table})").fetchall()
-        return any(r[1] == column and r[3] for r in rows)
+def column_required(conn: Conn, table: str, column: str) -> bool:
+    """Whether the table has this column and it is NOT NULL."""
+    if engine_of(conn) == "postgresql":
+        row = conn.execute(
+            "SELECT is_nullable FROM information_schema.columns WHERE table_name = ? "
+            "AND column_name = ? AND table_schema = current_schema()", (table, column)
+        ).fetchone()
+        return row is not None and row[0] == "NO"
+    rows = conn.execute(f"PRAGMA table_info({table})").fetchall()
+    return any(r[1] == column and r[3] for r in rows)
 
+
+def read_layout(store: Store) -> Layout:
     with store.read() as conn:
-        return Layout(required(conn, "summaries", "embedding"),
-                      required(conn, "eras", "embedding"))
+        return Layout(column_required(conn, "summaries", "embedding"),
+                      column_required(conn, "eras", "embedding"))
 
 
 def core_embedding(required: bool) -> bytes | None:

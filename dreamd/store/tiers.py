@@ -306,11 +306,11 @@ def narrative_stale(conn: Conn, user_id: str) -> bool:
 def max_tier_seq(conn: Conn, user_id: str, profile_id: str) -> int:
     """The newest seq among the narrative's inputs: the profile and the eras."""
     row = conn.execute(
-        "SELECT MAX(COALESCE((SELECT dreamd_seq FROM profile WHERE id = ?), 0), "
-        "COALESCE((SELECT MAX(dreamd_seq) FROM eras WHERE user_id = ?), 0))",
+        "SELECT COALESCE((SELECT dreamd_seq FROM profile WHERE id = ?), 0), "
+        "COALESCE((SELECT MAX(dreamd_seq) FROM eras WHERE user_id = ?), 0)",
         (profile_id, user_id),
     ).fetchone()
-    return int(row[0])
+    return max(int(row[0]), int(row[1]))
 
 
 def self_state(conn: Conn, agent_id: str) -> tuple[dict[str, Any], str] | None:

@@ -10,7 +10,7 @@ from dreamd.ids import (
 )
 from dreamd.models import Turn
 from dreamd.store.interface import Conn
-from dreamd.store.state import get_state, iso_utc, set_state
+from dreamd.store.state import column_required, get_state, iso_utc, set_state
 
 
 def tally_watermark(conn: Conn) -> int:
@@ -43,8 +43,12 @@ def apply_tally(
             # An adopted gist: count the turns it already covers (index range, once).
             "(SELECT COUNT(*) FROM exchanges x WHERE x.session_id = ? AND x.id <= "
             "COALESCE((SELECT last_exchange_id FROM summaries WHERE session_id = ?), 0))) "
-            "ON CONFLICT(session_id) DO UPDATE SET turns = turns + excluded.turns, "
-            "last_id = MAX(last_id, excluded.last_id), last_at = MAX(last_at, excluded.last_at)",
+            "ON CONFLICT(session_id) DO UPDATE SET "
+            "turns = dreamd_sessions.turns + excluded.turns, "
+            "last_id = CASE WHEN excluded.last_id > dreamd_sessions.last_id "
+            "THEN excluded.last_id ELSE dreamd_sessions.last_id END, "
+            "last_at = CASE WHEN excluded.last_at > dreamd_sessions.last_at "
+            "THEN excluded.last_at ELSE dreamd_sessions.last_at END",
             (session_id, user_id, turns, first_id, last_id, first_at, last_at, first_at,
              session_id, session_id, session_id),
         )
@@ -79,7 +83,11 @@ def raw_counts(conn: Conn) -> tuple[int, int]:
 
 
 def max_exchange_id(conn: Conn) -> int:
-    return int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM exchanges").fetchone()[0])
+    """The newest turn dreamd may read: on PostgreSQL, the newest settled one (see
+    `Store.settle_turns`)."""
+    newest = int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM exchanges").fetchone()[0])
+    settled = getattr(conn, "settled", None)
+    return newest if settled is None else min(newest, int(settled))
 
 
 def count_exchanges_after(conn: Conn, after_id: int,
@@ -132,11 +140,13 @@ def dirty_totals(conn: Conn, ripe_after: int, idle_before: str) -> DirtyTotals:
     """Sensing's view of the dirty sessions of every user, aggregated over the partial index."""
     row = conn.execute(
         "SELECT COUNT(*), COALESCE(SUM(turns - summarized_turns), 0), "
-        "COALESCE(SUM(ripe), 0), COALESCE(SUM(ripe AND last_at <= ?), 0), "
-        "COALESCE(SUM(CASE WHEN ripe AND last_at <= ? THEN turns - summarized_turns END), 0) "
+        "COALESCE(SUM(ripe), 0), "
+        "COALESCE(SUM(CASE WHEN ripe = 1 AND last_at <= ? THEN 1 ELSE 0 END), 0), "
+        "COALESCE(SUM(CASE WHEN ripe = 1 AND last_at <= ? THEN turns - summarized_turns "
+        "END), 0) "
         "FROM (SELECT turns, summarized_turns, last_at, "
-        "(summarized_id = 0 OR turns - summarized_turns >= ?) AS ripe FROM dreamd_sessions "
-        "WHERE last_id > summarized_id)",
+        "CASE WHEN summarized_id = 0 OR turns - summarized_turns >= ? THEN 1 ELSE 0 END "
+        "AS ripe FROM dreamd_sessions WHERE last_id > summarized_id) AS dirty",
         (idle_before, idle_before, ripe_after),
     ).fetchone()
     return DirtyTotals(*(int(v) for v in row))
@@ -269,9 +279,10 @@ def recount_session(conn: Conn, session_id: str) -> None:
 def add_turn(conn: Conn, session_id: str, role: str, content: str,
              created_at: str) -> int:
     """One turn as the app writes it; its id."""
-    cur = conn.execute("INSERT INTO exchanges (session_id, role, content, created_at) "
-                       "VALUES (?, ?, ?, ?)", (session_id, role, content, created_at))
-    return int(cur.lastrowid or 0)
+    row = conn.execute("INSERT INTO exchanges (session_id, role, content, created_at) "
+                       "VALUES (?, ?, ?, ?) RETURNING id",
+                       (session_id, role, content, created_at)).fetchone()
+    return int(row[0])
 
 
 def last_turns(conn: Conn, session_id: str, n: int
@@ -303,15 +314,15 @@ def turns_by_id(conn: Conn, ids: list[int]) -> dict[int, Turn]:
 
 def app_embeds_turns(conn: Conn) -> bool:
     """Whether the app stores its own embedding with every turn (NOT NULL column)."""
-    return any(r[1] == "embedding" and r[3]
-               for r in conn.execute("PRAGMA table_info(exchanges)"))
+    return column_required(conn, "exchanges", "embedding")
 
 
 def add_session(conn: Conn, session_id: str, name: str | None, created_at: str,
                 user_id: str) -> None:
     """The app's sessions row, unless it has one (an existing session keeps its owner)."""
-    conn.execute("INSERT OR IGNORE INTO sessions (id, name, created_at, user_id) "
-                 "VALUES (?, ?, ?, ?)", (session_id, name, created_at, user_id))
+    conn.execute("INSERT INTO sessions (id, name, created_at, user_id) "
+                 "VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                 (session_id, name, created_at, user_id))
 
 
 def add_turns(conn: Conn, rows: list[tuple[str, str, str, str]]) -> None:

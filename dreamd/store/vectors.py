@@ -10,7 +10,7 @@ from dreamd.ids import (
     split_era_key,
 )
 from dreamd.models import Turn
-from dreamd.store.interface import Conn
+from dreamd.store.interface import Conn, engine_of
 from dreamd.store.state import from_blob, get_state, set_state
 
 
@@ -51,8 +51,8 @@ def save_turn_vectors(
     if embed_watermark(conn, model) != expected_watermark:
         return False
     conn.executemany(
-        "INSERT OR REPLACE INTO dreamd_exchange_vectors (model, exchange_id, vector) "
-        "VALUES (?, ?, ?)",
+        "INSERT INTO dreamd_exchange_vectors (model, exchange_id, vector) VALUES (?, ?, ?) "
+        "ON CONFLICT(model, exchange_id) DO UPDATE SET vector = excluded.vector",
         [(model, exchange_id, blob) for exchange_id, blob in rows],
     )
     conn.execute(
@@ -125,11 +125,16 @@ def redo_words_of(conn: Conn, ids: list[int]) -> None:
     set_state(conn, FTS_REDO, json.dumps(sorted(set(fts_redo(conn)) | set(ids))))
 
 
+def words_key(conn: Conn) -> str:
+    """The words index's turn-id column: FTS5's rowid, or PostgreSQL's id."""
+    return "id" if engine_of(conn) == "postgresql" else "rowid"
+
+
 def drop_words(conn: Conn, ids: list[int]) -> None:
     for start in range(0, len(ids), 500):
         chunk = ids[start : start + 500]
-        conn.execute(f"DELETE FROM dreamd_fts WHERE rowid IN ({','.join('?' * len(chunk))})",
-                     chunk)
+        conn.execute(f"DELETE FROM dreamd_fts WHERE {words_key(conn)} IN "
+                     f"({','.join('?' * len(chunk))})", chunk)
 
 
 def index_texts(conn: Conn, rows: list[tuple[int, str]], upto_id: int,
@@ -144,7 +149,7 @@ def index_texts(conn: Conn, rows: list[tuple[int, str]], upto_id: int,
         else:
             conn.execute("DELETE FROM dreamd_state WHERE key = ?", (FTS_REDO,))
     drop_words(conn, [i for i, _ in rows])
-    conn.executemany("INSERT INTO dreamd_fts (rowid, text) VALUES (?, ?)", rows)
+    conn.executemany(f"INSERT INTO dreamd_fts ({words_key(conn)}, text) VALUES (?, ?)", rows)
     set_state(conn, "fts_id", str(upto_id))
 
 
@@ -278,8 +283,19 @@ def search_words(conn: Conn, words: list[str], limit: int, users: list[str] | No
     word is matched as a quoted term: user text is never query syntax."""
     if not words:
         return {}
-    query = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
     scope, scope_params = scope_sql(users, default_too)
+    if engine_of(conn) == "postgresql":
+        # Each word a quoted lexeme, stemmed as the index is; ts_rank_cd stands in for
+        # BM25 (z-fusion uses only the order and spread of the scores).
+        terms = " | ".join("'" + w.replace("'", "''").replace("\\", "\\\\") + "'"
+                           for w in words)
+        rows = conn.execute(
+            "SELECT f.id, ts_rank_cd(f.words, q, 1) AS r FROM dreamd_fts f "
+            "JOIN exchanges e ON e.id = f.id, to_tsquery('english', ?) AS q "
+            f"WHERE f.words @@ q AND {scope} ORDER BY r DESC, f.id LIMIT ?",
+            (terms, *scope_params, limit)).fetchall()
+        return {int(r[0]): float(r[1]) for r in rows}
+    query = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
     rows = conn.execute(
         "SELECT f.rowid, -bm25(dreamd_fts) FROM dreamd_fts f "
         f"JOIN exchanges e ON e.id = f.rowid WHERE dreamd_fts MATCH ? AND {scope} "
@@ -290,5 +306,6 @@ def search_words(conn: Conn, words: list[str], limit: int, users: list[str] | No
 def put_turn_vector(conn: Conn, model: str, exchange_id: int, vector: bytes
                     ) -> None:
     """A turn's vector stored at once (the embed job's watermark still covers the gap)."""
-    conn.execute("INSERT OR REPLACE INTO dreamd_exchange_vectors (model, exchange_id, vector) "
-                 "VALUES (?, ?, ?)", (model, exchange_id, vector))
+    conn.execute("INSERT INTO dreamd_exchange_vectors (model, exchange_id, vector) "
+                 "VALUES (?, ?, ?) ON CONFLICT(model, exchange_id) DO UPDATE SET "
+                 "vector = excluded.vector", (model, exchange_id, vector))

@@ -1,0 +1,323 @@
+"""The PostgreSQL engine: the same store, shared by many dreamd processes and machines.
+
+The store's functions are written once, in the SQL both engines speak, with `?` marks;
+`PgConn` hands them to psycopg with its own marks. Two things differ in kind, not in
+words, and live here:
+
+- **Writes.** SQLite lets one writer in at a time (BEGIN IMMEDIATE), and dreamd's
+  read-check-write steps rely on it. Here each write transaction first takes a
+  transaction-scoped advisory lock, so dreamd's writes are serialized among dreamd
+  processes exactly as on SQLite, while the chat app's transactions never wait for it.
+  The lock ends with the transaction: a pooler or a reconnect cannot leave it behind.
+- **Which turns are final.** SQLite hands out ids under its write lock, so every id
+  below the newest one a reader sees is already committed. PostgreSQL hands them out
+  from a sequence before the inserting transaction commits: id 100 may commit after 101.
+  A watermark moved past 101 would skip 100 for ever. So dreamd reads turns only up to
+  the *settled* id: the newest id it saw at some moment, once every transaction that was
+  running then has ended (`Settled`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import re
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit, urlunsplit
+
+from dreamd.errors import StoreBusy, StoreError
+from dreamd.store.interface import WriteLockTimes
+
+if TYPE_CHECKING:
+    import psycopg
+
+SCHEMES = ("postgresql://", "postgres://")
+
+# The key of the transaction-scoped advisory lock that serializes dreamd's writes.
+WRITE_LOCK_KEY = 0x64726561  # "drea"
+
+# What the migration's trigger NOTIFYs on when the app inserts turns.
+CHANNEL = "dreamd_turns"
+
+
+def is_url(target: str) -> bool:
+    return target.startswith(SCHEMES)
+
+
+def shown(url: str) -> str:
+    """The URL as a person may see it: never a password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+_MARKS = re.compile(r"'(?:[^']|'')*'|\?(\d*)|%")
+
+
+@functools.lru_cache(maxsize=2048)
+def translate(sql: str) -> tuple[str, bool]:
+    """qmark SQL in psycopg's marks: `?` → `%s`, `?N` → `%(pN)s`, a literal `%` doubled.
+    Returns the text and whether it used numbered marks."""
+    numbered = False
+
+    def mark(m: re.Match[str]) -> str:
+        nonlocal numbered
+        text = m.group(0)
+        if text.startswith("'"):
+            return text.replace("%", "%%")
+        if text == "%":
+            return "%%"
+        if m.group(1):
+            numbered = True
+            return f"%(p{m.group(1)})s"
+        return "%s"
+
+    return _MARKS.sub(mark, sql), numbered
+
+
+def _bound(numbered: bool, parameters: Any) -> Any:
+    if parameters is None:
+        return ()
+    if numbered:
+        return {f"p{i}": v for i, v in enumerate(parameters, start=1)}
+    return parameters
+
+
+@dataclass
+class Settled:
+    """Which turn ids are final: the newest id seen at a moment, once every transaction
+    that could still hold a smaller id has ended.
+
+    A transaction may draw an id from the sequence a moment before it gets its
+    transaction id, so a sighting is trusted only after `delay`: then a later snapshot's
+    xmax is above every such transaction, and once the oldest running transaction is
+    past that xmax they have all ended."""
+
+    delay: float = 0.2
+    newest: int = 0
+    sightings: list[tuple[int, float, int | None]] = field(default_factory=list)
+
+    def see(self, top: int, xmin: int, xmax: int, now: float) -> int:
+        """Fold in one look (the newest visible id and the snapshot's bounds); returns
+        the settled id."""
+        if top > self.newest and (not self.sightings or top > self.sightings[-1][0]):
+            self.sightings.append((top, now, None))
+        kept: list[tuple[int, float, int | None]] = []
+        for seen, at, after in self.sightings:
+            if after is None and now - at >= self.delay:
+                after = xmax
+            if after is not None and xmin >= after:
+                self.newest = max(self.newest, seen)
+            else:
+                kept.append((seen, at, after))
+        self.sightings = [s for s in kept if s[0] > self.newest]
+        return self.newest
+
+    @property
+    def waiting(self) -> bool:
+        return bool(self.sightings)
+
+
+class PgConn:
+    """One open transaction on PostgreSQL, as the store's functions use it."""
+
+    engine = "postgresql"
+
+    def __init__(self, raw: psycopg.Connection[Any], store: PgStore) -> None:
+        self.raw = raw
+        self.store = store
+
+    def execute(self, sql: str, parameters: Any = None, /) -> Any:
+        text, numbered = translate(sql)
+        return self.raw.execute(text, _bound(numbered, parameters))
+
+    def executemany(self, sql: str, parameters: Any, /) -> Any:
+        text, numbered = translate(sql)
+        cur = self.raw.cursor()
+        rows = [_bound(numbered, p) for p in parameters]
+        if rows:
+            cur.executemany(text, rows)
+        return cur
+
+    @property
+    def settled(self) -> int:
+        return self.store.settled.newest
+
+
+class PgStore:
+    """The PostgreSQL engine: one psycopg connection with dreamd's rules attached."""
+
+    engine = "postgresql"
+
+    def __init__(self, raw: psycopg.Connection[Any], url: str, schema: str,
+                 read_only: bool = False) -> None:
+        self.raw = raw
+        self.url = url
+        self.schema = schema
+        self.where = shown(url) + ("" if schema == "public" else f" (schema {schema})")
+        self.read_only = read_only
+        self.lock_times = WriteLockTimes()
+        self.settled = Settled()
+        self._conn = PgConn(raw, self)
+
+    @property
+    def in_transaction(self) -> bool:
+        from psycopg.pq import TransactionStatus
+
+        return bool(self.raw.info.transaction_status != TransactionStatus.IDLE)
+
+    @contextlib.contextmanager
+    def write(self) -> Iterator[PgConn]:
+        """A short transaction behind dreamd's write lock: commit on success, roll back on
+        error."""
+        if self.read_only:
+            raise StoreError("internal: write on a read-only store")
+        if self.in_transaction:
+            raise StoreError("internal: nested write transaction")
+        self.raw.execute("BEGIN")
+        locked = time.perf_counter()
+        try:
+            self.raw.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK_KEY,))
+            locked = time.perf_counter()
+            yield self._conn
+        except BaseException:
+            if self.in_transaction:
+                self.raw.execute("ROLLBACK")
+            self.lock_times.add(time.perf_counter() - locked)
+            raise
+        self.raw.execute("COMMIT")
+        self.lock_times.add(time.perf_counter() - locked)
+
+    @contextlib.contextmanager
+    def read(self) -> Iterator[PgConn]:
+        """A read-only transaction on one snapshot; closed on exit."""
+        if self.in_transaction:
+            raise StoreError("internal: nested read transaction")
+        self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        try:
+            yield self._conn
+        finally:
+            if self.in_transaction:
+                self.raw.execute("COMMIT")
+
+    def settle_turns(self, wait: float = 0.0) -> int:
+        """Look again at which turns are final; with `wait`, keep looking (up to that many
+        seconds) until every turn committed before the call is settled."""
+        deadline = time.monotonic() + wait
+        while True:
+            row = self.raw.execute(
+                "SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint, "
+                "(SELECT COALESCE(MAX(id), 0) FROM exchanges) "
+                "FROM pg_current_snapshot() AS s").fetchone()
+            assert row is not None
+            xmin, xmax, top = int(row[0]), int(row[1]), int(row[2])
+            newest = self.settled.see(top, xmin, xmax, time.monotonic())
+            if not self.settled.waiting or time.monotonic() >= deadline:
+                return newest
+            time.sleep(0.02)
+
+    def settle(self) -> None:
+        """PostgreSQL checkpoints its own log."""
+
+    def purge_log(self, wait: bool = True) -> bool:
+        """PostgreSQL's write-ahead log is the server's: dreamd cannot empty it. Erased
+        rows leave the tables with VACUUM; their old images leave the log as the server
+        recycles its segments."""
+        return False
+
+    def facts(self) -> dict[str, object]:
+        return {"version": self.raw.info.parameter_status("server_version") or "unknown",
+                "schema": self.schema}
+
+    def close(self) -> None:
+        self.raw.close()
+
+
+def _psycopg() -> Any:
+    try:
+        import psycopg
+    except ImportError:
+        raise StoreError("a PostgreSQL store needs psycopg 3: pip install "
+                         "'dreamd[postgresql]'") from None
+    return psycopg
+
+
+class _NumericAsNumber:
+    """PostgreSQL's SUM of integers is `numeric`; dreamd wants int (or float), as SQLite
+    gives."""
+
+    @staticmethod
+    def load(data: Any) -> int | float:
+        text = bytes(data).decode()
+        return float(text) if "." in text or "e" in text.lower() else int(text)
+
+
+def connection_error(url: str, exc: Exception) -> StoreError:
+    """A connection failure in one line: which server, and what it said."""
+    text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
+    text = re.sub(r"^connection to server .*? failed: ", "", text)
+    return StoreError(f"cannot connect to PostgreSQL at {shown(url)}: {text}")
+
+
+def connect(url: str, schema: str = "public", busy_timeout_ms: int = 5000,
+            read_only: bool = False, connect_timeout: int = 10) -> PgStore:
+    """Connect with dreamd's settings: autocommit (transactions are explicit), the
+    schema first on the search path, statements that wait on a lock give up after the
+    busy timeout."""
+    psycopg = _psycopg()
+    from psycopg.adapt import Loader
+
+    class NumericLoader(Loader):
+        def load(self, data: Any) -> Any:
+            return _NumericAsNumber.load(data)
+
+    try:
+        raw = psycopg.connect(url, autocommit=True, cursor_factory=psycopg.ClientCursor,
+                              connect_timeout=connect_timeout,
+                              application_name="dreamd")
+    except psycopg.Error as exc:
+        raise connection_error(url, exc) from None
+    raw.adapters.register_loader("numeric", NumericLoader)
+    try:
+        raw.execute("SELECT set_config('search_path', %s, false), "
+                    "set_config('lock_timeout', %s, false)",
+                    (_quoted(schema), f"{int(busy_timeout_ms)}ms"))
+    except psycopg.Error as exc:
+        raw.close()
+        raise StoreError(f"{shown(url)}: {exc}".strip()) from None
+    return PgStore(raw, url, schema, read_only=read_only)
+
+
+def _quoted(schema: str) -> str:
+    return '"' + schema.replace('"', '""') + '"'
+
+
+def engine_failure(exc: BaseException) -> StoreError | None:
+    """psycopg's exception as dreamd's error (None when it is not one)."""
+    try:
+        import psycopg
+    except ImportError:
+        return None
+    if not isinstance(exc, psycopg.Error):
+        return None
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    if isinstance(exc, psycopg.errors.LockNotAvailable):
+        return StoreBusy(f"a PostgreSQL lock stayed held past the lock timeout ({text}); "
+                         "try again")
+    if isinstance(exc, psycopg.OperationalError):
+        return StoreError(f"PostgreSQL: {text}")
+    return StoreError(f"PostgreSQL: {text}")
+
+
+def error_classes() -> Sequence[type[Exception]]:
+    try:
+        import psycopg
+    except ImportError:
+        return ()
+    return (psycopg.Error,)
