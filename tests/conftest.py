@@ -3,6 +3,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -26,3 +27,31 @@ def opened(db: Path) -> Iterator[SqliteStore]:
     store = open_sqlite(config_for(db))
     yield store
     store.close()
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[Any]:
+    """A real PostgreSQL server for this test process. Without its binaries the tests
+    that need it are skipped on a developer's machine and fail in CI (CI=true), which
+    installs them."""
+    from tests.pg import PgServer, bindir
+
+    if bindir() is None:
+        message = ("PostgreSQL server binaries not found (Debian: apt install "
+                   "postgresql-15, or set PG_BINDIR)")
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    server = PgServer()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where memory lives, on each engine: a new SQLite file's path, or a new PostgreSQL
+    database's URL."""
+    if request.param == "sqlite":
+        return str(tmp_path / "memory.db")
+    server = request.getfixturevalue("pg_server")
+    return str(server.new_database())

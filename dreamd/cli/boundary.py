@@ -135,4 +135,4 @@ def open_memory(obj: dict[str, Any]) -> Any:
 
     config = load_config(obj)
     logging_.configure("warning", config.log.format)
-    return Memory(config.db_path, config=config, read_only=True)
+    return Memory(config.store_url or config.db_path, config=config, read_only=True)

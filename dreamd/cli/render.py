@@ -22,17 +22,25 @@ def render_status(data: dict[str, Any]) -> str:
         running = f"pid {daemon['pid']} holds this file"
         if daemon.get("next_pass_at"):
             running += f"; next pass due {daemon['next_pass_at']} (sooner on new turns)"
-    else:
+    elif "sqlite" in data:
         running = "no dreamd is running on this file"
+    else:
+        running = "workers on PostgreSQL are not listed here yet"
+    if "sqlite" in data:
+        where = f"memory file  {data['db']}"
+        engine = f"sqlite       {data['sqlite']['version']}" + (
+            " — has the WAL-reset bug: run dreamd and the app on a fixed SQLite (README)"
+            if data["sqlite"]["wal_reset_bug"] else "")
+    else:
+        where = f"memory       {data['db']}"
+        engine = f"postgresql   {data['postgresql']['version']}"
     out = [
-        f"memory file  {data['db']}",
+        where,
         f"daemon       {running}",
         f"backends     completer {data['backends']['completer']}; "
         f"embedder {data['backends']['embedder']}",
         f"drives now   {_drives(data['drives'])}",
-        f"sqlite       {data['sqlite']['version']}" + (
-            " — has the WAL-reset bug: run dreamd and the app on a fixed SQLite (README)"
-            if data["sqlite"]["wal_reset_bug"] else ""),
+        engine,
         f"llm          {data['llm']}",
         "backlog      "
         f"{_n(b['sessions'], 'session')}, {b['dirty']} with unsummarized turns "

@@ -121,7 +121,7 @@ class VectorIndex:
         with self.store.read() as conn:
             epoch = q.get_state(conn, "vector_epoch", "0")
             watermark = q.embed_watermark(conn, self.space)
-            newest = q.max_exchange_id(conn)
+            newest = q.newest_turn_id(conn)
         if epoch != self.epoch:
             self._reset(epoch)
         if watermark > self.upto:

@@ -147,25 +147,29 @@ class Runner:
         self.notifier = notifier
         self.flags = Flags(config.pass_.stop_grace_seconds, self.grace_over)
         self.health = Health()
-        self.lock = InstanceLock(config.db_path)
+        # One dreamd per SQLite file; on PostgreSQL any number share the work.
+        self.lock = InstanceLock(config.db_path) if config.store_url is None else None
         self.store: Any = None
         self.last: PassResult | None = None
 
     def start(self) -> None:
         self.flags.install()
         # The lock comes first: a second dreamd must not even migrate a file in use.
-        path = self.config.db_path
-        if not self.create and not path.exists():
-            raise StoreError(f"{path} does not exist: point --db at the chat app's memory "
-                             "file, or pass --create to start a new one")
-        ensure_directory(self.config)
-        self.lock.acquire(create=True)
-        try:
+        if self.lock is None:
             self.store = open_store(self.config)
-        except BaseException:
-            self.lock.release()
-            raise
-        check_sqlite(self.log)  # once per start, not on every command
+        else:
+            path = self.config.db_path
+            if not self.create and not path.exists():
+                raise StoreError(f"{path} does not exist: point --db at the chat app's "
+                                 "memory file, or pass --create to start a new one")
+            ensure_directory(self.config)
+            self.lock.acquire(create=True)
+            try:
+                self.store = open_store(self.config)
+            except BaseException:
+                self.lock.release()
+                raise
+            check_sqlite(self.log)  # once per start, not on every command
         with self.store.write() as conn:
             crashed = q.end_crashed_runs(conn)
         if crashed:
@@ -193,7 +197,8 @@ class Runner:
     def close(self) -> None:
         if self.store is not None:
             self.store.close()
-        self.lock.release()
+        if self.lock is not None:
+            self.lock.release()
 
     def should_stop(self) -> bool:
         self.health.beat()  # called between items: the pass is making progress
@@ -269,7 +274,7 @@ class Daemon:
         self.scheduler.start()
         notifier = self.runner.notifier
         notifier.ready(status_line(None))
-        self.log.info("daemon_started", pid=os.getpid(), db=str(self.config.db_path),
+        self.log.info("daemon_started", pid=os.getpid(), db=self.config.where,
                       min_interval=self.config.schedule.min_interval_seconds,
                       max_interval=self.config.schedule.max_interval_seconds)
         watchdog = self.start_watchdog()
@@ -307,7 +312,7 @@ class Daemon:
             watcher = open_brief(self.config, read_only=True)
             try:
                 with watcher.read() as conn:
-                    newest = q.max_exchange_id(conn)
+                    newest = q.newest_turn_id(conn)
             finally:
                 watcher.close()
         except DreamdError:
@@ -383,10 +388,11 @@ class Daemon:
             self.log.error("config_reload_failed", error=str(exc), kept="previous config")
             return
         new = self.effective(new)
-        if new.db_path != self.config.db_path:
-            self.log.warning("config_reload_db_ignored", db=str(new.db_path),
-                             detail="a new memory file needs a restart")
-            new = dataclasses.replace(new, db=self.config.db)
+        if new.where != self.config.where:
+            self.log.warning("config_reload_db_ignored", db=new.where,
+                             detail="a new memory store needs a restart")
+            new = dataclasses.replace(new, db=self.config.db, store=dataclasses.replace(
+                new.store, url=self.config.store.url, schema=self.config.store.schema))
         changed = sorted(
             f"{f.name}" for f in dataclasses.fields(new)
             if getattr(new, f.name) != getattr(self.config, f.name)

@@ -260,8 +260,13 @@ class _NumericAsNumber:
 
 def connection_error(url: str, exc: Exception) -> StoreError:
     """A connection failure in one line: which server, and what it said."""
-    text = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
-    text = re.sub(r"^connection to server .*? failed: ", "", text)
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    text = lines[0] if lines else type(exc).__name__
+    text = re.sub(r"^(connection (failed|is bad): )?(connection to server .*? failed: )?", "",
+                  text)
+    text = re.sub(r"^(FATAL|ERROR):\s+", "", text)
+    if any("Is the server running" in ln for ln in lines):
+        text += " (is the server running, and accepting connections there?)"
     return StoreError(f"cannot connect to PostgreSQL at {shown(url)}: {text}")
 
 

@@ -100,6 +100,7 @@ from dreamd.store.turns import (  # noqa: F401
     last_turns,
     max_exchange_id,
     new_exchange_groups,
+    newest_turn_id,
     raw_counts,
     recent_user_turns,
     recount_session,

@@ -7,6 +7,9 @@ from dreamd.store import queries as q
 from dreamd.store.interface import Store
 
 TALLY_CHUNK = 50_000
+# How long a pass waits for turns committed before it began to settle (PostgreSQL: see
+# `Store.settle_turns`); a transaction of the app's open longer than this is read next pass.
+SETTLE_SECONDS = 5.0
 
 
 def sync_tally(store: Store, chunk: int = TALLY_CHUNK) -> int:
@@ -15,6 +18,7 @@ def sync_tally(store: Store, chunk: int = TALLY_CHUNK) -> int:
     Reads only the new rows (a rowid range), in chunks, each folded in by its own short
     write that checks the watermark did not move meanwhile. Returns rows folded in.
     """
+    store.settle_turns(wait=SETTLE_SECONDS)
     folded = 0
     while True:
         with store.read() as conn:

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dreamd.errors import NotMigrated
 from dreamd.ids import (
     DEFAULT_USER,
 )
 from dreamd.models import Turn
-from dreamd.store.interface import Conn
+from dreamd.store.interface import Conn, engine_of
 from dreamd.store.state import column_required, get_state, iso_utc, set_state
 
 
@@ -78,14 +79,23 @@ def tally_rows(conn: Conn, session_ids: list[str], chunk: int = 500
 
 def raw_counts(conn: Conn) -> tuple[int, int]:
     """Turns and sessions in the app's own table, before dreamd has a tally (one scan)."""
+    if engine_of(conn) == "postgresql" and conn.execute(
+            "SELECT to_regclass('exchanges')").fetchone()[0] is None:
+        raise NotMigrated("there is no exchanges table here: neither the chat app nor "
+                          "dreamd has set this database up (dreamd --db URL --force does)")
     row = conn.execute("SELECT COUNT(*), COUNT(DISTINCT session_id) FROM exchanges").fetchone()
     return int(row[0]), int(row[1])
+
+
+def newest_turn_id(conn: Conn) -> int:
+    """The newest turn committed, settled or not: enough to know that turns arrived."""
+    return int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM exchanges").fetchone()[0])
 
 
 def max_exchange_id(conn: Conn) -> int:
     """The newest turn dreamd may read: on PostgreSQL, the newest settled one (see
     `Store.settle_turns`)."""
-    newest = int(conn.execute("SELECT COALESCE(MAX(id), 0) FROM exchanges").fetchone()[0])
+    newest = newest_turn_id(conn)
     settled = getattr(conn, "settled", None)
     return newest if settled is None else min(newest, int(settled))
 

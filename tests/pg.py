@@ -1,0 +1,84 @@
+"""A real PostgreSQL server for the tests: initdb into a temporary directory, a Unix
+socket only, run as the `postgres` OS user when the tests run as root."""
+
+from __future__ import annotations
+
+import glob
+import itertools
+import os
+import pwd
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+
+def bindir() -> Path | None:
+    """Where initdb and postgres are: $PG_BINDIR, Debian's newest, or the PATH."""
+    if os.environ.get("PG_BINDIR"):
+        return Path(os.environ["PG_BINDIR"])
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+                   key=lambda p: int(Path(p).parts[-3]))
+    if found:
+        return Path(found[-1]).parent
+    on_path = shutil.which("initdb")
+    return Path(on_path).parent if on_path else None
+
+
+class PgServer:
+    """One server for a test session; each test gets a database of its own."""
+
+    def __init__(self) -> None:
+        found = bindir()
+        if found is None:
+            raise RuntimeError("no PostgreSQL server binaries (initdb) found; install "
+                               "postgresql (Debian: apt install postgresql-15) or set "
+                               "PG_BINDIR")
+        self.bin = found
+        self.root = Path(tempfile.mkdtemp(prefix="dreamd-pg-"))
+        self.data = self.root / "data"
+        self.user: str | None = None
+        if os.geteuid() == 0:  # the server refuses to run as root
+            self.user = "postgres"
+            entry = pwd.getpwnam(self.user)
+            os.chown(self.root, entry.pw_uid, entry.pw_gid)
+        self._names = itertools.count(1)
+        self._run("initdb", "-D", str(self.data), "-E", "UTF8", "--locale=C.UTF-8",
+                  "-A", "trust", "-U", "postgres")
+        # One role signs in with a password, to try wrong credentials against.
+        hba = self.data / "pg_hba.conf"
+        lines = hba.read_text()
+        hba.write_text("local all carol scram-sha-256\n" + lines)
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w",
+                  "-o", f"-k {self.root} -c listen_addresses='' -c fsync=off "
+                  "-c synchronous_commit=off -c full_page_writes=off "
+                  "-c max_connections=200", "start")
+
+    def _run(self, tool: str, *args: str) -> None:
+        command = [str(self.bin / tool), *args]
+        if self.user is not None:
+            command = ["runuser", "-u", self.user, "--", *command]
+        subprocess.run(command, check=True, capture_output=True, timeout=120)
+
+    def url(self, database: str = "postgres", user: str = "postgres",
+            password: str | None = None) -> str:
+        auth = user if password is None else f"{user}:{password}"
+        return f"postgresql://{auth}@/{database}?host={self.root}"
+
+    def admin(self, sql: str) -> None:
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            conn.execute(sql)
+
+    def new_database(self) -> str:
+        """A fresh, empty database; its URL."""
+        name = f"t{os.getpid()}_{next(self._names)}"
+        self.admin(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def stop(self) -> None:
+        try:
+            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "stop")
+        finally:
+            shutil.rmtree(self.root, ignore_errors=True)
