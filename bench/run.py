@@ -428,7 +428,8 @@ def bench_forget() -> None:
         with store.read() as conn:            # segments then have the shape a pass leaves
             turns = q.with_neighbours(conn, q.ids_after(conn, after, INDEX_CHUNK, top))
         with store.write() as conn:
-            q.index_texts(conn, words_rows(turns), turns[-1][0].id)
+            q.index_texts(conn, words_rows(turns))
+            q.settle_words_watermark(conn, turns[-1][0].id)
     store.purge_log()
     holds = store.lock_times = EachHold()
     started = time.perf_counter()

@@ -101,7 +101,8 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
             idle_ripe_turns=dirty.idle_ripe_turns,
             unembedded_turns=q.count_exchanges_after(
                 conn, q.embed_watermark(conn, space(embed_model))),
-            turns_without_facts=q.count_exchanges_after(conn, q.facts_watermark(conn)),
+            turns_without_facts=q.count_unread(conn, limit)
+            + max(0, limit - counted),
             gists=q.count_gists(conn),
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,

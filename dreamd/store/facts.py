@@ -6,7 +6,7 @@ from typing import Any
 
 from dreamd.models import Fact
 from dreamd.store.interface import Conn
-from dreamd.store.state import get_state, next_seq, set_state
+from dreamd.store.state import next_seq
 from dreamd.store.vectors import delete_vectors
 
 _COLUMNS = ("f.id, f.user_id, f.subject, f.about, f.statement, f.valid_from, f.learned_at, "
@@ -25,11 +25,6 @@ def _facts(conn: Conn, rows: list[Any]) -> list[Fact]:
     return [Fact(int(r[0]), r[1], r[2], r[3], r[4], r[5], r[6], r[7],
                  None if r[8] is None else int(r[8]),
                  tuple(sorted(sources.get(int(r[0]), ())))) for r in rows]
-
-
-def facts_watermark(conn: Conn) -> int:
-    """The newest turn the facts job has read."""
-    return int(get_state(conn, "facts_id", "0") or 0)
 
 
 def facts_of(conn: Conn, user_id: str, current_only: bool = False) -> list[Fact]:
@@ -61,10 +56,6 @@ def replace_fact(conn: Conn, old_id: int, new_id: int, valid_to: str | None) -> 
     """The old fact stopped being true when the new one began."""
     conn.execute("UPDATE facts SET valid_to = ?, replaced_by = ? WHERE id = ? "
                  "AND replaced_by IS NULL", (valid_to, new_id, old_id))
-
-
-def set_facts_watermark(conn: Conn, upto_id: int) -> None:
-    set_state(conn, "facts_id", str(upto_id))
 
 
 def drop_facts_of_turns(conn: Conn, ids: list[int]) -> int:

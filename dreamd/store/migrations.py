@@ -297,6 +297,18 @@ def _facts(conn: sqlite3.Connection) -> None:
         conn.execute(statement)
 
 
+def _facts_per_session(conn: sqlite3.Connection) -> None:
+    """How far the facts job has read, per session instead of one mark for the file, so
+    that workers that each hold some users read those users' turns for facts."""
+    conn.execute("ALTER TABLE dreamd_sessions ADD COLUMN facts_id INTEGER NOT NULL DEFAULT 0")
+    row = conn.execute("SELECT value FROM dreamd_state WHERE key = 'facts_id'").fetchone()
+    read = int(row[0]) if row else 0
+    conn.execute("UPDATE dreamd_sessions SET facts_id = CASE WHEN last_id < ? THEN last_id "
+                 "ELSE ? END", (read, read))
+    conn.execute("CREATE INDEX dreamd_sessions_unread ON dreamd_sessions(user_id, facts_id) "
+                 "WHERE last_id > facts_id")
+
+
 MIGRATIONS = (
     Migration(1, "core tables (prior-art layout)", _core),
     Migration(2, "dreamd bookkeeping, tally, vectors, runs", _dreamd_base),
@@ -306,6 +318,7 @@ MIGRATIONS = (
     Migration(6, "write-lock time per pass; era references keyed by user", _write_lock),
     Migration(7, "words index of turn keys with their neighbours", _keyed_words),
     Migration(8, "facts about people, with their sources", _facts),
+    Migration(9, "facts read per session", _facts_per_session),
 )
 
 

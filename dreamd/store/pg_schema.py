@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from dreamd.errors import NotMigrated, StoreError
 from dreamd.store.postgres import CHANNEL, PgConn, PgStore
 
-# The version the schema below stands for: migrations 1 to 8 of the SQLite file.
-VERSION = 8
+# The version the schema below stands for: migrations 1 to 9 of the SQLite file.
+VERSION = 9
 
 CORE_TABLES = """
 CREATE TABLE IF NOT EXISTS exchanges (
@@ -73,7 +73,10 @@ CREATE TABLE dreamd_sessions (
     session_id TEXT PRIMARY KEY, user_id TEXT NOT NULL, turns BIGINT NOT NULL,
     first_id BIGINT NOT NULL, last_id BIGINT NOT NULL, first_at TEXT NOT NULL,
     last_at TEXT NOT NULL, month TEXT NOT NULL,
-    summarized_id BIGINT NOT NULL DEFAULT 0, summarized_turns BIGINT NOT NULL DEFAULT 0);
+    summarized_id BIGINT NOT NULL DEFAULT 0, summarized_turns BIGINT NOT NULL DEFAULT 0,
+    facts_id BIGINT NOT NULL DEFAULT 0);
+CREATE INDEX dreamd_sessions_unread ON dreamd_sessions(user_id, facts_id)
+    WHERE last_id > facts_id;
 CREATE INDEX dreamd_sessions_dirty ON dreamd_sessions(
     user_id, last_at, turns, summarized_turns, summarized_id, last_id)
     WHERE last_id > summarized_id;

@@ -11,9 +11,19 @@ from dreamd.store.facts import (  # noqa: F401
     drop_facts_of_turns,
     fact_vectors,
     facts_of,
-    facts_watermark,
     replace_fact,
-    set_facts_watermark,
+)
+from dreamd.store.pending import (  # noqa: F401
+    Moved,
+    count_unembedded,
+    count_unread,
+    facts_read_upto,
+    indexed,
+    mark_read,
+    settle_words_watermark,
+    unembedded_ids,
+    unindexed_ids,
+    unread_turns,
 )
 from dreamd.store.runbook import (  # noqa: F401
     Failure,

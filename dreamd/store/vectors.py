@@ -40,27 +40,25 @@ def turns_after(conn: Conn, after_id: int, limit: int, upto_id: int
     return [Turn(*r) for r in rows]
 
 
-def save_turn_vectors(
-    conn: Conn,
-    model: str,
-    dim: int,
-    expected_watermark: int,
-    rows: list[tuple[int, bytes]],
-    new_watermark: int,
-) -> bool:
-    if embed_watermark(conn, model) != expected_watermark:
-        return False
+def save_turn_vectors(conn: Conn, model: str, dim: int, rows: list[tuple[int, bytes]],
+                      upto: int) -> bool:
+    """These turns' vectors (a turn that has one already keeps the newer), and the model's
+    watermark moved up to the first turn (to `upto`) still without one."""
     conn.executemany(
         "INSERT INTO dreamd_exchange_vectors (model, exchange_id, vector) VALUES (?, ?, ?) "
         "ON CONFLICT(model, exchange_id) DO UPDATE SET vector = excluded.vector",
         [(model, exchange_id, blob) for exchange_id, blob in rows],
     )
+    after = embed_watermark(conn, model)
+    row = conn.execute(
+        "SELECT e.id FROM exchanges e WHERE e.id > ? AND e.id <= ? AND NOT EXISTS "
+        "(SELECT 1 FROM dreamd_exchange_vectors v WHERE v.model = ? AND v.exchange_id = e.id) "
+        "ORDER BY e.id LIMIT 1", (after, upto, model)).fetchone()
+    reached = max(after, upto if row is None else int(row[0]) - 1)
     conn.execute(
         "INSERT INTO dreamd_embed_state (model, dim, last_exchange_id) VALUES (?, ?, ?) "
         "ON CONFLICT(model) DO UPDATE SET dim = excluded.dim, "
-        "last_exchange_id = excluded.last_exchange_id",
-        (model, dim, new_watermark),
-    )
+        "last_exchange_id = excluded.last_exchange_id", (model, dim, reached))
     return True
 
 
@@ -137,11 +135,11 @@ def drop_words(conn: Conn, ids: list[int]) -> None:
                      f"({','.join('?' * len(chunk))})", chunk)
 
 
-def index_texts(conn: Conn, rows: list[tuple[int, str]], upto_id: int,
-                redone: tuple[int, ...] = ()) -> None:
+def index_texts(conn: Conn, rows: list[tuple[int, str]], redone: tuple[int, ...] = ()
+                ) -> None:
     """Put these (turn id, text) rows into the full-text index, replacing a turn's older
-    text (a turn whose neighbour arrived since), and move the index's mark to `upto_id`;
-    `redone` leave the list of turns to index again."""
+    text (a turn whose neighbour arrived since); `redone` leave the list of turns to
+    index again."""
     if redone:
         left = sorted(set(fts_redo(conn)) - set(redone))
         if left:
@@ -150,7 +148,6 @@ def index_texts(conn: Conn, rows: list[tuple[int, str]], upto_id: int,
             conn.execute("DELETE FROM dreamd_state WHERE key = ?", (FTS_REDO,))
     drop_words(conn, [i for i, _ in rows])
     conn.executemany(f"INSERT INTO dreamd_fts ({words_key(conn)}, text) VALUES (?, ?)", rows)
-    set_state(conn, "fts_id", str(upto_id))
 
 
 def ids_after(conn: Conn, after_id: int, limit: int, upto_id: int) -> list[int]:

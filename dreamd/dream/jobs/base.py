@@ -119,9 +119,19 @@ class JobContext:
     # Prompt task -> the job that sends it: its model key and output bound.
     tasks: Mapping[str, JobSpec] = field(default_factory=dict)
     invalidated: bool = False
+    # The users this pass consolidates (a worker's leased users); None: every user.
+    users: tuple[str, ...] | None = None
 
     def now(self) -> datetime:
         return self.clock()
+
+    @property
+    def scope(self) -> list[str] | None:
+        return None if self.users is None else list(self.users)
+
+    def holds(self, user: str) -> bool:
+        """Whether this pass consolidates `user`."""
+        return self.users is None or user in self.users
 
     def now_text(self) -> str:
         return self.clock().isoformat()

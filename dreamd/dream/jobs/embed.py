@@ -23,11 +23,12 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     while not ctx.budget.exhausted() and not ctx.invalidated:
         with ctx.store.read() as conn:
             watermark = q.embed_watermark(conn, model)
-            turns = q.with_neighbours(conn, q.ids_after(conn, watermark, batch, upto))
-            remaining = q.count_exchanges_after(conn, watermark, upto)
+            ids = q.unembedded_ids(conn, model, watermark, upto, batch, ctx.scope)
+            turns = q.with_neighbours(conn, ids)
+            remaining = q.count_unembedded(conn, model, watermark, upto, ctx.scope)
         if not turns:
             break
-        item = f"after:{watermark}"
+        item = f"after:{turns[0][0].id - 1}"  # the batch after the turns done before it
         if failures.get(item):
             errors.append(f"{item}: {failures[item]}")
             break
@@ -42,8 +43,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         rows = [(t.id, q.to_blob(v)) for (t, _, _), v in zip(turns, vectors, strict=True)]
         with ctx.store.write() as conn:
             stored = ctx.still_current(conn) and q.save_turn_vectors(
-                conn, model, ctx.embedder.dim, watermark, rows, turns[-1][0].id
-            )
+                conn, model, ctx.embedder.dim, rows, upto)
         if not stored and ctx.invalidated:
             break  # memory was forgotten meanwhile: nothing more is saved in this pass
         if stored:
@@ -55,7 +55,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         done += embed_derived(ctx, errors)
     index_text(ctx, upto)
     with ctx.store.read() as conn:
-        left = q.count_exchanges_after(conn, q.embed_watermark(conn, model), upto)
+        left = q.count_unembedded(conn, model, q.embed_watermark(conn, model), upto, ctx.scope)
     return JobResult(JOB, True, reason, done=done, failed=failed, remaining=left,
                      errors=tuple(errors))
 
@@ -89,16 +89,18 @@ def index_text(ctx: JobContext, upto: int, chunk: int = INDEX_CHUNK) -> None:
         with ctx.store.read() as conn:
             after = q.fts_watermark(conn)
             redo = q.fts_redo(conn)[:chunk]  # beside a forgotten turn
-            turns = q.with_neighbours(conn, q.ids_after(conn, after, chunk, upto))
+            turns = q.with_neighbours(conn, q.unindexed_ids(conn, after, upto, chunk,
+                                                            ctx.scope))
+            before = [b.id for t, b, _ in turns if b is not None]
             again = q.with_neighbours(conn, sorted(
-                {b.id for _, b, _ in turns if b is not None and b.id <= after}
-                | {i for i in redo if i <= after}))
+                q.indexed(conn, before) | {i for i in redo if i <= after}))
         if not turns and not redo:
             return
         rows = words_rows(again + turns)
         with ctx.store.write() as conn:
-            if q.fts_watermark(conn) == after and ctx.still_current(conn):
-                q.index_texts(conn, rows, turns[-1][0].id if turns else after, tuple(redo))
+            if ctx.still_current(conn):
+                q.index_texts(conn, rows, tuple(redo))
+                q.settle_words_watermark(conn, upto)
 
 
 def embed_derived(ctx: JobContext, errors: list[str]) -> int:

@@ -218,15 +218,15 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     state: dict[str, Known] = {}
     while not ctx.budget.exhausted() and not ctx.invalidated:
         with ctx.store.read() as conn:
-            after = q.facts_watermark(conn)
-            rows = q.with_neighbours(conn, q.ids_after(conn, after, BATCH, upto))
+            unread = q.unread_turns(conn, upto, BATCH, ctx.scope)
+            rows = q.with_neighbours(conn, [i for i, _, _ in unread])
             owners = {t.session_id: q.session_owner(conn, t.session_id) for t, _, _ in rows}
             known = {user: q.facts_of(conn, user, current_only=True)
                      for user in set(owners.values()) - set(state)}
             blobs = q.fact_vectors(conn, model, [f.id for fs in known.values() for f in fs])
         if not rows:
             break
-        item = f"after:{after}"
+        item = f"after:{rows[0][0].id - 1}"  # the batch after the turns read before it
         if failures.get(item):  # quarantined, or backing off: not this pass
             errors.append(f"{item}: {failures[item]}")
             break
@@ -242,19 +242,26 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             errors.append(note_failure(ctx, JOB, item, exc))
             failed += 1
             break
-        with ctx.store.write() as conn:
-            if q.facts_watermark(conn) != after or not ctx.still_current(conn):
-                break
-            for i, (user, turn_id, candidate, replaces) in enumerate(found):
-                assert vectors is not None
-                learn(conn, ctx, model, state[user], user, turn_id, candidate, vectors[i],
-                      replaces)
-            q.set_facts_watermark(conn, rows[-1][0].id)
+        # Each session's mark moves from where this batch found it to its last turn read.
+        marks = {session: (mark, max(i for i, s, _ in unread if s == session))
+                 for _, session, mark in unread}
+        try:
+            with ctx.store.write() as conn:
+                if not ctx.still_current(conn):
+                    break
+                q.mark_read(conn, marks)
+                for i, (user, turn_id, candidate, replaces) in enumerate(found):
+                    assert vectors is not None
+                    learn(conn, ctx, model, state[user], user, turn_id, candidate,
+                          vectors[i], replaces)
+        except q.Moved:  # another worker read these turns: its facts stand, read afresh
+            state.clear()
+            continue
         done += len(rows)
         ctx.budget.spend()
         note_success(ctx, JOB, item, failures)
     with ctx.store.read() as conn:
-        left = q.count_exchanges_after(conn, q.facts_watermark(conn), upto)
+        left = q.count_unread(conn, upto, ctx.scope)
     return JobResult(JOB, True, reason, done=done, remaining=left, errors=tuple(errors),
                      failed=failed)
 

@@ -1,0 +1,132 @@
+"""Turns that still wait for a turn-level job (embed, the words index, facts), for every
+user or for some: several workers, each holding some users, work on the same file.
+
+A turn's vector and its row in the words index mark it done; the facts job keeps how far
+it read in each session (`dreamd_sessions.facts_id`). The file-wide marks (the embed and
+words watermarks) move up to the first turn still waiting, whoever's it is, so recall
+and sensing keep reading them as before.
+"""
+
+from __future__ import annotations
+
+from dreamd.store.interface import Conn
+from dreamd.store.state import get_state, set_state
+from dreamd.store.vectors import fts_watermark, words_key
+
+
+def _scope(users: list[str] | None) -> tuple[str, str, tuple[str, ...]]:
+    """(join, condition, params) that keep the turns of `users` (None: everyone's)."""
+    if users is None:
+        return "", "", ()
+    marks = ",".join("?" * len(users))
+    return ("JOIN dreamd_sessions t ON t.session_id = e.session_id ",
+            f"AND t.user_id IN ({marks}) ", tuple(users))
+
+
+def _vector_missing(model_mark: str = "?") -> str:
+    return (f"NOT EXISTS (SELECT 1 FROM dreamd_exchange_vectors v WHERE v.model = {model_mark} "
+            "AND v.exchange_id = e.id)")
+
+
+def unembedded_ids(conn: Conn, model: str, after: int, upto: int, limit: int,
+                   users: list[str] | None = None) -> list[int]:
+    """Up to `limit` turns (after < id <= upto) of `users` without a vector of `model`."""
+    join, where, params = _scope(users)
+    return [int(r[0]) for r in conn.execute(
+        f"SELECT e.id FROM exchanges e {join}WHERE e.id > ? AND e.id <= ? {where}"
+        f"AND {_vector_missing()} ORDER BY e.id LIMIT ?",
+        (after, upto, *params, model, limit))]
+
+
+def count_unembedded(conn: Conn, model: str, after: int, upto: int,
+                     users: list[str] | None = None) -> int:
+    join, where, params = _scope(users)
+    return int(conn.execute(
+        f"SELECT COUNT(*) FROM exchanges e {join}WHERE e.id > ? AND e.id <= ? {where}"
+        f"AND {_vector_missing()}", (after, upto, *params, model)).fetchone()[0])
+
+
+def _unindexed(conn: Conn) -> str:
+    return f"NOT EXISTS (SELECT 1 FROM dreamd_fts f WHERE f.{words_key(conn)} = e.id)"
+
+
+def unindexed_ids(conn: Conn, after: int, upto: int, limit: int,
+                  users: list[str] | None = None) -> list[int]:
+    """Up to `limit` turns (after < id <= upto) of `users` not in the words index."""
+    join, where, params = _scope(users)
+    return [int(r[0]) for r in conn.execute(
+        f"SELECT e.id FROM exchanges e {join}WHERE e.id > ? AND e.id <= ? {where}"
+        f"AND {_unindexed(conn)} ORDER BY e.id LIMIT ?", (after, upto, *params, limit))]
+
+
+def indexed(conn: Conn, ids: list[int]) -> set[int]:
+    """Which of these turns the words index holds."""
+    if not ids:
+        return set()
+    marks = ",".join("?" * len(ids))
+    key = words_key(conn)
+    return {int(r[0]) for r in conn.execute(
+        f"SELECT {key} FROM dreamd_fts WHERE {key} IN ({marks})", ids)}
+
+
+def settle_words_watermark(conn: Conn, upto: int) -> int:
+    """Inside a write: the words index's mark up to the first turn it does not hold."""
+    after = fts_watermark(conn)
+    row = conn.execute(
+        f"SELECT e.id FROM exchanges e WHERE e.id > ? AND e.id <= ? AND {_unindexed(conn)} "
+        "ORDER BY e.id LIMIT 1", (after, upto)).fetchone()
+    reached = upto if row is None else int(row[0]) - 1
+    if reached > after:
+        set_state(conn, "fts_id", str(reached))
+    return max(reached, after)
+
+
+def unread_turns(conn: Conn, upto: int, limit: int, users: list[str] | None = None
+                 ) -> list[tuple[int, str, int]]:
+    """(turn id, session, the session's mark) of up to `limit` turns (to `upto`) the facts
+    job has not read, in id order, from the sessions of `users` that have any."""
+    where, params = "", tuple[str, ...]()
+    if users is not None:
+        where, params = f"AND t.user_id IN ({','.join('?' * len(users))}) ", tuple(users)
+    rows = conn.execute(
+        "SELECT e.id, e.session_id, t.facts_id FROM dreamd_sessions t "
+        "CROSS JOIN exchanges e WHERE t.last_id > t.facts_id "
+        f"{where}AND e.session_id = t.session_id AND e.id > t.facts_id AND e.id <= ? "
+        "ORDER BY e.id LIMIT ?", (*params, upto, limit)).fetchall()
+    return [(int(r[0]), str(r[1]), int(r[2])) for r in rows]
+
+
+def count_unread(conn: Conn, upto: int | None = None, users: list[str] | None = None) -> int:
+    """Turns the facts job has not read, from the tally (no scan of the turns): each
+    session's turns past its mark, counted from the session's last turn backwards."""
+    where, params = "", tuple[str, ...]()
+    if users is not None:
+        where, params = f"AND user_id IN ({','.join('?' * len(users))}) ", tuple(users)
+    bound, bound_params = ("", ()) if upto is None else ("AND e.id <= ? ", (upto,))
+    return int(conn.execute(
+        "SELECT COUNT(*) FROM dreamd_sessions t CROSS JOIN exchanges e "
+        f"WHERE t.last_id > t.facts_id {where}AND e.session_id = t.session_id "
+        f"AND e.id > t.facts_id {bound}", (*params, *bound_params)).fetchone()[0])
+
+
+class Moved(Exception):
+    """Another worker read these turns meanwhile: the write that found it rolls back."""
+
+
+def mark_read(conn: Conn, marks: dict[str, tuple[int, int]]) -> None:
+    """Inside a write: each session's facts mark moved from its old value to its new one;
+    raises `Moved` (so the write rolls back) when another worker moved one meanwhile."""
+    for session, (old, new) in marks.items():
+        cur = conn.execute("UPDATE dreamd_sessions SET facts_id = ? WHERE session_id = ? "
+                           "AND facts_id = ?", (new, session, old))
+        if cur.rowcount != 1:
+            raise Moved(session)
+
+
+def facts_read_upto(conn: Conn) -> int:
+    """The newest turn before which every turn was read for facts (for status)."""
+    row = conn.execute("SELECT MIN(facts_id) FROM dreamd_sessions "
+                       "WHERE last_id > facts_id").fetchone()
+    if row is None or row[0] is None:
+        return int(get_state(conn, "tally_id", "0") or 0)
+    return int(row[0])
