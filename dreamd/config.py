@@ -32,6 +32,12 @@ class StoreConfig:
 
 
 @dataclass(frozen=True)
+class WorkersConfig:
+    lease_seconds: float = field(default=60.0, metadata=_check("float", min=2, max=3600))
+    batch_users: int = field(default=8, metadata=_check("int", min=1, max=10000))
+
+
+@dataclass(frozen=True)
 class UserConfig:
     id: str = field(default="default", metadata=_check("str"))
     name: str = field(default="the user", metadata=_check("str"))
@@ -179,6 +185,7 @@ class LogConfig:
 class Config:
     db: str = field(default=DEFAULT_DB, metadata=_check("str"))
     store: StoreConfig = StoreConfig()
+    workers: WorkersConfig = WorkersConfig()
     user: UserConfig = UserConfig()
     agent: AgentConfig = AgentConfig()
     drives: DrivesConfig = DrivesConfig()

@@ -15,6 +15,7 @@ from dreamd.dream import drives as drv
 from dreamd.dream.jobs.base import Budget, JobContext, utcnow
 from dreamd.dream.jobs.registry import JOBS, Registry
 from dreamd.dream.sensing import read_backlog, sync_owners
+from dreamd.dream.workers import Claims
 from dreamd.logger import Logger, silent
 from dreamd.models import BacklogStats, Drives, JobResult, JobSpec
 from dreamd.store import queries as q
@@ -94,14 +95,17 @@ def run_pass(
     log: Logger | None = None,
     progress: Callable[[str, int, int], None] = lambda job, done, total: None,
     jobs: Registry = JOBS,
+    claims: Claims | None = None,
 ) -> PassResult:
     """Run one pass of `jobs` and record it in dreamd_runs. Job failures are recorded, not
-    raised."""
+    raised. With `claims` (a worker on a shared store), the pass consolidates the users
+    it can claim, a batch at a time, and the agent's reflection if it can claim that."""
     log = log or silent()
     now = clock()
     store.lock_times = WriteLockTimes()
     with store.write() as conn:
-        run_id = q.start_run(conn, trigger, os.getpid(), now.isoformat())
+        run_id = q.start_run(conn, trigger, os.getpid(), now.isoformat(),
+                             claims.worker if claims else None)
     budget = Budget(config.pass_.max_seconds, config.pass_.max_items, stop)
     ctx = JobContext(store, config, embedder, completer, budget, force=force, clock=clock,
                      log=log, progress=progress, tasks=jobs.by_task())
@@ -118,7 +122,10 @@ def run_pass(
         stats_before = read_backlog(store, config, now, embedder.model)
         ctx.horizon = stats_before.max_exchange_id
         drives_before = drv.levels(stats_before, config, now)
-        results = run_rounds(ctx, jobs, previous, log)
+        if claims is None:
+            results = run_rounds(ctx, jobs, previous, log)
+        else:
+            results = run_claimed(ctx, jobs, previous, log, claims, stats_before)
         stats_after = read_backlog(store, config, clock(), embedder.model, ctx.horizon)
         drives_after = drv.levels(stats_after, config, clock())
         save_drives(store, config.agent.id, drives_after, clock().isoformat())
@@ -146,6 +153,49 @@ def run_pass(
     return PassResult(run_id, outcome, drives_before, drives_after, stats_before, stats_after,
                       tuple(results), tuple(ctx.notes), ctx.tokens.used_in, ctx.tokens.used_out,
                       write_lock)
+
+
+def run_claimed(ctx: JobContext, jobs: Registry, previous: Drives, log: Logger,
+                claims: Claims, stats: BacklogStats) -> list[JobResult]:
+    """A worker's pass: which jobs are due is decided once, on every user's backlog; then
+    batch after batch of claimed users gets those jobs, and the agent's jobs (reflect)
+    run if this worker can claim the agent."""
+    due = {job.name: drv.decide_job(job, stats, previous, ctx.config, ctx.now(),
+                                    force=ctx.force) for job in jobs}
+    ctx.due = due
+    per_user = Registry(tuple(j for j in jobs if j.name not in AGENT_JOBS))
+    per_agent = Registry(tuple(j for j in jobs if j.name in AGENT_JOBS))
+    results: dict[str, JobResult] = {}
+    done: set[str] = set()
+    try:
+        while not ctx.stopped() and not ctx.budget.exhausted() and len(per_user):
+            batch = claims.users(done, ctx.embedder.model)
+            if not batch:
+                break
+            ctx.users = batch
+            try:
+                for r in run_rounds(ctx, per_user, previous, log):
+                    results[r.job] = merged(results[r.job], r) if r.job in results else r
+            finally:
+                ctx.users = None
+                claims.release(batch)
+            done |= set(batch)
+        if len(per_agent) and not ctx.stopped() and claims.agent():
+            try:
+                for r in run_rounds(ctx, per_agent, previous, log):
+                    results[r.job] = r
+            finally:
+                claims.release_agent()
+    finally:
+        ctx.due = None
+    return [results.get(job.name) or JobResult(job.name, False, due[job.name].reason
+                                               if not due[job.name].due else
+                                               "another worker holds its users")
+            for job in jobs]
+
+
+# Jobs over every user's memory at once: they run under the agent's lease.
+AGENT_JOBS = frozenset({"reflect"})
 
 
 # While a later job may have work, a job may use at most this share of what is left of
@@ -201,8 +251,16 @@ def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Logger, share:
                          "the next pass starts afresh")
     if ctx.halted is not None and job.bounds:  # a job that calls the completer
         return JobResult(name, False, f"not run: LLM work stopped for this pass ({ctx.halted})")
-    stats = read_backlog(ctx.store, ctx.config, ctx.now(), ctx.embedder.model, ctx.horizon)
-    decision = drv.decide_job(job, stats, previous, ctx.config, ctx.now(), force=ctx.force)
+    stats = read_backlog(ctx.store, ctx.config, ctx.now(), ctx.embedder.model, ctx.horizon,
+                         ctx.scope)
+    if ctx.due is not None and name in ctx.due:  # a worker's batch: due was decided once
+        has_work, what = job.work(stats, ctx.force, ctx.config)
+        decision = ctx.due[name]
+        if not has_work:
+            return JobResult(name, False, f"nothing to do: {what}")
+    else:
+        decision = drv.decide_job(job, stats, previous, ctx.config, ctx.now(),
+                                  force=ctx.force)
     if not decision.due:
         return JobResult(name, False, decision.reason)
     started = time.monotonic()

@@ -66,13 +66,16 @@ def with_unfolded(totals: q.DirtyTotals, tally: dict[str, q.TallyRow],
 
 
 def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
-                 upto: int | None = None) -> BacklogStats:
-    """One consistent snapshot (a single read transaction) of every user's backlog.
+                 upto: int | None = None, users: list[str] | None = None) -> BacklogStats:
+    """One consistent snapshot (a single read transaction) of every user's backlog (or
+    of `users`': a worker's leased users).
 
     Session counts come from the tally's partial index, plus the turns (up to `upto`)
     no pass has counted yet, so a read-only look between passes tells the truth; the
     tiers are checked per user with a gist (a few index seeks each).
     """
+    if users is not None:
+        return scoped_backlog(store, config, now, embed_model, upto, users)
     cutoff = now - timedelta(minutes=config.summarize.idle_minutes)
     idle_before = cutoff.astimezone(UTC).isoformat()
     with store.read() as conn:
@@ -104,6 +107,46 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
             turns_without_facts=q.count_unread(conn, limit)
             + max(0, limit - counted),
             gists=q.count_gists(conn),
+            gists_newer_than_profile=newer_than_profile,
+            stale_months=stale,
+            narrative_stale=narratives > 0,
+            turns_since_reflection=q.count_exchanges_after(conn, marks.exchange_id),
+            gists_since_reflection=q.count_gists_after(conn, None, marks.seq),
+            last_reflection_at=marks.at,
+            max_exchange_id=max_id,
+        )
+
+
+def scoped_backlog(store: Store, config: Config, now: datetime, embed_model: str,
+                   upto: int | None, users: list[str]) -> BacklogStats:
+    """The backlog of some users, after the pass has folded every turn to `upto` into
+    the tally (a worker's pass does that before it claims users)."""
+    cutoff = now - timedelta(minutes=config.summarize.idle_minutes)
+    idle_before = cutoff.astimezone(UTC).isoformat()
+    model = space(embed_model)
+    with store.read() as conn:
+        max_id = q.max_exchange_id(conn)
+        limit = max_id if upto is None else min(max_id, upto)
+        dirty = q.dirty_totals(conn, config.summarize.after, idle_before, users)
+        newer_than_profile = stale = narratives = 0
+        with_gists = set(q.users_with_gists(conn))
+        for user in users:
+            if user in with_gists:
+                newer_than_profile += q.gists_past_profile(conn, user)
+                stale += len(q.stale_months(conn, user))
+                narratives += q.narrative_stale(conn, user)
+        marks = q.reflection_marks(conn, config.agent.id)
+        return BacklogStats(
+            sessions=sum(q.count_sessions(conn, user) for user in users),
+            dirty=dirty.dirty,
+            ripe=dirty.ripe,
+            idle_ripe=dirty.idle_ripe,
+            unsummarized_turns=dirty.unsummarized,
+            idle_ripe_turns=dirty.idle_ripe_turns,
+            unembedded_turns=q.count_unembedded(conn, model, q.embed_watermark(conn, model),
+                                                limit, users),
+            turns_without_facts=q.count_unread(conn, limit, users),
+            gists=sum(q.count_gists(conn, user) for user in users),
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,
             narrative_stale=narratives > 0,

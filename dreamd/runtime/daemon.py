@@ -21,6 +21,7 @@ from typing import Any
 from dreamd import config as cfg
 from dreamd.backends.factory import make_backends
 from dreamd.dream.cycle import PassResult, run_pass
+from dreamd.dream.workers import Claims
 from dreamd.errors import EXIT_JOB_FAILED, EXIT_OK, DreamdError, StoreError
 from dreamd.logger import Logger
 from dreamd.runtime.lock import InstanceLock
@@ -29,7 +30,9 @@ from dreamd.runtime.notify import Notifier
 from dreamd.runtime.schedule import in_quiet_hours, next_delay
 from dreamd.store import queries as q
 from dreamd.store.interface import ENGINE_ERRORS
+from dreamd.store.leases import end_orphaned_runs
 from dreamd.store.opening import check_sqlite, ensure_directory, open_brief, open_store
+from dreamd.store.postgres import PgStore
 
 
 class Flags:
@@ -150,6 +153,7 @@ class Runner:
         # One dreamd per SQLite file; on PostgreSQL any number share the work.
         self.lock = InstanceLock(config.db_path) if config.store_url is None else None
         self.store: Any = None
+        self.claims: Claims | None = None  # a worker's leases on a shared store
         self.last: PassResult | None = None
 
     def start(self) -> None:
@@ -170,8 +174,13 @@ class Runner:
                 self.lock.release()
                 raise
             check_sqlite(self.log)  # once per start, not on every command
-        with self.store.write() as conn:
-            crashed = q.end_crashed_runs(conn)
+        if isinstance(self.store, PgStore):
+            self.claims = Claims(self.store, self.config, self.log)
+            self.claims.start()
+            crashed = end_orphaned_runs(self.store, 2 * self.config.workers.lease_seconds)
+        else:
+            with self.store.write() as conn:
+                crashed = q.end_crashed_runs(conn)
         if crashed:
             self.log.warning("crashed_runs_closed", runs=crashed,
                              detail="passes whose process ended mid-pass (kill -9, power loss)")
@@ -195,6 +204,8 @@ class Runner:
         exit_now(EXIT_OK)
 
     def close(self) -> None:
+        if self.claims is not None:
+            self.claims.stop()
         if self.store is not None:
             self.store.close()
         if self.lock is not None:
@@ -212,7 +223,7 @@ class Runner:
             kwargs = {"progress": progress} if progress else {}
             result = run_pass(self.store, self.config, self.embedder, self.completer,
                               trigger=trigger, force=force, stop=self.should_stop, log=self.log,
-                              **kwargs)
+                              claims=self.claims, **kwargs)
         finally:
             self.health.running = False
         self.last = result

@@ -130,3 +130,24 @@ def facts_read_upto(conn: Conn) -> int:
     if row is None or row[0] is None:
         return int(get_state(conn, "tally_id", "0") or 0)
     return int(row[0])
+
+
+def users_with_work(conn: Conn, model: str) -> list[str]:
+    """Users with turns a turn-level job or summarize has not done, or a tier older than
+    their gists: the users a worker may claim. One pass over the tally, then a few index
+    seeks per user with a gist."""
+    embedded = int(conn.execute("SELECT COALESCE((SELECT last_exchange_id FROM "
+                                "dreamd_embed_state WHERE model = ?), 0)",
+                                (model,)).fetchone()[0])
+    words = fts_watermark(conn)
+    found = {str(r[0]) for r in conn.execute(
+        "SELECT DISTINCT user_id FROM dreamd_sessions WHERE last_id > summarized_id "
+        "OR last_id > facts_id OR last_id > ? OR last_id > ?", (embedded, words))}
+    from dreamd.store.tiers import gists_past_profile, narrative_stale, stale_months
+
+    rows = conn.execute("SELECT DISTINCT user_id FROM summaries").fetchall()
+    for (user,) in rows:
+        if user not in found and (gists_past_profile(conn, user) or stale_months(conn, user)
+                                  or narrative_stale(conn, user)):
+            found.add(str(user))
+    return sorted(found)

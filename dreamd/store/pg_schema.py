@@ -11,6 +11,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from dreamd.errors import NotMigrated, StoreError
+from dreamd.store.leases import SCHEMA as LEASES
 from dreamd.store.postgres import CHANNEL, PgConn, PgStore
 
 # The version the schema below stands for: migrations 1 to 9 of the SQLite file.
@@ -99,7 +100,7 @@ CREATE TABLE dreamd_runs (
     pid INTEGER NOT NULL, started_at TEXT NOT NULL, ended_at TEXT, outcome TEXT NOT NULL,
     drives_before TEXT, drives_after TEXT, stats_before TEXT, stats_after TEXT, jobs TEXT,
     tokens_in BIGINT NOT NULL DEFAULT 0, tokens_out BIGINT NOT NULL DEFAULT 0, error TEXT,
-    notes TEXT, write_lock TEXT);
+    notes TEXT, write_lock TEXT, worker TEXT);
 CREATE INDEX dreamd_runs_started ON dreamd_runs(started_at);
 CREATE INDEX IF NOT EXISTS dreamd_exchanges_session_id ON exchanges(session_id, id);
 CREATE INDEX dreamd_summaries_seq ON summaries(user_id, dreamd_seq);
@@ -175,7 +176,7 @@ def migrate(store: PgStore) -> list[int]:
         for statement in _statements(CORE_TABLES) + _statements(_CORE_COLUMNS):
             conn.raw.execute(statement)
         _eras_keyed_by_user(conn)
-        for statement in _statements(_DREAMD_TABLES):
+        for statement in _statements(_DREAMD_TABLES) + _statements(LEASES):
             conn.raw.execute(statement)
         now = datetime.now(UTC).isoformat()
         from dreamd.store.migrations import MIGRATIONS

@@ -24,6 +24,7 @@ from dreamd.store.pending import (  # noqa: F401
     unembedded_ids,
     unindexed_ids,
     unread_turns,
+    users_with_work,
 )
 from dreamd.store.runbook import (  # noqa: F401
     Failure,

@@ -96,7 +96,15 @@ def release_failures(conn: Conn, job: str | None, item: str | None) -> int:
     return cur.rowcount
 
 
-def start_run(conn: Conn, trigger: str, pid: int, now: str) -> int:
+def start_run(conn: Conn, trigger: str, pid: int, now: str, worker: str | None = None
+              ) -> int:
+    """A pass begins; `worker` names a worker on a shared store (PostgreSQL only)."""
+    if worker is not None:
+        row = conn.execute(
+            "INSERT INTO dreamd_runs (trigger, pid, started_at, outcome, worker) "
+            "VALUES (?, ?, ?, 'running', ?) RETURNING id", (trigger, pid, now, worker)
+        ).fetchone()
+        return int(row[0])
     row = conn.execute(
         "INSERT INTO dreamd_runs (trigger, pid, started_at, outcome) "
         "VALUES (?, ?, ?, 'running') RETURNING id", (trigger, pid, now)).fetchone()

@@ -146,8 +146,13 @@ class DirtyTotals:
     idle_ripe_turns: int
 
 
-def dirty_totals(conn: Conn, ripe_after: int, idle_before: str) -> DirtyTotals:
-    """Sensing's view of the dirty sessions of every user, aggregated over the partial index."""
+def dirty_totals(conn: Conn, ripe_after: int, idle_before: str,
+                 users: list[str] | None = None) -> DirtyTotals:
+    """Sensing's view of the dirty sessions of every user (or of `users`), aggregated over
+    the partial index."""
+    scope, params = "", tuple[str, ...]()
+    if users is not None:
+        scope, params = f" AND user_id IN ({','.join('?' * len(users))})", tuple(users)
     row = conn.execute(
         "SELECT COUNT(*), COALESCE(SUM(turns - summarized_turns), 0), "
         "COALESCE(SUM(ripe), 0), "
@@ -156,8 +161,8 @@ def dirty_totals(conn: Conn, ripe_after: int, idle_before: str) -> DirtyTotals:
         "END), 0) "
         "FROM (SELECT turns, summarized_turns, last_at, "
         "CASE WHEN summarized_id = 0 OR turns - summarized_turns >= ? THEN 1 ELSE 0 END "
-        "AS ripe FROM dreamd_sessions WHERE last_id > summarized_id) AS dirty",
-        (idle_before, idle_before, ripe_after),
+        f"AS ripe FROM dreamd_sessions WHERE last_id > summarized_id{scope}) AS dirty",
+        (idle_before, idle_before, ripe_after, *params),
     ).fetchone()
     return DirtyTotals(*(int(v) for v in row))
 

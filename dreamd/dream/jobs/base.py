@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from dreamd.backends.llm_output import bounded, estimate_tokens
 from dreamd.backends.protocols import Completer, Embedder
@@ -121,6 +122,8 @@ class JobContext:
     invalidated: bool = False
     # The users this pass consolidates (a worker's leased users); None: every user.
     users: tuple[str, ...] | None = None
+    # A worker's pass: which jobs are due, decided once on every user's backlog.
+    due: dict[str, Any] | None = None
 
     def now(self) -> datetime:
         return self.clock()

@@ -30,7 +30,7 @@ JOB = "summarize"
 def candidates(ctx: JobContext) -> list[q.DirtySession]:
     """Dirty sessions; outside --force only the ripe ones whose chat has gone quiet."""
     with ctx.store.read() as conn:
-        dirty = q.dirty_sessions(conn)
+        dirty = [s for s in q.dirty_sessions(conn) if ctx.holds(s.user_id)]
     if ctx.force:
         return dirty
     after = ctx.config.summarize.after

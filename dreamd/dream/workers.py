@@ -1,0 +1,81 @@
+"""A worker's share of a pass on a shared store: claim users with work, consolidate them,
+release them, until no user with work is left unclaimed (dreamd.store.leases)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from dreamd.config import Config
+from dreamd.dream.keys import space
+from dreamd.logger import Logger, silent
+from dreamd.store import leases
+from dreamd.store import queries as q
+from dreamd.store.postgres import PgStore
+from dreamd.store.postgres import connect as pg_connect
+
+
+class Claims:
+    """One worker's leases on a PostgreSQL store, kept alive by a heartbeat thread on a
+    connection of its own."""
+
+    def __init__(self, store: PgStore, config: Config, log: Logger | None = None) -> None:
+        self.store = store
+        self.config = config
+        self.log = log or silent()
+        self.worker = leases.new_worker_id()
+        self.seconds = config.workers.lease_seconds
+        self._stop = threading.Event()
+        self._beat: PgStore | None = None
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._beat = pg_connect(self.store.url, self.store.schema,
+                                self.config.store.busy_timeout_ms)
+        leases.heartbeat(self._beat, self.worker, self.seconds)
+        self._thread = threading.Thread(target=self._run, name="dreamd-heartbeat",
+                                        daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        assert self._beat is not None
+        while not self._stop.wait(self.seconds / 3):
+            try:
+                leases.heartbeat(self._beat, self.worker, self.seconds)
+            except Exception as exc:  # the next beat may get through; leases expire if not
+                self.log.warning("heartbeat_failed", error=str(exc)[:200])
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        if self._beat is not None:
+            try:
+                leases.leave(self._beat, self.worker)
+            finally:
+                self._beat.close()
+
+    def users(self, done: set[str], embed_model: str) -> tuple[str, ...]:
+        """Claim up to `workers.batch_users` users with work that this pass has not done
+        yet and nobody else holds."""
+        with self.store.read() as conn:
+            waiting = [u for u in q.users_with_work(conn, space(embed_model))
+                       if u not in done]
+        keys = leases.claim(self.store, self.worker, [leases.user_key(u) for u in waiting],
+                            self.config.workers.batch_users, self.seconds)
+        claimed = tuple(k.removeprefix("user:") for k in keys)
+        for user in claimed:  # after the claim committed: the logged hold is inside the real
+            self.log.info("lease_claimed", user=user, worker=self.worker, at=time.time())
+        return claimed
+
+    def release(self, users: tuple[str, ...]) -> None:
+        for user in users:  # before the release commits, for the same reason
+            self.log.info("lease_released", user=user, worker=self.worker, at=time.time())
+        leases.release(self.store, self.worker, [leases.user_key(u) for u in users])
+
+    def agent(self) -> bool:
+        key = leases.agent_key(self.config.agent.id)
+        return bool(leases.claim(self.store, self.worker, [key], 1, self.seconds))
+
+    def release_agent(self) -> None:
+        leases.release(self.store, self.worker, [leases.agent_key(self.config.agent.id)])

@@ -1,0 +1,140 @@
+"""Leases: how many dreamd workers share one PostgreSQL store without a coordinator.
+
+A worker claims users with work for a while (`expires_at`, in the server's clock) with
+`FOR UPDATE SKIP LOCKED`, so two workers claiming at once never wait on each other and
+never take the same user; a heartbeat extends its unexpired leases; it releases them when
+it is done. A worker that dies (kill -9, a lost machine) stops extending them, and once
+they expire another worker takes its users and finishes the work. Every write a pass
+makes stays conditional on what it read, so a worker that stalls past its lease and wakes
+up again cannot write the same work twice. A lease is a row, not a session-level advisory
+lock: a pooler or a reconnect cannot drop it unseen.
+
+The agent's own work (reflect, over every user) is one more lease, keyed `agent:<id>`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from dreamd.store.postgres import PgStore
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS dreamd_leases (
+    key TEXT PRIMARY KEY,
+    worker TEXT,
+    expires_at TIMESTAMPTZ NOT NULL DEFAULT '-infinity',
+    claimed_at TIMESTAMPTZ,
+    claims BIGINT NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS dreamd_workers (
+    worker TEXT PRIMARY KEY,
+    host TEXT NOT NULL,
+    pid INTEGER NOT NULL,
+    started_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+    heartbeat_at TIMESTAMPTZ NOT NULL DEFAULT now())
+"""
+
+
+def user_key(user: str) -> str:
+    return f"user:{user}"
+
+
+def agent_key(agent: str) -> str:
+    return f"agent:{agent}"
+
+
+def new_worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def _tx(store: PgStore, sql: str, params: Any) -> list[tuple[Any, ...]]:
+    """One statement in a transaction of its own (not behind dreamd's write lock: a
+    claim must not wait for another worker's write)."""
+    with store.raw.transaction():
+        cur = store.raw.execute(sql, params)
+        return [tuple(r) for r in cur.fetchall()] if cur.description else []
+
+
+def claim(store: PgStore, worker: str, keys: list[str], limit: int, seconds: float
+          ) -> list[str]:
+    """Up to `limit` of `keys` that nobody holds (or whose lease ran out), now held by
+    `worker` for `seconds`; the longest unclaimed first."""
+    if not keys or limit <= 0:
+        return []
+    _tx(store, "INSERT INTO dreamd_leases (key) SELECT unnest(%s::text[]) "
+        "ON CONFLICT DO NOTHING", (keys,))
+    rows = _tx(store,
+               "WITH free AS (SELECT key FROM dreamd_leases WHERE key = ANY(%s) "
+               "AND expires_at < now() ORDER BY claimed_at NULLS FIRST, key LIMIT %s "
+               "FOR UPDATE SKIP LOCKED) "
+               "UPDATE dreamd_leases l SET worker = %s, claimed_at = now(), "
+               "expires_at = now() + make_interval(secs => %s), claims = l.claims + 1 "
+               "FROM free WHERE l.key = free.key RETURNING l.key",
+               (keys, limit, worker, seconds))
+    return sorted(str(r[0]) for r in rows)
+
+
+def release(store: PgStore, worker: str, keys: list[str]) -> None:
+    if keys:
+        _tx(store, "UPDATE dreamd_leases SET worker = NULL, expires_at = '-infinity' "
+            "WHERE key = ANY(%s) AND worker = %s", (keys, worker))
+
+
+def heartbeat(store: PgStore, worker: str, seconds: float) -> int:
+    """Extend `worker`'s unexpired leases and note it is alive; returns leases held. (A
+    lease that ran out stays out: another worker may hold it now.)"""
+    rows = _tx(store,
+               "WITH kept AS (UPDATE dreamd_leases SET expires_at = now() + "
+               "make_interval(secs => %s) WHERE worker = %s AND expires_at > now() "
+               "RETURNING 1) SELECT COUNT(*) FROM kept", (seconds, worker))
+    held = int(rows[0][0])
+    _tx(store, "INSERT INTO dreamd_workers (worker, host, pid) VALUES (%s, %s, %s) "
+        "ON CONFLICT (worker) DO UPDATE SET heartbeat_at = now()",
+        (worker, socket.gethostname(), os.getpid()))
+    return held
+
+
+def leave(store: PgStore, worker: str) -> None:
+    """A worker stopping: its leases and its row go."""
+    _tx(store, "UPDATE dreamd_leases SET worker = NULL, expires_at = '-infinity' "
+        "WHERE worker = %s", (worker,))
+    _tx(store, "DELETE FROM dreamd_workers WHERE worker = %s", (worker,))
+
+
+@dataclass(frozen=True)
+class WorkerRow:
+    host: str
+    pid: int
+    leases: int
+    heartbeat_age: float  # seconds since its last heartbeat
+    started_at: str
+
+
+def workers(store: PgStore, stale_after: float) -> list[WorkerRow]:
+    """Workers that sent a heartbeat within `stale_after` seconds, with the leases they
+    hold now."""
+    with store.read() as conn:
+        rows = conn.raw.execute(
+            "SELECT w.host, w.pid, (SELECT COUNT(*) FROM dreamd_leases l WHERE l.worker = "
+            "w.worker AND l.expires_at > now()), "
+            "EXTRACT(EPOCH FROM now() - w.heartbeat_at)::float8, w.started_at::text "
+            "FROM dreamd_workers w WHERE w.heartbeat_at > now() - make_interval(secs => %s) "
+            "ORDER BY w.host, w.pid", (stale_after,)).fetchall()
+    return [WorkerRow(str(r[0]), int(r[1]), int(r[2]), float(r[3]), str(r[4])) for r in rows]
+
+
+def end_orphaned_runs(store: PgStore, stale_after: float) -> int:
+    """Passes still marked running whose worker sent no heartbeat for `stale_after`
+    seconds: their process is gone. Marks them crashed; returns how many."""
+    rows = _tx(store,
+               "WITH gone AS (UPDATE dreamd_runs SET outcome = 'crashed', "
+               "error = 'dreamd (pid ' || pid || ') ended before the pass finished' "
+               "WHERE outcome = 'running' AND (worker IS NULL OR worker NOT IN "
+               "(SELECT worker FROM dreamd_workers WHERE heartbeat_at > now() - "
+               "make_interval(secs => %s))) RETURNING 1) SELECT COUNT(*) FROM gone",
+               (stale_after,))
+    _tx(store, "DELETE FROM dreamd_workers WHERE heartbeat_at < now() - interval '1 day'", ())
+    return int(rows[0][0])
