@@ -1,0 +1,112 @@
+"""Many dreamd workers on one PostgreSQL database: each user consolidated once per
+change, never by two workers at once, and a killed worker's users finished by others."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dreamd.config import Config, EmbedConfig
+from dreamd.memory.api import Memory
+from tests.engines import App
+from tests.helpers import dreamd_env
+
+ROOT = Path(__file__).resolve().parent.parent
+USERS = 500
+
+
+def populate(url: str, users: int = USERS) -> App:
+    Memory(url, config=Config(db=url, embed=EmbedConfig(backend="hashing"))).close()
+    app = App(url)
+    app.execute("BEGIN")
+    for n in range(users):
+        user, session = f"u{n:03d}", f"s{n:03d}"
+        app.execute("INSERT INTO sessions (id, name, created_at, user_id) VALUES (?, ?, ?, ?)",
+                    (session, session, "2024-03-01T10:00:00+00:00", user))
+        for i, text in enumerate((f"I adopted a cat called Mika{n} in Porto.",
+                                  "How is Mika settling in?",
+                                  f"I run {n % 40 + 5} kilometres every Sunday.",
+                                  "That is a good habit.")):
+            app.execute("INSERT INTO exchanges (session_id, role, content, created_at) "
+                        "VALUES (?, ?, ?, ?)", (session, "user" if i % 2 == 0 else
+                                                "assistant", text,
+                                                f"2024-03-01T10:0{i}:00+00:00"))
+    app.execute("COMMIT")
+    return app
+
+
+def workers(url: str, n: int, **env: str) -> list[subprocess.Popen[str]]:
+    extra = {"DREAMD_WORKERS__BATCH_USERS": "8", "DREAMD_WORKERS__LEASE_SECONDS": "30",
+             **env}
+    return [subprocess.Popen([sys.executable, "-m", "dreamd", "--db", url, "--force"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env=dreamd_env(**extra), cwd=ROOT) for _ in range(n)]
+
+
+def events(stderr: str) -> list[dict[str, Any]]:
+    out = []
+    for line in stderr.splitlines():
+        if line.startswith("{"):
+            out.append(json.loads(line))
+    return out
+
+
+def holds(logs: list[list[dict[str, Any]]]) -> dict[str, list[tuple[float, float, int]]]:
+    """user -> (claimed, released, worker index) of every lease the workers logged."""
+    out: dict[str, list[tuple[float, float, int]]] = defaultdict(list)
+    for w, log in enumerate(logs):
+        opened: dict[str, float] = {}
+        for e in log:
+            if e["event"] == "lease_claimed":
+                opened[e["user"]] = e["at"]
+            elif e["event"] == "lease_released":
+                out[e["user"]].append((opened.pop(e["user"]), e["at"], w))
+        assert not opened, f"worker {w} left leases unreleased: {sorted(opened)[:5]}"
+    return out
+
+
+@pytest.mark.parametrize("count", [2, 4])
+def test_workers_share_500_users_each_consolidated_once(pg_server: Any, count: int) -> None:
+    url = pg_server.new_database()
+    app = populate(url)
+    procs = workers(url, count)
+    logs = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=600)
+        assert proc.returncode == 0, err[-2000:]
+        logs.append(events(out))
+    # Every session's gist covers its last turn, row by row.
+    rows = app.rows("SELECT t.session_id, t.last_id, t.summarized_id, t.facts_id, "
+                    "s.last_exchange_id FROM dreamd_sessions t "
+                    "LEFT JOIN summaries s ON s.session_id = t.session_id")
+    assert len(rows) == USERS
+    assert all(r[1] == r[2] == r[3] == r[4] for r in rows), [r for r in rows
+                                                              if not r[1] == r[2] == r[4]][:3]
+    assert app.value("SELECT COUNT(*) FROM exchanges e WHERE NOT EXISTS (SELECT 1 FROM "
+                     "dreamd_exchange_vectors v WHERE v.exchange_id = e.id)") == 0
+    # Each piece of work was done once, whoever did it: summed over every worker's pass.
+    done: dict[str, int] = defaultdict(int)
+    for (jobs, outcome) in app.rows("SELECT jobs, outcome FROM dreamd_runs"):
+        assert outcome == "ok"
+        for job in json.loads(jobs):
+            done[job["job"]] += job["done"]
+    assert done["summarize"] == USERS and done["profile"] == USERS
+    assert done["eras"] == USERS and done["narrative"] == USERS
+    assert done["embed"] == 4 * USERS and done["facts"] == 4 * USERS
+    assert done["reflect"] == USERS  # the agent reflects on each user once
+    assert app.value("SELECT COUNT(*) FROM profile") == USERS
+    # No user was ever held by two workers at once, and every worker had a share.
+    leases = holds(logs)
+    assert set(leases) == {f"u{n:03d}" for n in range(USERS)}
+    for user, spans in leases.items():
+        spans.sort()
+        for (_, end, w1), (start, _, w2) in zip(spans, spans[1:], strict=False):
+            assert start >= end, f"{user} held by workers {w1} and {w2} at once"
+    assert all(any(e["event"] == "lease_claimed" for e in log) for log in logs)
+    app.close()
