@@ -1,9 +1,11 @@
 """A stand-in chat app, run as its own process: inserts turns at a steady rate.
 
-    python -m bench.chat_writer DB RATE STOPFILE REPORT
+    python -m bench.chat_writer DB RATE STOPFILE REPORT [USERS]
 
-Each turn is its own short transaction, as a chat server writes. It stops when STOPFILE
-exists, then writes a JSON report: ids inserted, lock errors seen, insert latencies.
+DB is a SQLite file or a PostgreSQL URL. Each turn is its own short transaction, as a
+chat server writes. With USERS, turns go round the users `w0`…, each into sessions of its
+own (the sessions row written first). It stops when STOPFILE exists, then writes a JSON
+report: ids inserted, errors seen, insert latencies.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 
-def main(db: str, rate: float, stop_file: str, report: str) -> None:
+def main(db: str, rate: float, stop_file: str, report: str, users: int = 0) -> None:
+    if db.startswith(("postgresql://", "postgres://")):
+        return write_pg(db, rate, stop_file, report, users)
     conn = sqlite3.connect(db, isolation_level=None, timeout=5)
     conn.execute("PRAGMA busy_timeout=5000")
     ids: list[int] = []
@@ -46,5 +50,45 @@ def main(db: str, rate: float, stop_file: str, report: str) -> None:
     Path(report).write_text(json.dumps({"ids": ids, "errors": locked, "latencies": latencies}))
 
 
+def write_pg(url: str, rate: float, stop_file: str, report: str, users: int) -> None:
+    import psycopg
+
+    conn = psycopg.connect(url, autocommit=True)
+    conn.execute("SET lock_timeout = '5s'")
+    ids: list[int] = []
+    errors: list[str] = []
+    latencies: list[float] = []
+    interval = 1.0 / rate
+    next_at = time.monotonic()
+    n = 0
+    while not Path(stop_file).exists():
+        user = n % users if users else 0
+        session = f"live-w{user}-{n // (40 * max(users, 1))}"
+        now = datetime.now(UTC).isoformat()
+        started = time.perf_counter()
+        try:
+            with conn.transaction():
+                if users and n // max(users, 1) % 40 == 0:
+                    conn.execute("INSERT INTO sessions (id, name, created_at, user_id) "
+                                 "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                                 (session, session, now, f"w{user}"))
+                row = conn.execute(
+                    "INSERT INTO exchanges (session_id, role, content, created_at) "
+                    "VALUES (%s, %s, %s, %s) RETURNING id",
+                    (session, "user" if n % 2 == 0 else "assistant",
+                     f"live turn {n}: I walked to the harbour with Mika", now)).fetchone()
+            assert row is not None
+            ids.append(int(row[0]))
+        except psycopg.Error as exc:
+            errors.append(str(exc).strip()[:200])
+        latencies.append(time.perf_counter() - started)
+        n += 1
+        next_at += interval
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    conn.close()
+    Path(report).write_text(json.dumps({"ids": ids, "errors": errors, "latencies": latencies}))
+
+
 if __name__ == "__main__":
-    main(sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4])
+    main(sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4],
+         int(sys.argv[5]) if len(sys.argv) > 5 else 0)

@@ -254,11 +254,11 @@ def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Logger, share:
     stats = read_backlog(ctx.store, ctx.config, ctx.now(), ctx.embedder.model, ctx.horizon,
                          ctx.scope)
     decision = drv.decide_job(job, stats, previous, ctx.config, ctx.now(), force=ctx.force)
-    if ctx.due is not None and name in ctx.due and not decision.due:
-        # A worker's batch: a job due on every user's backlog at the start of the pass
-        # runs for the batch's users that have work for it.
-        if ctx.due[name].due and job.work(stats, ctx.force, ctx.config)[0]:
-            decision = ctx.due[name]
+    # A worker's batch: a job due on every user's backlog at the start of the pass runs
+    # for the batch's users that have work for it.
+    if (ctx.due is not None and name in ctx.due and not decision.due and ctx.due[name].due
+            and job.work(stats, ctx.force, ctx.config)[0]):
+        decision = ctx.due[name]
     if not decision.due:
         return JobResult(name, False, decision.reason)
     started = time.monotonic()

@@ -210,6 +210,7 @@ class PgStore:
         """Look again at which turns are final; with `wait`, keep looking (up to that many
         seconds) until every turn committed before the call is settled."""
         deadline = time.monotonic() + wait
+        target: int | None = None
         while True:
             row = self.raw.execute(
                 "SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint, "
@@ -217,8 +218,9 @@ class PgStore:
                 "FROM pg_current_snapshot() AS s").fetchone()
             assert row is not None
             xmin, xmax, top = int(row[0]), int(row[1]), int(row[2])
+            target = top if target is None else target  # what was committed at the call
             newest = self.settled.see(top, xmin, xmax, time.monotonic())
-            if not self.settled.waiting or time.monotonic() >= deadline:
+            if newest >= target or time.monotonic() >= deadline:
                 return newest
             time.sleep(0.02)
 
