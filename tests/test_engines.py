@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from dreamd.backends.factory import make_backends
 from dreamd.config import Config, EmbedConfig, StoreConfig
@@ -159,8 +160,8 @@ def test_the_command_line_dreams_and_reports_on_either_engine(target: str) -> No
     app.close()
 
 
-def test_a_schema_of_the_app_s_choosing(pg_server: object) -> None:
-    url = pg_server.new_database()  # type: ignore[attr-defined]
+def test_a_schema_of_the_app_s_choosing(pg_server: Any) -> None:
+    url = pg_server.new_database()
     app = App(url)
     app.execute("CREATE SCHEMA chat")
     config = dataclasses.replace(config_of(url), store=StoreConfig(schema="chat"))
@@ -240,3 +241,37 @@ def test_no_schema_and_no_right_to_create_it_writes_nothing(pg_server: object) -
     # Read-only commands say dreamd has not run there, and write nothing either.
     status = _dreamd(reader, "status")
     assert status.returncode == 2 and "Traceback" not in status.stderr, status.stderr
+
+
+def test_new_turns_wake_a_worker_through_notify(pg_server: Any) -> None:
+    """On PostgreSQL the daemon looks for new turns itself only every 30 s: the app's
+    INSERT, through the trigger's NOTIFY, brings the next pass within seconds."""
+    import signal
+    import time
+
+    url = pg_server.new_database()
+    memory, app = opened(url)
+    two_users(memory, app)
+    memory.close()
+    proc = subprocess.Popen([sys.executable, "-m", "dreamd", "--db", url],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=dreamd_env(DREAMD_SCHEDULE__WAKE_ON_TURNS_SECONDS="1"),
+                            cwd=ROOT)
+    runs = "SELECT COUNT(*) FROM dreamd_runs WHERE ended_at IS NOT NULL"
+    try:
+        deadline = time.monotonic() + 60
+        while app.value(runs) < 1 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert app.value(runs) == 1
+        time.sleep(2)
+        assert app.value("SELECT COUNT(*) FROM dreamd_runs") == 1  # nothing new: asleep
+        app.say("ana-1", [("user", "We adopted a puppy called Nora today.")])
+        noticed = time.monotonic()
+        while app.value(runs) < 2 and time.monotonic() - noticed < 25:
+            time.sleep(0.1)
+        assert app.value(runs) == 2 and time.monotonic() - noticed < 10
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+        app.close()
+    assert proc.returncode == 0 and "listen_failed" not in out

@@ -32,7 +32,7 @@ from dreamd.store import queries as q
 from dreamd.store.interface import ENGINE_ERRORS
 from dreamd.store.leases import end_orphaned_runs
 from dreamd.store.opening import check_sqlite, ensure_directory, open_brief, open_store
-from dreamd.store.postgres import PgStore
+from dreamd.store.postgres import PgStore, listen_for_turns
 
 
 class Flags:
@@ -289,14 +289,17 @@ class Daemon:
                       min_interval=self.config.schedule.min_interval_seconds,
                       max_interval=self.config.schedule.max_interval_seconds)
         watchdog = self.start_watchdog()
+        look_every = self.start_listening()
         try:
             while not self.runner.flags.stop.is_set():
-                self.runner.flags.wake.wait(1.0)
+                self.runner.flags.wake.wait(look_every)
                 self.runner.flags.wake.clear()
                 if self.runner.flags.reload.is_set():
                     self.runner.flags.reload.clear()
                     self.reload()
                 self.watch_turns()
+                if look_every > 1.0:  # woken by the app's NOTIFY: at most a look a second
+                    self.runner.flags.stop.wait(1.0)
             notifier.stopping()
             self.log.info("stopping", reason="signal")
             self.scheduler.shutdown(wait=True)  # the running pass stops between items
@@ -308,6 +311,21 @@ class Daemon:
         if lingering_threads():
             exit_now(EXIT_OK)  # abandoned calls: their threads are not waited for
         return EXIT_OK
+
+    def start_listening(self) -> float:
+        """On PostgreSQL, new turns wake the daemon through LISTEN/NOTIFY, and it looks
+        for them itself only every 30 s; on SQLite it looks every second."""
+        url = self.config.store_url
+        if url is None:
+            return 1.0
+        stop = self.runner.flags.stop
+        threading.Thread(
+            target=listen_for_turns, name="dreamd-listen", daemon=True,
+            args=(url, self.runner.flags.wake, stop,
+                  lambda error: self.log.warning("listen_failed", error=error,
+                                                 detail="looking every 30 s meanwhile")),
+        ).start()
+        return 30.0
 
     def watch_turns(self) -> None:
         """New turns since the last pass sensed its backlog bring the next pass forward

@@ -328,3 +328,21 @@ def error_classes() -> Sequence[type[Exception]]:
     except ImportError:
         return ()
     return (psycopg.Error,)
+
+
+def listen_for_turns(url: str, wake: Any, stop: Any, on_error: Any) -> None:
+    """Until `stop` is set: LISTEN on the channel the migration's trigger NOTIFYs when the
+    app inserts turns, and set `wake` on each notification. A lost connection is opened
+    again after a pause (the daemon's periodic look is the safety net meanwhile)."""
+    psycopg = _psycopg()
+    while not stop.is_set():
+        try:
+            with psycopg.connect(url, autocommit=True, connect_timeout=10,
+                                 application_name="dreamd-listen") as conn:
+                conn.execute(f"LISTEN {CHANNEL}")
+                while not stop.is_set():
+                    for _ in conn.notifies(timeout=1.0, stop_after=1):
+                        wake.set()
+        except psycopg.Error as exc:
+            on_error(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+            stop.wait(5.0)

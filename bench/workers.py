@@ -1,0 +1,142 @@
+"""Workers on PostgreSQL, side by side in one run (needs the PostgreSQL server binaries):
+
+    python -m bench.workers [TURNS] [USERS]
+
+- first pass over TURNS turns (default 100k) of USERS users (default 500) with the
+  embedded default: SQLite with one dreamd, PostgreSQL with one worker and with two;
+- the app's INSERT p99 on PostgreSQL alone and during a two-worker pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.generate import generate
+from tests.pg import PgServer
+
+OUT = Path(__file__).resolve().parent / "out"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def env(**extra: str) -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if not k.startswith("DREAMD_")}
+    out.update({"DREAMD_LOG__FORMAT": "json", "PYTHONPATH": str(ROOT)}, **extra)
+    return out
+
+
+def copy_into(source: Path, url: str) -> None:
+    """The generated chat history into a PostgreSQL database, as the app would have it."""
+    import psycopg
+
+    from dreamd.config import Config
+    from dreamd.memory.api import Memory
+
+    Memory(url, config=Config(db=url)).close()  # dreamd's tables, with the app's
+    lite = sqlite3.connect(source)
+    with psycopg.connect(url) as conn:
+        with conn.cursor().copy("COPY sessions (id, name, created_at, user_id) FROM STDIN") as cp:
+            for row in lite.execute("SELECT id, name, created_at, "
+                                    "COALESCE(user_id, 'default') FROM sessions"):
+                cp.write_row(row)
+        with conn.cursor().copy("COPY exchanges (id, session_id, role, content, created_at) "
+                                "FROM STDIN") as cp:
+            for row in lite.execute("SELECT id, session_id, role, content, created_at "
+                                    "FROM exchanges ORDER BY id"):
+                cp.write_row(row)
+        conn.execute("SELECT setval(pg_get_serial_sequence('exchanges', 'id'), "
+                     "(SELECT MAX(id) FROM exchanges))")
+    lite.close()
+
+
+def passes(db: str, workers: int, **extra: str) -> float:
+    """Wall seconds until `workers` dreamd processes, started together, have all exited."""
+    started = time.perf_counter()
+    procs = [subprocess.Popen([sys.executable, "-m", "dreamd", "--db", db, "--force"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                              env=env(**extra), cwd=ROOT) for _ in range(workers)]
+    for proc in procs:
+        _, err = proc.communicate()
+        if proc.returncode != 0:
+            raise SystemExit(err[-2000:])
+    return time.perf_counter() - started
+
+
+def caught_up(url: str) -> bool:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT COUNT(*) FROM dreamd_sessions WHERE last_id > summarized_id "
+                           "OR last_id > facts_id").fetchone()
+    return row is not None and row[0] == 0
+
+
+def insert_p99(url: str, seconds: float, during: Any = None) -> tuple[float, int]:
+    """The app's INSERT latency p99 (ms) at 100 turns/s for `seconds`, optionally while
+    `during()` runs."""
+    stop = Path(tempfile.mkdtemp()) / "stop"
+    report = stop.with_name("report.json")
+    writer = subprocess.Popen([sys.executable, "-m", "bench.chat_writer", url, "100",
+                               str(stop), str(report), "50"], cwd=ROOT, env=env())
+    if during is not None:
+        during()
+    else:
+        time.sleep(seconds)
+    stop.touch()
+    writer.wait()
+    data = json.loads(report.read_text())
+    lat = sorted(data["latencies"])
+    return lat[int(0.99 * (len(lat) - 1))] * 1000, len(data["errors"])
+
+
+def main() -> None:
+    turns = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
+    users = int(sys.argv[2]) if len(sys.argv) > 2 else 500
+    OUT.mkdir(exist_ok=True)
+    source = OUT / f"workers-{turns}.db"
+    generate(source, turns, turns // 50, users=users, months=6)
+    server = PgServer()
+    try:
+        one, two = server.new_database(), server.new_database()
+        copy_into(source, one)
+        copy_into(source, two)
+        lite = OUT / f"workers-{turns}-sqlite.db"
+        lite.write_bytes(source.read_bytes())
+        sqlite_s = passes(str(lite), 1)
+        one_s = passes(one, 1)
+        two_s = passes(two, 2)
+        assert caught_up(one) and caught_up(two)
+        print(f"workers: first pass over {turns:,} turns / {users} users, embedded default: "
+              f"PostgreSQL 1 worker {one_s:.1f} s, 2 workers {two_s:.1f} s -> "
+              f"{one_s / two_s:.2f}x; SQLite 1 dreamd {sqlite_s:.1f} s "
+              f"(PostgreSQL / SQLite {one_s / sqlite_s:.2f}x)")
+        # The local model uses every core it may in one process; one thread each shows how
+        # the work itself divides between workers.
+        one, two = server.new_database(), server.new_database()
+        copy_into(source, one)
+        copy_into(source, two)
+        one_s = passes(one, 1, DREAMD_EMBED__THREADS="1")
+        two_s = passes(two, 2, DREAMD_EMBED__THREADS="1")
+        assert caught_up(one) and caught_up(two)
+        print(f"workers: the same, one model thread per process: 1 worker {one_s:.1f} s, "
+              f"2 workers {two_s:.1f} s -> {one_s / two_s:.2f}x")
+        third = server.new_database()
+        copy_into(source, third)
+        alone, errors_alone = insert_p99(third, 30)
+        during, errors_during = insert_p99(third, 0, lambda: passes(third, 2))
+        print(f"workers: app INSERT p99 at 100 turns/s on PostgreSQL: alone {alone:.2f} ms, "
+              f"during a 2-worker pass {during:.2f} ms ({during / alone:.2f}x); "
+              f"errors {errors_alone} / {errors_during}")
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
