@@ -265,6 +265,10 @@ def test_new_turns_wake_a_worker_through_notify(pg_server: Any) -> None:
         assert app.value(runs) == 1
         time.sleep(2)
         assert app.value("SELECT COUNT(*) FROM dreamd_runs") == 1  # nothing new: asleep
+        status = subprocess.run([sys.executable, "-m", "dreamd", "--db", url, "status"],
+                                capture_output=True, text=True, env=dreamd_env(), cwd=ROOT,
+                                timeout=60)
+        assert "1 worker: " in status.stdout and f"pid {proc.pid} (0 leases" in status.stdout
         app.say("ana-1", [("user", "We adopted a puppy called Nora today.")])
         noticed = time.monotonic()
         while app.value(runs) < 2 and time.monotonic() - noticed < 25:

@@ -24,8 +24,12 @@ def render_status(data: dict[str, Any]) -> str:
             running += f"; next pass due {daemon['next_pass_at']} (sooner on new turns)"
     elif "sqlite" in data:
         running = "no dreamd is running on this file"
+    elif data.get("workers"):
+        running = f"{_n(len(data['workers']), 'worker')}: " + ", ".join(
+            f"{w['host']} pid {w['pid']} ({_n(w['leases'], 'lease')}, heartbeat "
+            f"{w['heartbeat_age']:.0f} s ago)" for w in data["workers"])
     else:
-        running = "workers on PostgreSQL are not listed here yet"
+        running = "no worker has sent a heartbeat lately"
     if "sqlite" in data:
         where = f"memory file  {data['db']}"
         engine = f"sqlite       {data['sqlite']['version']}" + (
@@ -50,6 +54,12 @@ def render_status(data: dict[str, Any]) -> str:
         f"narrative {'stale' if b['narrative_stale'] else 'current'}, "
         f"{_n(b['turns_since_reflection'], 'turn')} since the last reflection",
     ]
+    waiting = data.get("users_waiting") or {}
+    if waiting.get("users"):
+        shown = ", ".join(f"{m['user']} {_n(m['turns'], 'turn')}" for m in waiting["most"])
+        more = waiting["users"] - len(waiting["most"])
+        out.append(f"users        {_n(waiting['users'], 'user')} with turns not in a gist: "
+                   f"{shown}" + (f" and {more} more" if more > 0 else ""))
     if data.get("forget"):
         f = data["forget"]
         out.append(f"forget       unfinished for user {f['user']!r}: {f['sessions_left']} of "

@@ -15,6 +15,8 @@ from dreamd.runtime.lock import holder_of
 from dreamd.store import queries as q
 from dreamd.store.erasure import pending as pending_forget
 from dreamd.store.interface import Store
+from dreamd.store.leases import workers as lease_workers
+from dreamd.store.postgres import PgStore
 
 
 def status(store: Store, config: Config, embed_model: str, now: datetime,
@@ -27,11 +29,18 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
         fails = q.failures(conn)
         forget = pending_forget(conn)
         next_pass = q.get_state(conn, "next_pass_at")
+        waiting, most = q.backlog_by_user(conn)
     holder = holder_of(Path(store.where)) if store.engine == "sqlite" else None
+    workers = ([w.__dict__ for w in lease_workers(store, 3 * config.workers.lease_seconds)]
+               if isinstance(store, PgStore) else None)
     return {
         "db": store.where,
         store.engine: store.facts(),
         "daemon": {"pid": holder, "next_pass_at": next_pass if holder else None},
+        "workers": workers,
+        "users_waiting": {"users": waiting,
+                          "most": [{"user": u, "sessions": s, "turns": t}
+                                   for u, s, t in most]},
         "backends": backends(config, embed_model),
         "llm": llm_state(recent[0] if recent else None) if config.completer.backend == "openai"
         else "none: the extractive backend works offline",

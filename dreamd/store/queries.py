@@ -102,6 +102,7 @@ from dreamd.store.turns import (  # noqa: F401
     add_turns,
     app_embeds_turns,
     apply_tally,
+    backlog_by_user,
     count_exchanges_after,
     count_sessions,
     count_user_turns_after,

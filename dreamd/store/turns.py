@@ -167,6 +167,15 @@ def dirty_totals(conn: Conn, ripe_after: int, idle_before: str,
     return DirtyTotals(*(int(v) for v in row))
 
 
+def backlog_by_user(conn: Conn, limit: int = 10) -> tuple[int, list[tuple[str, int, int]]]:
+    """Users with turns not yet in a gist, from the tally's partial index: how many, and
+    the `limit` with the most such turns as (user, sessions, turns)."""
+    rows = conn.execute(
+        "SELECT user_id, COUNT(*), SUM(turns - summarized_turns) FROM dreamd_sessions "
+        "WHERE last_id > summarized_id GROUP BY user_id ORDER BY 3 DESC, 1").fetchall()
+    return len(rows), [(str(r[0]), int(r[1]), int(r[2])) for r in rows[:limit]]
+
+
 def count_sessions(conn: Conn, user_id: str | None = None) -> int:
     """Sessions in the tally: one user's, or everyone's."""
     if user_id is None:
