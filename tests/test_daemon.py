@@ -183,12 +183,16 @@ def test_notify_ready_status_watchdog_and_a_stuck_pass(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None,
                     reason="systemd-analyze is not installed on this machine")
-def test_unit_file_verifies_silently_and_is_hardened(tmp_path: Path) -> None:
-    """The shipped unit, with ExecStart pointed at this checkout's dreamd (verify checks
-    that the binary exists), verifies with no output and has an exposure of at most 2.0."""
-    unit = (ROOT / "systemd" / "dreamd.service").read_text()
+@pytest.mark.parametrize(("shipped", "instance"), [("dreamd.service", "dreamd.service"),
+                                                   ("dreamd@.service", "dreamd@1.service")])
+def test_unit_file_verifies_silently_and_is_hardened(tmp_path: Path, shipped: str,
+                                                     instance: str) -> None:
+    """The shipped units (one dreamd on a file; a worker instance on PostgreSQL), with
+    ExecStart pointed at this checkout's dreamd (verify checks that the binary exists),
+    verify with no output and have an exposure of at most 2.0."""
+    unit = (ROOT / "systemd" / shipped).read_text()
     dreamd_bin = shutil.which("dreamd") or str(Path(sys.executable).parent / "dreamd")
-    local = tmp_path / "dreamd.service"
+    local = tmp_path / instance
     local.write_text(unit.replace("/opt/dreamd/.venv/bin/dreamd", dreamd_bin))
     verify = subprocess.run(["systemd-analyze", "verify", "--man=no", str(local)],
                             capture_output=True, text=True)

@@ -111,7 +111,7 @@ def test_forget_erases_a_user_and_leaves_the_other(target: str) -> None:
     two_users(memory, app)
     dream(memory)
     ana_turns = [r[0] for r in app.rows("SELECT id FROM exchanges WHERE session_id = 'ana-1'")]
-    memory.forget("ana")
+    memory.forget("ana", vacuum=True)
     assert app.value("SELECT COUNT(*) FROM exchanges WHERE session_id = 'ana-1'") == 0
     assert app.value("SELECT COUNT(*) FROM facts WHERE user_id = 'ana'") == 0
     assert app.value("SELECT COUNT(*) FROM summaries WHERE user_id = 'ana'") == 0
