@@ -279,3 +279,21 @@ def test_new_turns_wake_a_worker_through_notify(pg_server: Any) -> None:
         out, _ = proc.communicate(timeout=60)
         app.close()
     assert proc.returncode == 0 and "listen_failed" not in out
+
+
+def test_a_session_the_app_moves_to_another_user_follows(target: str) -> None:
+    """The app files a session under another user in place: the next pass moves it (the
+    owner check looks only at the sessions rows the app added or moved)."""
+    memory, app = opened(target)
+    two_users(memory, app)
+    dream(memory)
+    app.execute("UPDATE sessions SET user_id = 'cy' WHERE id = 'bo-1'")
+    dream(memory)
+    assert app.value("SELECT user_id FROM dreamd_sessions WHERE session_id = 'bo-1'") == "cy"
+    assert app.value("SELECT user_id FROM summaries WHERE session_id = 'bo-1'") == "cy"
+    assert app.value("SELECT COUNT(*) FROM profile WHERE user_id = 'bo'") == 0
+    assert app.value("SELECT COUNT(*) FROM dreamd_owner_queue") == 0
+    assert memory.recall("saxophone", users=["bo"]) == []
+    assert {h.session_id for h in memory.recall("saxophone", users=["cy"])} == {"bo-1"}
+    memory.close()
+    app.close()

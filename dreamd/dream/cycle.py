@@ -124,6 +124,7 @@ def run_pass(
         drives_before = drv.levels(stats_before, config, now)
         if claims is None:
             results = run_rounds(ctx, jobs, previous, log)
+            settle_queue(ctx, None)
         else:
             results = run_claimed(ctx, jobs, previous, log, claims, stats_before)
         stats_after = read_backlog(store, config, clock(), embedder.model, ctx.horizon)
@@ -176,6 +177,7 @@ def run_claimed(ctx: JobContext, jobs: Registry, previous: Drives, log: Logger,
             try:
                 for r in run_rounds(ctx, per_user, previous, log):
                     results[r.job] = merged(results[r.job], r) if r.job in results else r
+                settle_queue(ctx, list(batch))
             finally:
                 ctx.users = None
                 claims.release(batch)
@@ -192,6 +194,13 @@ def run_claimed(ctx: JobContext, jobs: Registry, previous: Drives, log: Logger,
                                                if not due[job.name].due else
                                                "another worker holds its users")
             for job in jobs]
+
+
+def settle_queue(ctx: JobContext, users: list[str] | None) -> None:
+    """Users whose tiers are now all current leave the queue sensing reads."""
+    if not ctx.invalidated and not ctx.stopped():
+        with ctx.store.write() as conn:
+            q.settle_tier_queue(conn, users)
 
 
 # Jobs over every user's memory at once: they run under the agent's lease.

@@ -22,16 +22,20 @@ def sync_owners(store: Store, agent_id: str, chunk: int = 500) -> int:
     under someone else — its turns came before its sessions row, or the app moved it
     (re-inserted the row or updated `user_id` in place) — the session moves to the
     owner the app names, and what the other user's memory built from it is dropped.
-    One indexed comparison of the two tables (~16 ms at 20,000 sessions). Returns
-    sessions moved."""
+    Only the sessions rows the app added or moved since the last look are compared (a
+    trigger on `sessions` queues them), `chunk` to a short write. Returns sessions moved."""
     with store.read() as conn:
-        changes = q.owner_changes(conn)
+        if not q.owner_changes(conn, 1)[1]:
+            return 0  # nothing queued: an idle pass writes nothing
     moved = 0
-    for start in range(0, len(changes), chunk):
+    while True:
         with store.write() as conn:
-            for session_id, user_id in changes[start : start + chunk]:
+            changes, looked = q.owner_changes(conn, chunk)
+            for session_id, user_id in changes:
                 moved += q.rehome_session(conn, session_id, user_id, agent_id)
-    return moved
+            q.unqueue_owners(conn, looked)
+        if len(looked) < chunk:
+            return moved
 
 
 def with_unfolded(totals: q.DirtyTotals, tally: dict[str, q.TallyRow],
@@ -90,7 +94,7 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
             dirty, new_sessions = with_unfolded(dirty, tally, groups, config.summarize.after,
                                                 idle_before)
         newer_than_profile = stale = narratives = 0
-        for user in q.users_with_gists(conn):
+        for user in q.tier_queue(conn):
             newer_than_profile += q.gists_past_profile(conn, user)
             stale += len(q.stale_months(conn, user))
             narratives += q.narrative_stale(conn, user)
@@ -129,12 +133,10 @@ def scoped_backlog(store: Store, config: Config, now: datetime, embed_model: str
         limit = max_id if upto is None else min(max_id, upto)
         dirty = q.dirty_totals(conn, config.summarize.after, idle_before, users)
         newer_than_profile = stale = narratives = 0
-        with_gists = set(q.users_with_gists(conn))
-        for user in users:
-            if user in with_gists:
-                newer_than_profile += q.gists_past_profile(conn, user)
-                stale += len(q.stale_months(conn, user))
-                narratives += q.narrative_stale(conn, user)
+        for user in q.tier_queue(conn, users):
+            newer_than_profile += q.gists_past_profile(conn, user)
+            stale += len(q.stale_months(conn, user))
+            narratives += q.narrative_stale(conn, user)
         marks = q.reflection_marks(conn, config.agent.id)
         return BacklogStats(
             sessions=sum(q.count_sessions(conn, user) for user in users),

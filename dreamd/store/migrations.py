@@ -309,6 +309,24 @@ def _facts_per_session(conn: sqlite3.Connection) -> None:
                  "WHERE last_id > facts_id")
 
 
+def _queues(conn: sqlite3.Connection) -> None:
+    """What changed, queued where it happens, so sensing and the owner check cost what
+    changed rather than what the file holds: users whose tiers may be behind their gists
+    (dreamd queues them with the gist), and sessions rows the app added or moved (a
+    trigger on `sessions` queues them, inside the app's own INSERT or UPDATE)."""
+    conn.execute("CREATE TABLE dreamd_tier_queue (user_id TEXT PRIMARY KEY)")
+    conn.execute("INSERT INTO dreamd_tier_queue SELECT DISTINCT user_id FROM summaries")
+    conn.execute("CREATE TABLE dreamd_owner_queue (session_id TEXT PRIMARY KEY, "
+                 "n INTEGER NOT NULL DEFAULT 0)")
+    for name, event in (("dreamd_sessions_added", "INSERT"),
+                        ("dreamd_sessions_moved", "UPDATE OF user_id")):
+        conn.execute(f"CREATE TRIGGER {name} AFTER {event} ON sessions BEGIN "
+                     "INSERT OR IGNORE INTO dreamd_owner_queue (session_id) VALUES (NEW.id); "
+                     "END")
+    conn.execute("INSERT INTO dreamd_owner_queue (session_id) SELECT s.id FROM sessions s "
+                 "JOIN dreamd_sessions d ON d.session_id = s.id WHERE d.user_id != s.user_id")
+
+
 MIGRATIONS = (
     Migration(1, "core tables (prior-art layout)", _core),
     Migration(2, "dreamd bookkeeping, tally, vectors, runs", _dreamd_base),
@@ -319,6 +337,7 @@ MIGRATIONS = (
     Migration(7, "words index of turn keys with their neighbours", _keyed_words),
     Migration(8, "facts about people, with their sources", _facts),
     Migration(9, "facts read per session", _facts_per_session),
+    Migration(10, "queues of what changed: users' tiers, sessions' owners", _queues),
 )
 
 

@@ -143,11 +143,5 @@ def users_with_work(conn: Conn, model: str) -> list[str]:
     found = {str(r[0]) for r in conn.execute(
         "SELECT DISTINCT user_id FROM dreamd_sessions WHERE last_id > summarized_id "
         "OR last_id > facts_id OR last_id > ? OR last_id > ?", (embedded, words))}
-    from dreamd.store.tiers import gists_past_profile, narrative_stale, stale_months
-
-    rows = conn.execute("SELECT DISTINCT user_id FROM summaries").fetchall()
-    for (user,) in rows:
-        if user not in found and (gists_past_profile(conn, user) or stale_months(conn, user)
-                                  or narrative_stale(conn, user)):
-            found.add(str(user))
+    found |= {str(r[0]) for r in conn.execute("SELECT user_id FROM dreamd_tier_queue")}
     return sorted(found)

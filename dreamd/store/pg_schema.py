@@ -12,10 +12,10 @@ from datetime import UTC, datetime
 
 from dreamd.errors import NotMigrated, StoreError
 from dreamd.store.leases import SCHEMA as LEASES
-from dreamd.store.postgres import CHANNEL, PgConn, PgStore
+from dreamd.store.postgres import CHANNEL, PgConn, PgStore, quoted_name
 
-# The version the schema below stands for: migrations 1 to 9 of the SQLite file.
-VERSION = 9
+# The version the schema below stands for: migrations 1 to 10 of the SQLite file.
+VERSION = 10
 
 CORE_TABLES = """
 CREATE TABLE IF NOT EXISTS exchanges (
@@ -132,6 +132,28 @@ CREATE TRIGGER dreamd_turns_notify AFTER INSERT ON exchanges
 """
 
 
+# What changed, queued where it happens (see migration 10 of the SQLite file). The
+# trigger's function names its table with the schema: the app's connection may have
+# another search_path, and its INSERT must never fail on dreamd's account.
+_QUEUES = """
+CREATE TABLE dreamd_tier_queue (user_id TEXT PRIMARY KEY);
+CREATE TABLE dreamd_owner_queue (session_id TEXT PRIMARY KEY, n BIGINT NOT NULL DEFAULT 0);
+CREATE OR REPLACE FUNCTION dreamd_queue_owner() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN INSERT INTO {schema}.dreamd_owner_queue AS q (session_id) VALUES (NEW.id)
+ON CONFLICT (session_id) DO UPDATE SET n = q.n + 1; RETURN NULL; END $$;
+CREATE TRIGGER dreamd_sessions_added AFTER INSERT ON sessions
+    FOR EACH ROW EXECUTE FUNCTION dreamd_queue_owner();
+CREATE TRIGGER dreamd_sessions_moved AFTER UPDATE OF user_id ON sessions
+    FOR EACH ROW EXECUTE FUNCTION dreamd_queue_owner();
+INSERT INTO dreamd_owner_queue (session_id) SELECT s.id FROM sessions s
+    JOIN dreamd_sessions d ON d.session_id = s.id WHERE d.user_id != s.user_id
+"""
+
+# Steps from one version of the schema to the next, for databases set up by an older
+# dreamd (none yet: the first release with PostgreSQL creates version 10 at once).
+UPGRADES: dict[int, str] = {}
+
+
 def _statements(script: str) -> list[str]:
     out: list[str] = []
     for part in script.split(";\n"):
@@ -170,17 +192,27 @@ def migrate(store: PgStore) -> list[int]:
             "CREATE TABLE IF NOT EXISTS dreamd_migrations (version INTEGER PRIMARY KEY, "
             "name TEXT NOT NULL, applied_at TEXT NOT NULL)")
         applied = {int(r[0]) for r in conn.raw.execute("SELECT version FROM dreamd_migrations")}
-        if applied:
-            _check_known(store, applied)
-            return []
-        for statement in _statements(CORE_TABLES) + _statements(_CORE_COLUMNS):
-            conn.raw.execute(statement)
-        _eras_keyed_by_user(conn)
-        for statement in _statements(_DREAMD_TABLES) + _statements(LEASES):
-            conn.raw.execute(statement)
         now = datetime.now(UTC).isoformat()
         from dreamd.store.migrations import MIGRATIONS
 
+        names = {m.version: m.name for m in MIGRATIONS}
+        if applied:
+            _check_known(store, applied)
+            done = []
+            for version in range(max(applied) + 1, VERSION + 1):
+                for statement in _statements(UPGRADES[version].format(
+                        schema=quoted_name(store.schema))):
+                    conn.raw.execute(statement)
+                conn.raw.execute("INSERT INTO dreamd_migrations (version, name, applied_at) "
+                                 "VALUES (%s, %s, %s)", (version, names[version], now))
+                done.append(version)
+            return done
+        for statement in _statements(CORE_TABLES) + _statements(_CORE_COLUMNS):
+            conn.raw.execute(statement)
+        _eras_keyed_by_user(conn)
+        for statement in (_statements(_DREAMD_TABLES) + _statements(LEASES)
+                          + _statements(_QUEUES.format(schema=quoted_name(store.schema)))):
+            conn.raw.execute(statement)
         for migration in MIGRATIONS:
             conn.raw.execute("INSERT INTO dreamd_migrations (version, name, applied_at) "
                              "VALUES (%s, %s, %s)", (migration.version, migration.name, now))

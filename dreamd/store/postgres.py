@@ -294,14 +294,14 @@ def connect(url: str, schema: str = "public", busy_timeout_ms: int = 5000,
     try:
         raw.execute("SELECT set_config('search_path', %s, false), "
                     "set_config('lock_timeout', %s, false)",
-                    (_quoted(schema), f"{int(busy_timeout_ms)}ms"))
+                    (quoted_name(schema), f"{int(busy_timeout_ms)}ms"))
     except psycopg.Error as exc:
         raw.close()
         raise StoreError(f"{shown(url)}: {exc}".strip()) from None
     return PgStore(raw, url, schema, read_only=read_only)
 
 
-def _quoted(schema: str) -> str:
+def quoted_name(schema: str) -> str:
     return '"' + schema.replace('"', '""') + '"'
 
 

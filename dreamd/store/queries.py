@@ -76,6 +76,7 @@ from dreamd.store.tiers import (  # noqa: F401
     narrative_stale,
     owner_changes,
     profile_row,
+    queue_tiers,
     reflection_marks,
     rehome_session,
     save_era,
@@ -85,11 +86,14 @@ from dreamd.store.tiers import (  # noqa: F401
     save_reflection_marks,
     save_self_state,
     self_state,
+    settle_tier_queue,
     stale_months,
     summary_row,
     tier_inputs,
+    tier_queue,
     tier_sources,
     tiers_present,
+    unqueue_owners,
     users_with_gists,
 )
 from dreamd.store.turns import (  # noqa: F401

@@ -67,7 +67,38 @@ def save_gist(
     )
     if vector is not None:
         put_vector(conn, model, "summary", session.session_id, vector)
+    queue_tiers(conn, session.user_id)
     return True
+
+
+def queue_tiers(conn: Conn, user_id: str) -> None:
+    """The user's profile, eras or narrative may now be behind their gists: sensing and
+    the tier jobs look at queued users only, so their cost follows what changed."""
+    conn.execute("INSERT INTO dreamd_tier_queue (user_id) VALUES (?) ON CONFLICT DO NOTHING",
+                 (user_id,))
+
+
+def tier_queue(conn: Conn, users: list[str] | None = None) -> list[str]:
+    """Queued users (of `users`, when given)."""
+    if users is None:
+        rows = conn.execute("SELECT user_id FROM dreamd_tier_queue ORDER BY user_id")
+    else:
+        rows = conn.execute("SELECT user_id FROM dreamd_tier_queue WHERE user_id IN "
+                            f"({','.join('?' * len(users))}) ORDER BY user_id", users)
+    return [str(r[0]) for r in rows]
+
+
+def settle_tier_queue(conn: Conn, users: list[str] | None = None) -> int:
+    """Inside a write: take the queued users (of `users`) whose tiers are all current off
+    the queue; returns how many stay on it."""
+    left = 0
+    for user in tier_queue(conn, users):
+        if gists_past_profile(conn, user) or stale_months(conn, user) or \
+                narrative_stale(conn, user):
+            left += 1
+        else:
+            conn.execute("DELETE FROM dreamd_tier_queue WHERE user_id = ?", (user,))
+    return left
 
 
 def gists_for_user(conn: Conn, user_id: str) -> list[Gist]:
@@ -357,6 +388,7 @@ def drop_tiers(conn: Conn, user_id: str, agent_id: str, months: set[str]
     """Delete what was built from a user's gists — profile, narrative, the eras of `months`,
     the agent's reflection state with that user — so the next pass rebuilds them from what
     remains. Returns what went, as "table:key"."""
+    queue_tiers(conn, user_id)
     gone: list[str] = []
     for table, key, job in (("profile", profile_id(user_id), "profile"),
                             ("narrative", narrative_id(user_id), "narrative")):
@@ -391,14 +423,28 @@ def drop_tiers(conn: Conn, user_id: str, agent_id: str, months: set[str]
     return gone
 
 
-def owner_changes(conn: Conn) -> list[tuple[str, str]]:
-    """(session id, the app's user id) where the app's sessions row names another owner
-    than the tally."""
-    rows = conn.execute(
-        "SELECT s.id, s.user_id FROM sessions s "
-        "JOIN dreamd_sessions d ON d.session_id = s.id WHERE d.user_id != s.user_id"
-    ).fetchall()
-    return [(r[0], r[1]) for r in rows]
+def owner_changes(conn: Conn, limit: int = 500
+                  ) -> tuple[list[tuple[str, str]], list[tuple[str, int]]]:
+    """Among up to `limit` sessions rows the app added or moved since they were last
+    looked at (a trigger on `sessions` queues them): (session id, the app's user id) where
+    the row names another owner than the tally; and the queue entries looked at."""
+    queued = [(str(r[0]), int(r[1])) for r in conn.execute(
+        "SELECT session_id, n FROM dreamd_owner_queue ORDER BY session_id LIMIT ?", (limit,))]
+    if not queued:
+        return [], []
+    marks = ",".join("?" * len(queued))
+    changes = [(str(r[0]), str(r[1])) for r in conn.execute(
+        "SELECT s.id, s.user_id FROM sessions s JOIN dreamd_sessions d "
+        f"ON d.session_id = s.id WHERE d.user_id != s.user_id AND s.id IN ({marks})",
+        [sid for sid, _ in queued])]
+    return changes, queued
+
+
+def unqueue_owners(conn: Conn, entries: list[tuple[str, int]]) -> None:
+    """Take looked-at entries off the queue, unless the app moved the session again since
+    (PostgreSQL's trigger counts each move in `n`; SQLite's writers take turns)."""
+    conn.executemany("DELETE FROM dreamd_owner_queue WHERE session_id = ? AND n = ?",
+                     entries)
 
 
 def rehome_session(conn: Conn, session_id: str, user_id: str, agent_id: str

@@ -25,7 +25,7 @@ JOB = "eras"
 def stale_months(ctx: JobContext) -> list[tuple[str, str]]:
     """(user, month) of every era whose month has a gist newer than it, or no era yet."""
     with ctx.store.read() as conn:
-        return [(user, month) for user in q.users_with_gists(conn) if ctx.holds(user)
+        return [(user, month) for user in q.tier_queue(conn, ctx.scope)
                 for month in q.stale_months(conn, user)]
 
 

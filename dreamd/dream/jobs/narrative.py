@@ -22,8 +22,7 @@ JOB = "narrative"
 def stale_users(ctx: JobContext) -> list[str]:
     """Users whose profile or eras moved past their narrative."""
     with ctx.store.read() as conn:
-        return [u for u in q.users_with_gists(conn)
-                if ctx.holds(u) and q.narrative_stale(conn, u)]
+        return [u for u in q.tier_queue(conn, ctx.scope) if q.narrative_stale(conn, u)]
 
 
 @dataclass(frozen=True)

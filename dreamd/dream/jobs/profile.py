@@ -26,8 +26,7 @@ USER_ROLE = "user"
 def stale_users(ctx: JobContext) -> list[str]:
     """Users with a gist newer than their profile (or no profile yet)."""
     with ctx.store.read() as conn:
-        return [u for u in q.users_with_gists(conn)
-                if ctx.holds(u) and q.gists_past_profile(conn, u)]
+        return [u for u in q.tier_queue(conn, ctx.scope) if q.gists_past_profile(conn, u)]
 
 
 @dataclass(frozen=True)
