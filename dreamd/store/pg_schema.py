@@ -200,6 +200,10 @@ def migrate(store: PgStore) -> list[int]:
             _check_known(store, applied)
             done = []
             for version in range(max(applied) + 1, VERSION + 1):
+                if version not in UPGRADES:
+                    raise StoreError(f"{store.where} holds dreamd's tables at version "
+                                     f"{max(applied)}, which this dreamd cannot upgrade; "
+                                     "set up a new database")
                 for statement in _statements(UPGRADES[version].format(
                         schema=quoted_name(store.schema))):
                     conn.raw.execute(statement)
