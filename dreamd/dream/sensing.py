@@ -9,7 +9,7 @@ from dreamd.config import Config
 from dreamd.dream.keys import space
 from dreamd.models import BacklogStats
 from dreamd.store import queries as q
-from dreamd.store.interface import Store
+from dreamd.store.interface import Conn, Store
 
 
 def is_idle(last_at: str, cutoff: datetime) -> bool:
@@ -69,6 +69,17 @@ def with_unfolded(totals: q.DirtyTotals, tally: dict[str, q.TallyRow],
     return q.DirtyTotals(dirty, unsummarized, ripe, idle_ripe, idle_turns), new_sessions
 
 
+def tier_backlog(conn: Conn, users: list[str] | None) -> tuple[int, int, int]:
+    """Gists newer than their user's profile, stale eras, stale narratives: of the queued
+    users (of `users`) only, whose tiers may be behind (the rest are current)."""
+    newer_than_profile = stale = narratives = 0
+    for user in q.tier_queue(conn, users):
+        newer_than_profile += q.gists_past_profile(conn, user)
+        stale += len(q.stale_months(conn, user))
+        narratives += q.narrative_stale(conn, user)
+    return newer_than_profile, stale, narratives
+
+
 def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
                  upto: int | None = None, users: list[str] | None = None) -> BacklogStats:
     """One consistent snapshot (a single read transaction) of every user's backlog (or
@@ -93,11 +104,7 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
             tally = q.tally_rows(conn, [g[0] for g in groups])
             dirty, new_sessions = with_unfolded(dirty, tally, groups, config.summarize.after,
                                                 idle_before)
-        newer_than_profile = stale = narratives = 0
-        for user in q.tier_queue(conn):
-            newer_than_profile += q.gists_past_profile(conn, user)
-            stale += len(q.stale_months(conn, user))
-            narratives += q.narrative_stale(conn, user)
+        newer_than_profile, stale, narratives = tier_backlog(conn, None)
         marks = q.reflection_marks(conn, config.agent.id)
         return BacklogStats(
             sessions=q.count_sessions(conn) + new_sessions,
@@ -132,11 +139,7 @@ def scoped_backlog(store: Store, config: Config, now: datetime, embed_model: str
         max_id = q.max_exchange_id(conn)
         limit = max_id if upto is None else min(max_id, upto)
         dirty = q.dirty_totals(conn, config.summarize.after, idle_before, users)
-        newer_than_profile = stale = narratives = 0
-        for user in q.tier_queue(conn, users):
-            newer_than_profile += q.gists_past_profile(conn, user)
-            stale += len(q.stale_months(conn, user))
-            narratives += q.narrative_stale(conn, user)
+        newer_than_profile, stale, narratives = tier_backlog(conn, users)
         marks = q.reflection_marks(conn, config.agent.id)
         return BacklogStats(
             sessions=sum(q.count_sessions(conn, user) for user in users),

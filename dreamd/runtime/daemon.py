@@ -120,12 +120,12 @@ def lingering_threads() -> bool:
                for t in threading.enumerate())
 
 
-def mark_interrupted(config: cfg.Config, pid: int) -> None:
+def mark_interrupted(config: cfg.Config, pid: int, worker: str | None = None) -> None:
     """From a connection of its own: this process's unfinished pass ended by a stop."""
     store = open_brief(config)
     try:
         with store.write() as conn:
-            q.end_stopped_runs(conn, pid, datetime.now(UTC).isoformat())
+            q.end_stopped_runs(conn, pid, datetime.now(UTC).isoformat(), worker)
     finally:
         store.close()
 
@@ -200,7 +200,8 @@ class Runner:
                          detail="a backend call was still in flight; exiting without it")
         self.notifier.stopping()
         with contextlib.suppress(Exception):
-            mark_interrupted(self.config, os.getpid())
+            mark_interrupted(self.config, os.getpid(),
+                             self.claims.worker if self.claims else None)
         exit_now(EXIT_OK)
 
     def close(self) -> None:

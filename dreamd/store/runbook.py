@@ -122,12 +122,14 @@ def end_crashed_runs(conn: Conn) -> int:
     return cur.rowcount
 
 
-def end_stopped_runs(conn: Conn, pid: int, now: str) -> None:
-    """The unfinished runs of `pid`, which is leaving on a stop with a call in flight."""
+def end_stopped_runs(conn: Conn, pid: int, now: str, worker: str | None = None) -> None:
+    """The unfinished runs of `pid` (of `worker`, on a shared store, where another
+    machine's process may have the same pid), leaving on a stop with a call in flight."""
+    mine, params = ("worker = ?", (worker,)) if worker is not None else ("pid = ?", (pid,))
     conn.execute(
         "UPDATE dreamd_runs SET outcome = 'interrupted', ended_at = ?, "
         "error = 'stopped: a backend call was still in flight when the stop grace ended' "
-        "WHERE outcome = 'running' AND pid = ?", (now, pid))
+        f"WHERE outcome = 'running' AND {mine}", (now, *params))
 
 
 def finish_run(conn: Conn, run_id: int, **fields: Any) -> None:
