@@ -67,9 +67,10 @@ def steady_state(db: Path) -> None:
                          "last_exchange_id, created_at, dreamd_seq, dreamd_month, user_id) "
                          "VALUES (?, 'gist', NULL, ?, '2025-07-01', ?, ?, ?)",
                          (sid, covered, i + 1, month, user))
+            done = turns - (last_id - covered)
             conn.execute("UPDATE dreamd_sessions SET summarized_id = ?, summarized_turns = ?, "
-                         "facts_id = ? WHERE session_id = ?",
-                         (covered, turns - (last_id - covered), covered, sid))
+                         "facts_id = ?, facts_turns = ? WHERE session_id = ?",
+                         (covered, done, covered, done, sid))
         conn.execute("INSERT OR REPLACE INTO dreamd_state VALUES ('seq', ?)", (len(rows),))
         top = conn.execute("SELECT MAX(id) FROM exchanges").fetchone()[0]
         # Embedded and reflected up to the last few hundred turns.

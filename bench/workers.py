@@ -116,7 +116,7 @@ def copy_state(source: Path, url: str) -> None:
         "summaries": "session_id, content, last_exchange_id, created_at, user_id, dreamd_seq, "
                      "dreamd_month",
         "dreamd_sessions": "session_id, user_id, turns, first_id, last_id, first_at, last_at, "
-                           "month, summarized_id, summarized_turns, facts_id",
+                           "month, summarized_id, summarized_turns, facts_id, facts_turns",
         "dreamd_embed_state": "model, dim, last_exchange_id",
         "self_state": "id, data, updated_at",
     }

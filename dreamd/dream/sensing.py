@@ -115,8 +115,7 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
             idle_ripe_turns=dirty.idle_ripe_turns,
             unembedded_turns=q.count_exchanges_after(
                 conn, q.embed_watermark(conn, space(embed_model))),
-            turns_without_facts=q.count_unread(conn, limit)
-            + max(0, limit - counted),
+            turns_without_facts=q.count_unread(conn) + max(0, limit - counted),
             gists=q.count_gists(conn),
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,
@@ -150,7 +149,7 @@ def scoped_backlog(store: Store, config: Config, now: datetime, embed_model: str
             idle_ripe_turns=dirty.idle_ripe_turns,
             unembedded_turns=q.count_unembedded(conn, model, q.embed_watermark(conn, model),
                                                 limit, users),
-            turns_without_facts=q.count_unread(conn, limit, users),
+            turns_without_facts=q.count_unread(conn, users),
             gists=sum(q.count_gists(conn, user) for user in users),
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,

@@ -301,10 +301,16 @@ def _facts_per_session(conn: sqlite3.Connection) -> None:
     """How far the facts job has read, per session instead of one mark for the file, so
     that workers that each hold some users read those users' turns for facts."""
     conn.execute("ALTER TABLE dreamd_sessions ADD COLUMN facts_id INTEGER NOT NULL DEFAULT 0")
+    conn.execute("ALTER TABLE dreamd_sessions ADD COLUMN facts_turns INTEGER NOT NULL "
+                 "DEFAULT 0")
     row = conn.execute("SELECT value FROM dreamd_state WHERE key = 'facts_id'").fetchone()
     read = int(row[0]) if row else 0
     conn.execute("UPDATE dreamd_sessions SET facts_id = CASE WHEN last_id < ? THEN last_id "
                  "ELSE ? END", (read, read))
+    conn.execute("UPDATE dreamd_sessions SET facts_turns = CASE WHEN facts_id = last_id "
+                 "THEN turns ELSE (SELECT COUNT(*) FROM exchanges x WHERE x.session_id = "
+                 "dreamd_sessions.session_id AND x.id <= dreamd_sessions.facts_id) END "
+                 "WHERE facts_id > 0")
     conn.execute("CREATE INDEX dreamd_sessions_unread ON dreamd_sessions(user_id, facts_id) "
                  "WHERE last_id > facts_id")
 

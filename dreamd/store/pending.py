@@ -96,29 +96,29 @@ def unread_turns(conn: Conn, upto: int, limit: int, users: list[str] | None = No
     return [(int(r[0]), str(r[1]), int(r[2])) for r in rows]
 
 
-def count_unread(conn: Conn, upto: int | None = None, users: list[str] | None = None) -> int:
-    """Turns the facts job has not read, from the tally (no scan of the turns): each
-    session's turns past its mark, counted from the session's last turn backwards."""
+def count_unread(conn: Conn, users: list[str] | None = None) -> int:
+    """Turns the tally has counted that the facts job has not read: each unread session's
+    turns less those read, summed over the partial index (no turn is looked at)."""
     where, params = "", tuple[str, ...]()
     if users is not None:
-        where, params = f"AND user_id IN ({','.join('?' * len(users))}) ", tuple(users)
-    bound, bound_params = ("", ()) if upto is None else ("AND e.id <= ? ", (upto,))
+        where, params = f" AND user_id IN ({','.join('?' * len(users))})", tuple(users)
     return int(conn.execute(
-        "SELECT COUNT(*) FROM dreamd_sessions t CROSS JOIN exchanges e "
-        f"WHERE t.last_id > t.facts_id {where}AND e.session_id = t.session_id "
-        f"AND e.id > t.facts_id {bound}", (*params, *bound_params)).fetchone()[0])
+        "SELECT COALESCE(SUM(turns - facts_turns), 0) FROM dreamd_sessions "
+        f"WHERE last_id > facts_id{where}", params).fetchone()[0])
 
 
 class Moved(Exception):
     """Another worker read these turns meanwhile: the write that found it rolls back."""
 
 
-def mark_read(conn: Conn, marks: dict[str, tuple[int, int]]) -> None:
-    """Inside a write: each session's facts mark moved from its old value to its new one;
-    raises `Moved` (so the write rolls back) when another worker moved one meanwhile."""
-    for session, (old, new) in marks.items():
-        cur = conn.execute("UPDATE dreamd_sessions SET facts_id = ? WHERE session_id = ? "
-                           "AND facts_id = ?", (new, session, old))
+def mark_read(conn: Conn, marks: dict[str, tuple[int, int, int]]) -> None:
+    """Inside a write: each session's facts mark moved from its old value to its new one,
+    past `read` more turns; raises `Moved` (so the write rolls back) when another worker
+    moved one meanwhile."""
+    for session, (old, new, read) in marks.items():
+        cur = conn.execute("UPDATE dreamd_sessions SET facts_id = ?, "
+                           "facts_turns = facts_turns + ? WHERE session_id = ? "
+                           "AND facts_id = ?", (new, read, session, old))
         if cur.rowcount != 1:
             raise Moved(session)
 

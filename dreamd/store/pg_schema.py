@@ -75,7 +75,7 @@ CREATE TABLE dreamd_sessions (
     first_id BIGINT NOT NULL, last_id BIGINT NOT NULL, first_at TEXT NOT NULL,
     last_at TEXT NOT NULL, month TEXT NOT NULL,
     summarized_id BIGINT NOT NULL DEFAULT 0, summarized_turns BIGINT NOT NULL DEFAULT 0,
-    facts_id BIGINT NOT NULL DEFAULT 0);
+    facts_id BIGINT NOT NULL DEFAULT 0, facts_turns BIGINT NOT NULL DEFAULT 0);
 CREATE INDEX dreamd_sessions_unread ON dreamd_sessions(user_id, facts_id)
     WHERE last_id > facts_id;
 CREATE INDEX dreamd_sessions_dirty ON dreamd_sessions(

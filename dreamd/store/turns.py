@@ -295,9 +295,10 @@ def recount_session(conn: Conn, session_id: str) -> None:
     first_at, last_at = iso_utc(row[3]), iso_utc(row[4])
     conn.execute(
         "UPDATE dreamd_sessions SET turns = ?, first_id = ?, last_id = ?, first_at = ?, "
-        "last_at = ?, month = substr(?, 1, 7), summarized_id = 0, summarized_turns = 0 "
-        "WHERE session_id = ?",
-        (row[0], row[1], row[2], first_at, last_at, first_at, session_id))
+        "last_at = ?, month = substr(?, 1, 7), summarized_id = 0, summarized_turns = 0, "
+        "facts_turns = (SELECT COUNT(*) FROM exchanges x WHERE x.session_id = ? "
+        "AND x.id <= dreamd_sessions.facts_id) WHERE session_id = ?",
+        (row[0], row[1], row[2], first_at, last_at, first_at, session_id, session_id))
 
 
 def add_turn(conn: Conn, session_id: str, role: str, content: str,

@@ -243,7 +243,8 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             failed += 1
             break
         # Each session's mark moves from where this batch found it to its last turn read.
-        marks = {session: (mark, max(i for i, s, _ in unread if s == session))
+        marks = {session: (mark, max(i for i, s, _ in unread if s == session),
+                           sum(1 for _, s, _ in unread if s == session))
                  for _, session, mark in unread}
         try:
             with ctx.store.write() as conn:
@@ -261,7 +262,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         ctx.budget.spend()
         note_success(ctx, JOB, item, failures)
     with ctx.store.read() as conn:
-        left = q.count_unread(conn, upto, ctx.scope)
+        left = q.count_unread(conn, ctx.scope)
     return JobResult(JOB, True, reason, done=done, remaining=left, errors=tuple(errors),
                      failed=failed)
 
