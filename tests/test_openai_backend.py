@@ -301,6 +301,7 @@ def test_unchanged_inputs_cost_no_tokens(db: Path, server: FakeOpenAI) -> None:
     era = store.conn.execute("SELECT content FROM eras").fetchone()[0]
     # An era marked stale whose gists did not change (as after a gist re-saved as is).
     store.conn.execute("UPDATE eras SET dreamd_seq = 0")
+    store.conn.execute("INSERT INTO dreamd_tier_queue VALUES ('default')")  # as save_gist does
     calls = len(server.requests)
     result = llm_pass(store, config, server)
     eras = next(j for j in result.jobs if j.job == "eras")

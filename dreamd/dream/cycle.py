@@ -261,7 +261,7 @@ def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Logger, share:
     if ctx.halted is not None and job.bounds:  # a job that calls the completer
         return JobResult(name, False, f"not run: LLM work stopped for this pass ({ctx.halted})")
     stats = read_backlog(ctx.store, ctx.config, ctx.now(), ctx.embedder.model, ctx.horizon,
-                         ctx.scope, census=False)
+                         ctx.scope)
     decision = drv.decide_job(job, stats, previous, ctx.config, ctx.now(), force=ctx.force)
     # A worker's batch: a job due on every user's backlog at the start of the pass runs
     # for the batch's users that have work for it.

@@ -81,19 +81,16 @@ def tier_backlog(conn: Conn, users: list[str] | None) -> tuple[int, int, int]:
 
 
 def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
-                 upto: int | None = None, users: list[str] | None = None,
-                 census: bool = True) -> BacklogStats:
+                 upto: int | None = None, users: list[str] | None = None) -> BacklogStats:
     """One consistent snapshot (a single read transaction) of every user's backlog (or
     of `users`': a worker's leased users).
 
     Session counts come from the tally's partial index, plus the turns (up to `upto`)
     no pass has counted yet, so a read-only look between passes tells the truth; the
-    tiers are checked for the users queued since their tiers were last current. Without
-    `census`, the sessions and gists the store holds in all (for the record, not for
-    any decision) are not counted: what the pass reads before each job.
+    tiers are checked per user with a gist (a few index seeks each).
     """
     if users is not None:
-        return scoped_backlog(store, config, now, embed_model, upto, users, census)
+        return scoped_backlog(store, config, now, embed_model, upto, users)
     cutoff = now - timedelta(minutes=config.summarize.idle_minutes)
     idle_before = cutoff.astimezone(UTC).isoformat()
     with store.read() as conn:
@@ -110,7 +107,7 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
         newer_than_profile, stale, narratives = tier_backlog(conn, None)
         marks = q.reflection_marks(conn, config.agent.id)
         return BacklogStats(
-            sessions=q.count_sessions(conn) + new_sessions if census else 0,
+            sessions=q.count_sessions(conn) + new_sessions,
             dirty=dirty.dirty,
             ripe=dirty.ripe,
             idle_ripe=dirty.idle_ripe,
@@ -119,7 +116,7 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
             unembedded_turns=q.count_exchanges_after(
                 conn, q.embed_watermark(conn, space(embed_model))),
             turns_without_facts=q.count_unread(conn) + max(0, limit - counted),
-            gists=q.count_gists(conn) if census else 0,
+            gists=q.count_gists(conn),
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,
             narrative_stale=narratives > 0,
@@ -131,7 +128,7 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
 
 
 def scoped_backlog(store: Store, config: Config, now: datetime, embed_model: str,
-                   upto: int | None, users: list[str], census: bool = True) -> BacklogStats:
+                   upto: int | None, users: list[str]) -> BacklogStats:
     """The backlog of some users, after the pass has folded every turn to `upto` into
     the tally (a worker's pass does that before it claims users)."""
     cutoff = now - timedelta(minutes=config.summarize.idle_minutes)
@@ -144,7 +141,7 @@ def scoped_backlog(store: Store, config: Config, now: datetime, embed_model: str
         newer_than_profile, stale, narratives = tier_backlog(conn, users)
         marks = q.reflection_marks(conn, config.agent.id)
         return BacklogStats(
-            sessions=sum(q.count_sessions(conn, user) for user in users) if census else 0,
+            sessions=sum(q.count_sessions(conn, user) for user in users),
             dirty=dirty.dirty,
             ripe=dirty.ripe,
             idle_ripe=dirty.idle_ripe,
@@ -153,7 +150,7 @@ def scoped_backlog(store: Store, config: Config, now: datetime, embed_model: str
             unembedded_turns=q.count_unembedded(conn, model, q.embed_watermark(conn, model),
                                                 limit, users),
             turns_without_facts=q.count_unread(conn, users),
-            gists=sum(q.count_gists(conn, user) for user in users) if census else 0,
+            gists=sum(q.count_gists(conn, user) for user in users),
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,
             narrative_stale=narratives > 0,

@@ -26,6 +26,12 @@ from dreamd.store.pending import (  # noqa: F401
     unread_turns,
     users_with_work,
 )
+from dreamd.store.queues import (  # noqa: F401
+    owner_changes,
+    queue_tiers,
+    tier_queue,
+    unqueue_owners,
+)
 from dreamd.store.runbook import (  # noqa: F401
     Failure,
     cached_output,
@@ -74,9 +80,7 @@ from dreamd.store.tiers import (  # noqa: F401
     month_gist_seqs,
     narrative_row,
     narrative_stale,
-    owner_changes,
     profile_row,
-    queue_tiers,
     reflection_marks,
     rehome_session,
     save_era,
@@ -90,10 +94,8 @@ from dreamd.store.tiers import (  # noqa: F401
     stale_months,
     summary_row,
     tier_inputs,
-    tier_queue,
     tier_sources,
     tiers_present,
-    unqueue_owners,
     users_with_gists,
 )
 from dreamd.store.turns import (  # noqa: F401
