@@ -80,6 +80,14 @@ def tier_backlog(conn: Conn, users: list[str] | None) -> tuple[int, int, int]:
     return newer_than_profile, stale, narratives
 
 
+def since_reflection(conn: Conn, config: Config) -> dict[str, Any]:
+    """What the agent has not reflected on yet, over every user (reflect is the agent's)."""
+    marks = q.reflection_marks(conn, config.agent.id)
+    return {"turns_since_reflection": q.count_exchanges_after(conn, marks.exchange_id),
+            "gists_since_reflection": q.count_gists_after(conn, None, marks.seq),
+            "last_reflection_at": marks.at}
+
+
 def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
                  upto: int | None = None, users: list[str] | None = None) -> BacklogStats:
     """One consistent snapshot (a single read transaction) of every user's backlog (or
@@ -105,7 +113,6 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
             dirty, new_sessions = with_unfolded(dirty, tally, groups, config.summarize.after,
                                                 idle_before)
         newer_than_profile, stale, narratives = tier_backlog(conn, None)
-        marks = q.reflection_marks(conn, config.agent.id)
         return BacklogStats(
             sessions=q.count_sessions(conn) + new_sessions,
             dirty=dirty.dirty,
@@ -120,9 +127,7 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,
             narrative_stale=narratives > 0,
-            turns_since_reflection=q.count_exchanges_after(conn, marks.exchange_id),
-            gists_since_reflection=q.count_gists_after(conn, None, marks.seq),
-            last_reflection_at=marks.at,
+            **since_reflection(conn, config),
             max_exchange_id=max_id,
         )
 
@@ -139,7 +144,6 @@ def scoped_backlog(store: Store, config: Config, now: datetime, embed_model: str
         limit = max_id if upto is None else min(max_id, upto)
         dirty = q.dirty_totals(conn, config.summarize.after, idle_before, users)
         newer_than_profile, stale, narratives = tier_backlog(conn, users)
-        marks = q.reflection_marks(conn, config.agent.id)
         return BacklogStats(
             sessions=sum(q.count_sessions(conn, user) for user in users),
             dirty=dirty.dirty,
@@ -154,8 +158,6 @@ def scoped_backlog(store: Store, config: Config, now: datetime, embed_model: str
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,
             narrative_stale=narratives > 0,
-            turns_since_reflection=q.count_exchanges_after(conn, marks.exchange_id),
-            gists_since_reflection=q.count_gists_after(conn, None, marks.seq),
-            last_reflection_at=marks.at,
+            **since_reflection(conn, config),
             max_exchange_id=max_id,
         )
