@@ -157,6 +157,13 @@ def test_the_command_line_dreams_and_reports_on_either_engine(target: str) -> No
     assert "pass 1  force" in status.stdout
     shown = target if not is_url(target) else "postgresql   1"
     assert shown in status.stdout
+    # A turn the last pass has not counted: read-only listings say so, as one turn.
+    app.say("ana-1", [("user", "One more thing: Rui plays the cello.")])
+    users = subprocess.run([sys.executable, "-m", "dreamd", "--db", target, "users"],
+                           capture_output=True, text=True, env=env, timeout=60, cwd=ROOT)
+    assert users.returncode == 0, users.stderr
+    assert "ana: 1 sessions, 4 turns" in users.stdout
+    assert "(and 1 newer turns the next pass will count)" in users.stdout
     app.close()
 
 

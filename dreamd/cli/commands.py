@@ -403,7 +403,11 @@ def forget(obj: dict[str, Any], user: str, session: str | None, before: str | No
                f"{len(result.sessions_trimmed)} trimmed, {result.gists} gists")
     if result.derived:
         click.echo(("would drop: " if dry_run else "dropped: ") + ", ".join(result.derived))
-    if not dry_run:
+    if not dry_run and load_config(obj).store_url is not None:
+        click.echo("the erased rows' old images stay in PostgreSQL's write-ahead log until "
+                   "the server recycles its segments" + (
+                       "" if vacuum else "; --vacuum frees their space in the tables"))
+    elif not dry_run:
         click.echo("WAL emptied" if result.wal_truncated else
                    "WAL still in use by another connection: its old pages go at SQLite's "
                    "next WAL reset (run forget again when the chat app is idle to force it)")

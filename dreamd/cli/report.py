@@ -24,7 +24,7 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
     """Backlog, drives, the last passes with each job's reason, failures and quarantine."""
     backlog = read_backlog(store, config, now, embed_model)
     with store.read() as conn:
-        unfolded = max(0, q.max_exchange_id(conn) - q.tally_watermark(conn))
+        unfolded = max(0, q.newest_turn_id(conn) - q.tally_watermark(conn))
         recent = q.recent_runs(conn, runs)
         fails = q.failures(conn)
         forget = pending_forget(conn)

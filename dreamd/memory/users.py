@@ -32,7 +32,7 @@ def sessions(store: Store, user: str | None = None) -> dict[str, Any]:
         if user is not None:
             require_user(conn, user)
         rows = q.session_counts(conn, user)
-        uncounted = q.max_exchange_id(conn) - q.tally_watermark(conn)
+        uncounted = max(0, q.newest_turn_id(conn) - q.tally_watermark(conn))
     return {"sessions": [r.__dict__ for r in rows], "uncounted_turns": uncounted}
 
 
