@@ -304,3 +304,14 @@ def test_a_session_the_app_moves_to_another_user_follows(target: str) -> None:
     assert {h.session_id for h in memory.recall("saxophone", users=["cy"])} == {"bo-1"}
     memory.close()
     app.close()
+
+
+def test_demo_refuses_a_database_url_and_creates_nothing(tmp_path: Path) -> None:
+    """`demo` writes a SQLite file as a chat app would: a URL is one line, exit 2, and no
+    file or directory named after the URL appears."""
+    url = "postgresql://postgres@/memory?host=/nowhere"
+    run = subprocess.run([sys.executable, "-m", "dreamd", "--db", url, "demo"],
+                         capture_output=True, text=True, env=dreamd_env(), timeout=60,
+                         cwd=tmp_path)
+    assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
+    assert list(tmp_path.iterdir()) == []

@@ -362,6 +362,9 @@ def demo(obj: dict[str, Any], replace: bool) -> None:
     from dreamd.cli.demo import build_demo
 
     config = load_config(obj)
+    if config.store_url is not None:
+        raise cfg.ConfigError("demo writes a SQLite file as a chat app would; --db names a "
+                              "PostgreSQL database (give it a file path)")
     path = Path(config.db_path)
     count = build_demo(path, replace=replace, default=config.db == cfg.DEFAULT_DB)
     click.echo(f"wrote {count} turns of sample conversations to {path}")
