@@ -10,7 +10,7 @@ and sensing keep reading them as before.
 from __future__ import annotations
 
 from dreamd.store.interface import Conn
-from dreamd.store.state import get_state, set_state
+from dreamd.store.state import set_state
 from dreamd.store.vectors import fts_watermark, words_key
 
 
@@ -123,19 +123,10 @@ def mark_read(conn: Conn, marks: dict[str, tuple[int, int, int]]) -> None:
             raise Moved(session)
 
 
-def facts_read_upto(conn: Conn) -> int:
-    """The newest turn before which every turn was read for facts (for status)."""
-    row = conn.execute("SELECT MIN(facts_id) FROM dreamd_sessions "
-                       "WHERE last_id > facts_id").fetchone()
-    if row is None or row[0] is None:
-        return int(get_state(conn, "tally_id", "0") or 0)
-    return int(row[0])
-
-
 def users_with_work(conn: Conn, model: str) -> list[str]:
-    """Users with turns a turn-level job or summarize has not done, or a tier older than
-    their gists: the users a worker may claim. One pass over the tally, then a few index
-    seeks per user with a gist."""
+    """Users with turns a turn-level job or summarize has not done, or tiers that may be
+    behind their gists (the tier queue): the users a worker may claim. One pass over the
+    tally."""
     embedded = int(conn.execute("SELECT COALESCE((SELECT last_exchange_id FROM "
                                 "dreamd_embed_state WHERE model = ?), 0)",
                                 (model,)).fetchone()[0])

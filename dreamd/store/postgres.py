@@ -119,10 +119,6 @@ class Settled:
         self.sightings = [s for s in kept if s[0] > self.newest]
         return self.newest
 
-    @property
-    def waiting(self) -> bool:
-        return bool(self.sightings)
-
 
 class PgConn:
     """One open transaction on PostgreSQL, as the store's functions use it."""

@@ -17,7 +17,6 @@ from dreamd.store.pending import (  # noqa: F401
     Moved,
     count_unembedded,
     count_unread,
-    facts_read_upto,
     indexed,
     mark_read,
     settle_words_watermark,
