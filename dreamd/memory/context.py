@@ -19,10 +19,10 @@ TIERS = (
     ("self", "How I am", 0.05),
     ("profile", "About the user", 0.10),
     ("facts", "Facts that may matter", 0.10),
-    ("narrative", "Lately", 0.07),
-    ("eras", "Back then", 0.07),
-    ("gists", "Earlier conversations", 0.10),
-    ("details", "Details that may matter", 0.16),
+    ("narrative", "Lately", 0.04),
+    ("eras", "Back then", 0.04),
+    ("gists", "Earlier conversations", 0.09),
+    ("details", "Details that may matter", 0.23),
     ("recent", "This conversation", 0.35),
 )
 
