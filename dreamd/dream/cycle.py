@@ -167,12 +167,13 @@ def run_claimed(ctx: JobContext, jobs: Registry, previous: Drives, log: Logger,
     per_user = Registry(tuple(j for j in jobs if j.name not in AGENT_JOBS))
     per_agent = Registry(tuple(j for j in jobs if j.name in AGENT_JOBS))
     results: dict[str, JobResult] = {}
-    done: set[str] = set()
+    waiting = claims.waiting(ctx.embedder.model) if len(per_user) else []
     try:
-        while not ctx.stopped() and not ctx.budget.exhausted() and len(per_user):
-            batch = claims.users(done, ctx.embedder.model)
+        while not ctx.stopped() and not ctx.budget.exhausted() and waiting:
+            batch = claims.users(waiting)
             if not batch:
                 break
+            waiting = [u for u in waiting if u not in batch]
             ctx.users = batch
             try:
                 for r in run_rounds(ctx, per_user, previous, log):
@@ -181,7 +182,6 @@ def run_claimed(ctx: JobContext, jobs: Registry, previous: Drives, log: Logger,
             finally:
                 ctx.users = None
                 claims.release(batch)
-            done |= set(batch)
         if len(per_agent) and not ctx.stopped() and claims.agent():
             try:
                 for r in run_rounds(ctx, per_agent, previous, log):

@@ -55,12 +55,13 @@ class Claims:
             finally:
                 self._beat.close()
 
-    def users(self, done: set[str], embed_model: str) -> tuple[str, ...]:
-        """Claim up to `workers.batch_users` users with work that this pass has not done
-        yet and nobody else holds."""
+    def waiting(self, embed_model: str) -> list[str]:
+        """The users with work when the pass began (its horizon fixes what work it does)."""
         with self.store.read() as conn:
-            waiting = [u for u in q.users_with_work(conn, space(embed_model))
-                       if u not in done]
+            return q.users_with_work(conn, space(embed_model))
+
+    def users(self, waiting: list[str]) -> tuple[str, ...]:
+        """Claim up to `workers.batch_users` of `waiting` that nobody else holds."""
         keys = leases.claim(self.store, self.worker, [leases.user_key(u) for u in waiting],
                             self.config.workers.batch_users, self.seconds)
         claimed = tuple(k.removeprefix("user:") for k in keys)
