@@ -10,7 +10,7 @@ and sensing keep reading them as before.
 from __future__ import annotations
 
 from dreamd.store.interface import Conn
-from dreamd.store.state import set_state
+from dreamd.store.state import of_users, set_state
 from dreamd.store.vectors import fts_watermark, words_key
 
 
@@ -18,9 +18,8 @@ def _scope(users: list[str] | None) -> tuple[str, str, tuple[str, ...]]:
     """(join, condition, params) that keep the turns of `users` (None: everyone's)."""
     if users is None:
         return "", "", ()
-    marks = ",".join("?" * len(users))
-    return ("JOIN dreamd_sessions t ON t.session_id = e.session_id ",
-            f"AND t.user_id IN ({marks}) ", tuple(users))
+    where, params = of_users("t.user_id", users)
+    return "JOIN dreamd_sessions t ON t.session_id = e.session_id ", f"{where} ", params
 
 
 def _vector_missing(model_mark: str = "?") -> str:
@@ -85,13 +84,11 @@ def unread_turns(conn: Conn, upto: int, limit: int, users: list[str] | None = No
                  ) -> list[tuple[int, str, int]]:
     """(turn id, session, the session's mark) of up to `limit` turns (to `upto`) the facts
     job has not read, in id order, from the sessions of `users` that have any."""
-    where, params = "", tuple[str, ...]()
-    if users is not None:
-        where, params = f"AND t.user_id IN ({','.join('?' * len(users))}) ", tuple(users)
+    where, params = of_users("t.user_id", users)
     rows = conn.execute(
         "SELECT e.id, e.session_id, t.facts_id FROM dreamd_sessions t "
-        "CROSS JOIN exchanges e WHERE t.last_id > t.facts_id "
-        f"{where}AND e.session_id = t.session_id AND e.id > t.facts_id AND e.id <= ? "
+        f"CROSS JOIN exchanges e WHERE t.last_id > t.facts_id{where} "
+        "AND e.session_id = t.session_id AND e.id > t.facts_id AND e.id <= ? "
         "ORDER BY e.id LIMIT ?", (*params, upto, limit)).fetchall()
     return [(int(r[0]), str(r[1]), int(r[2])) for r in rows]
 
@@ -99,9 +96,7 @@ def unread_turns(conn: Conn, upto: int, limit: int, users: list[str] | None = No
 def count_unread(conn: Conn, users: list[str] | None = None) -> int:
     """Turns the tally has counted that the facts job has not read: each unread session's
     turns less those read, summed over the partial index (no turn is looked at)."""
-    where, params = "", tuple[str, ...]()
-    if users is not None:
-        where, params = f" AND user_id IN ({','.join('?' * len(users))})", tuple(users)
+    where, params = of_users("user_id", users)
     return int(conn.execute(
         "SELECT COALESCE(SUM(turns - facts_turns), 0) FROM dreamd_sessions "
         f"WHERE last_id > facts_id{where}", params).fetchone()[0])

@@ -6,6 +6,7 @@ queues them inside the app's own INSERT or UPDATE)."""
 from __future__ import annotations
 
 from dreamd.store.interface import Conn
+from dreamd.store.state import of_users
 
 
 def queue_tiers(conn: Conn, user_id: str) -> None:
@@ -17,11 +18,9 @@ def queue_tiers(conn: Conn, user_id: str) -> None:
 
 def tier_queue(conn: Conn, users: list[str] | None = None) -> list[str]:
     """Queued users (of `users`, when given)."""
-    if users is None:
-        rows = conn.execute("SELECT user_id FROM dreamd_tier_queue ORDER BY user_id")
-    else:
-        rows = conn.execute("SELECT user_id FROM dreamd_tier_queue WHERE user_id IN "
-                            f"({','.join('?' * len(users))}) ORDER BY user_id", users)
+    where, params = of_users("user_id", users)
+    rows = conn.execute(f"SELECT user_id FROM dreamd_tier_queue WHERE 1 = 1{where} "
+                        "ORDER BY user_id", params)
     return [str(r[0]) for r in rows]
 
 

@@ -18,6 +18,13 @@ def from_blob(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype=np.float32)
 
 
+def of_users(column: str, users: list[str] | None) -> tuple[str, tuple[str, ...]]:
+    """(" AND column IN (?, …)", params) keeping the rows of `users`; None: everyone's."""
+    if users is None:
+        return "", ()
+    return f" AND {column} IN ({','.join('?' * len(users))})", tuple(users)
+
+
 def get_state(conn: Conn, key: str, default: str | None = None) -> str | None:
     row = conn.execute("SELECT value FROM dreamd_state WHERE key = ?", (key,)).fetchone()
     return row[0] if row else default

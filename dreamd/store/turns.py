@@ -11,7 +11,7 @@ from dreamd.ids import (
 )
 from dreamd.models import Turn
 from dreamd.store.interface import Conn, engine_of
-from dreamd.store.state import column_required, get_state, iso_utc, set_state
+from dreamd.store.state import column_required, get_state, iso_utc, of_users, set_state
 
 
 def tally_watermark(conn: Conn) -> int:
@@ -150,9 +150,7 @@ def dirty_totals(conn: Conn, ripe_after: int, idle_before: str,
                  users: list[str] | None = None) -> DirtyTotals:
     """Sensing's view of the dirty sessions of every user (or of `users`), aggregated over
     the partial index."""
-    scope, params = "", tuple[str, ...]()
-    if users is not None:
-        scope, params = f" AND user_id IN ({','.join('?' * len(users))})", tuple(users)
+    scope, params = of_users("user_id", users)
     row = conn.execute(
         "SELECT COUNT(*), COALESCE(SUM(turns - summarized_turns), 0), "
         "COALESCE(SUM(ripe), 0), "
