@@ -17,12 +17,12 @@ from dreamd.backends.llm_output import estimate_tokens
 # name, heading, share of the budget
 TIERS = (
     ("self", "How I am", 0.05),
-    ("profile", "About the user", 0.10),
-    ("facts", "Facts that may matter", 0.10),
+    ("profile", "About the user", 0.08),
+    ("facts", "Facts that may matter", 0.09),
     ("narrative", "Lately", 0.04),
     ("eras", "Back then", 0.04),
     ("gists", "Earlier conversations", 0.09),
-    ("details", "Details that may matter", 0.23),
+    ("details", "Details that may matter", 0.26),
     ("recent", "This conversation", 0.35),
 )
 
