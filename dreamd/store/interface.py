@@ -91,9 +91,11 @@ class Store(Protocol):
 def _engine_errors() -> tuple[type[Exception], ...]:
     import sqlite3
 
-    from dreamd.store.postgres import error_classes
-
-    return (sqlite3.Error, *error_classes())
+    try:
+        import psycopg
+    except ImportError:  # PostgreSQL is an optional extra
+        return (sqlite3.Error,)
+    return (sqlite3.Error, psycopg.Error)
 
 
 ENGINE_ERRORS = _engine_errors()

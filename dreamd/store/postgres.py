@@ -23,18 +23,19 @@ import contextlib
 import functools
 import re
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from dreamd.config import PG_SCHEMES
 from dreamd.errors import StoreBusy, StoreError
 from dreamd.store.interface import WriteLockTimes
 
 if TYPE_CHECKING:
     import psycopg
 
-SCHEMES = ("postgresql://", "postgres://")
+SCHEMES = PG_SCHEMES
 
 # The key of the transaction-scoped advisory lock that serializes dreamd's writes.
 WRITE_LOCK_KEY = 0x64726561  # "drea"
@@ -246,16 +247,6 @@ def _psycopg() -> Any:
     return psycopg
 
 
-class _NumericAsNumber:
-    """PostgreSQL's SUM of integers is `numeric`; dreamd wants int (or float), as SQLite
-    gives."""
-
-    @staticmethod
-    def load(data: Any) -> int | float:
-        text = bytes(data).decode()
-        return float(text) if "." in text or "e" in text.lower() else int(text)
-
-
 def connection_error(url: str, exc: Exception) -> StoreError:
     """A connection failure in one line: which server, and what it said."""
     lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
@@ -277,8 +268,12 @@ def connect(url: str, schema: str = "public", busy_timeout_ms: int = 5000,
     from psycopg.adapt import Loader
 
     class NumericLoader(Loader):
+        """PostgreSQL's SUM of integers is `numeric`; dreamd wants an int (or a float),
+        as SQLite gives."""
+
         def load(self, data: Any) -> Any:
-            return _NumericAsNumber.load(data)
+            text = bytes(data).decode()
+            return float(text) if "." in text or "e" in text.lower() else int(text)
 
     try:
         raw = psycopg.connect(url, autocommit=True, cursor_factory=psycopg.ClientCursor,
@@ -313,17 +308,7 @@ def engine_failure(exc: BaseException) -> StoreError | None:
     if isinstance(exc, psycopg.errors.LockNotAvailable):
         return StoreBusy(f"a PostgreSQL lock stayed held past the lock timeout ({text}); "
                          "try again")
-    if isinstance(exc, psycopg.OperationalError):
-        return StoreError(f"PostgreSQL: {text}")
     return StoreError(f"PostgreSQL: {text}")
-
-
-def error_classes() -> Sequence[type[Exception]]:
-    try:
-        import psycopg
-    except ImportError:
-        return ()
-    return (psycopg.Error,)
 
 
 def listen_for_turns(url: str, wake: Any, stop: Any, on_error: Any) -> None:
