@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -78,6 +79,16 @@ class Health:
 
     def beat(self) -> None:
         self.last_beat = time.monotonic()
+
+    @contextlib.contextmanager
+    def working(self) -> Iterator[None]:
+        """Work the watchdog must see progress in (a pass, the write after it)."""
+        self.running = True
+        self.beat()
+        try:
+            yield
+        finally:
+            self.running = False
 
     def healthy(self, limit: float) -> bool:
         now = time.monotonic()
@@ -217,16 +228,12 @@ class Runner:
         return self.flags.stop.is_set()
 
     def one_pass(self, trigger: str, force: bool, progress: Any = None) -> PassResult:
-        self.health.running = True
-        self.health.beat()
-        try:
+        with self.health.working():
             progress = progress or self.progress
             kwargs = {"progress": progress} if progress else {}
             result = run_pass(self.store, self.config, self.embedder, self.completer,
                               trigger=trigger, force=force, stop=self.should_stop, log=self.log,
                               claims=self.claims, **kwargs)
-        finally:
-            self.health.running = False
         self.last = result
         self.notifier.status(status_line(result))
         return result
@@ -407,8 +414,10 @@ class Daemon:
         self.last_end = datetime.now(self.scheduler.timezone)
         wake = self.last_end + timedelta(seconds=delay)
         self.scheduler.modify_job("pass", next_run_time=wake)
-        # For `dreamd status`; never worth a failure.
-        with contextlib.suppress(Exception), self.runner.store.write() as conn:
+        # For `dreamd status`; never worth a failure. A write the app's lock holds up is
+        # stuck work like a pass's own, so the watchdog watches it too.
+        with (self.runner.health.working(), contextlib.suppress(Exception),
+              self.runner.store.write() as conn):
             q.set_state(conn, "next_pass_at", wake.astimezone(UTC).isoformat())
 
     def reload(self) -> None:
