@@ -315,3 +315,33 @@ def test_demo_refuses_a_database_url_and_creates_nothing(tmp_path: Path) -> None
                          cwd=tmp_path)
     assert run.returncode == 2 and len(run.stderr.strip().splitlines()) == 1, run.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_sensing_counts_agree_for_everyone_and_for_one_user(target: str) -> None:
+    """The backlog a pass senses, from the tally: the same figures on both engines (the
+    counts share one statement on PostgreSQL), for every user and for a worker's users."""
+    from datetime import UTC, datetime
+
+    from dreamd.dream.sensing import read_backlog
+    from dreamd.store.tally import sync_tally
+
+    memory, app = opened(target)
+    two_users(memory, app)
+    dream(memory)
+    app.say("ana-1", [("user", "Rui and I moved to Porto in May.")])
+    app.session("cy-1", "cy")
+    app.say("cy-1", [("user", "I am Cy."), ("assistant", "Hello Cy.")])
+    memory.store.settle_turns(wait=5.0)
+    sync_tally(memory.store)
+    now = datetime(2024, 3, 2, tzinfo=UTC)
+    model = memory.embedder.model
+    everyone = read_backlog(memory.store, memory.config, now, model)
+    assert (everyone.sessions, everyone.dirty, everyone.unsummarized_turns,
+            everyone.turns_without_facts, everyone.gists) == (3, 2, 3, 3, 2)
+    # ana-1 has a gist and one turn past it (not ripe); cy-1 none yet (ripe, and idle).
+    assert (everyone.ripe, everyone.idle_ripe, everyone.idle_ripe_turns) == (1, 1, 2)
+    ana = read_backlog(memory.store, memory.config, now, model, users=["ana"])
+    assert (ana.sessions, ana.dirty, ana.unsummarized_turns, ana.turns_without_facts,
+            ana.gists, ana.ripe) == (1, 1, 1, 1, 1, 0)
+    memory.close()
+    app.close()

@@ -102,7 +102,8 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
     cutoff = now - timedelta(minutes=config.summarize.idle_minutes)
     idle_before = cutoff.astimezone(UTC).isoformat()
     with store.read() as conn:
-        dirty = q.dirty_totals(conn, config.summarize.after, idle_before)
+        totals = q.session_totals(conn, config.summarize.after, idle_before)
+        dirty = totals.dirty
         max_id = q.max_exchange_id(conn)
         counted = q.tally_watermark(conn)
         new_sessions = 0
@@ -114,7 +115,7 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
                                                 idle_before)
         newer_than_profile, stale, narratives = tier_backlog(conn, None)
         return BacklogStats(
-            sessions=q.count_sessions(conn) + new_sessions,
+            sessions=totals.sessions + new_sessions,
             dirty=dirty.dirty,
             ripe=dirty.ripe,
             idle_ripe=dirty.idle_ripe,
@@ -122,8 +123,8 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
             idle_ripe_turns=dirty.idle_ripe_turns,
             unembedded_turns=q.count_exchanges_after(
                 conn, q.embed_watermark(conn, space(embed_model))),
-            turns_without_facts=q.count_unread(conn) + max(0, limit - counted),
-            gists=q.count_gists(conn),
+            turns_without_facts=totals.unread + max(0, limit - counted),
+            gists=totals.gists,
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,
             narrative_stale=narratives > 0,
@@ -142,10 +143,11 @@ def scoped_backlog(store: Store, config: Config, now: datetime, embed_model: str
     with store.read() as conn:
         max_id = q.max_exchange_id(conn)
         limit = max_id if upto is None else min(max_id, upto)
-        dirty = q.dirty_totals(conn, config.summarize.after, idle_before, users)
+        totals = q.session_totals(conn, config.summarize.after, idle_before, users)
+        dirty = totals.dirty
         newer_than_profile, stale, narratives = tier_backlog(conn, users)
         return BacklogStats(
-            sessions=sum(q.count_sessions(conn, user) for user in users),
+            sessions=totals.sessions,
             dirty=dirty.dirty,
             ripe=dirty.ripe,
             idle_ripe=dirty.idle_ripe,
@@ -153,8 +155,8 @@ def scoped_backlog(store: Store, config: Config, now: datetime, embed_model: str
             idle_ripe_turns=dirty.idle_ripe_turns,
             unembedded_turns=q.count_unembedded(conn, model, q.embed_watermark(conn, model),
                                                 limit, users),
-            turns_without_facts=q.count_unread(conn, users),
-            gists=sum(q.count_gists(conn, user) for user in users),
+            turns_without_facts=totals.unread,
+            gists=totals.gists,
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,
             narrative_stale=narratives > 0,

@@ -146,23 +146,61 @@ class DirtyTotals:
     idle_ripe_turns: int
 
 
-def dirty_totals(conn: Conn, ripe_after: int, idle_before: str,
-                 users: list[str] | None = None) -> DirtyTotals:
-    """Sensing's view of the dirty sessions of every user (or of `users`), aggregated over
-    the partial index."""
+RIPE = "CASE WHEN summarized_id = 0 OR turns - summarized_turns >= ? THEN 1 ELSE 0 END"
+
+
+@dataclass(frozen=True)
+class SessionTotals:
+    """Sensing's counts: the tally's sessions, the dirty ones' totals, the turns counted
+    that the facts job has not read, and the gists."""
+
+    sessions: int
+    dirty: DirtyTotals
+    unread: int
+    gists: int
+
+
+def session_totals(conn: Conn, ripe_after: int, idle_before: str,
+                   users: list[str] | None = None) -> SessionTotals:
+    """The totals for every user (or for `users`). SQLite answers each count cheaply on
+    its own (a table's row count, a partial index for the dirty sessions and one for the
+    unread); PostgreSQL counts by reading rows, so there the tally's three share one read
+    of the table, and all four one round trip."""
     scope, params = of_users("user_id", users)
+    if engine_of(conn) == "postgresql":
+        row = conn.execute(
+            "SELECT COUNT(*), COUNT(*) FILTER (WHERE d), "
+            "COALESCE(SUM(turns - summarized_turns) FILTER (WHERE d), 0), "
+            "COALESCE(SUM(ripe) FILTER (WHERE d), 0), "
+            "COUNT(*) FILTER (WHERE d AND ripe = 1 AND last_at <= ?), "
+            "COALESCE(SUM(turns - summarized_turns) FILTER (WHERE d AND ripe = 1 "
+            "AND last_at <= ?), 0), "
+            "COALESCE(SUM(turns - facts_turns) FILTER (WHERE last_id > facts_id), 0), "
+            f"(SELECT COUNT(*) FROM summaries WHERE 1 = 1{scope}) "
+            "FROM (SELECT turns, summarized_turns, last_at, facts_turns, facts_id, last_id, "
+            f"last_id > summarized_id AS d, {RIPE} AS ripe FROM dreamd_sessions "
+            f"WHERE 1 = 1{scope}) AS tally",
+            (idle_before, idle_before, *params, ripe_after, *params)).fetchone()
+        sessions, *dirty, unread, gists = (int(v) for v in row)
+        return SessionTotals(sessions, DirtyTotals(*dirty), unread, gists)
+    sessions = int(conn.execute(f"SELECT COUNT(*) FROM dreamd_sessions WHERE 1 = 1{scope}",
+                                params).fetchone()[0])
     row = conn.execute(
         "SELECT COUNT(*), COALESCE(SUM(turns - summarized_turns), 0), "
         "COALESCE(SUM(ripe), 0), "
         "COALESCE(SUM(CASE WHEN ripe = 1 AND last_at <= ? THEN 1 ELSE 0 END), 0), "
         "COALESCE(SUM(CASE WHEN ripe = 1 AND last_at <= ? THEN turns - summarized_turns "
         "END), 0) "
-        "FROM (SELECT turns, summarized_turns, last_at, "
-        "CASE WHEN summarized_id = 0 OR turns - summarized_turns >= ? THEN 1 ELSE 0 END "
-        f"AS ripe FROM dreamd_sessions WHERE last_id > summarized_id{scope}) AS dirty",
+        f"FROM (SELECT turns, summarized_turns, last_at, {RIPE} AS ripe FROM dreamd_sessions "
+        f"WHERE last_id > summarized_id{scope}) AS dirty",
         (idle_before, idle_before, ripe_after, *params),
     ).fetchone()
-    return DirtyTotals(*(int(v) for v in row))
+    unread = int(conn.execute(
+        "SELECT COALESCE(SUM(turns - facts_turns), 0) FROM dreamd_sessions "
+        f"WHERE last_id > facts_id{scope}", params).fetchone()[0])
+    gists = int(conn.execute(f"SELECT COUNT(*) FROM summaries WHERE 1 = 1{scope}",
+                             params).fetchone()[0])
+    return SessionTotals(sessions, DirtyTotals(*(int(v) for v in row)), unread, gists)
 
 
 def backlog_by_user(conn: Conn, limit: int = 10) -> tuple[int, list[tuple[str, int, int]]]:
