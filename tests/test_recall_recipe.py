@@ -53,6 +53,10 @@ def test_relative_dates_resolve_against_the_day_said(said: date, text: str,
 def test_text_without_relative_dates_is_untouched() -> None:
     text = "Mondays are fine; I like May and the weekday rhythm"
     assert resolve(text, SUNDAY) == text
+    # A figure of speech is not a date.
+    for idiom in ("Time flies, feels like just yesterday I put this dress on!",
+                  "I remember it as if it was yesterday.", "It seems like only yesterday."):
+        assert resolve(idiom, SUNDAY) == idiom
     assert long_date(SUNDAY) == "Sunday 7 May 2023"
 
 

@@ -187,6 +187,10 @@ _PAST = re.compile(r"\b(?:did|was|were|went|had|ran|came|got|saw|met|made|took|\
                    re.IGNORECASE)
 
 
+_FIGURATIVE = re.compile(r"\b(?:like|as if it was|as if it were|as though it was)\s+"
+                         r"(?:just\s+|only\s+)?$", re.IGNORECASE)
+
+
 def resolve(text: str, said: date) -> str:
     """`text` with the absolute date written after each relative expression:
     "yesterday" said on 7 May 2023 -> "yesterday (Saturday 6 May 2023)". Overlapping
@@ -196,6 +200,8 @@ def resolve(text: str, said: date) -> str:
         for m in pattern.finditer(text):
             if any(m.start() < end and start < m.end() for start, end, _ in spans):
                 continue
+            if _FIGURATIVE.search(text[max(0, m.start() - 30):m.start()]):
+                continue  # "feels like just yesterday": a figure of speech, not a date
             spans.append((m.start(), m.end(), meaning(m, said)))
     if not spans:
         return text
