@@ -24,6 +24,7 @@ from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.local import LocalEmbedder
 from dreamd.config import Config
 from dreamd.dream.cycle import run_pass
+from dreamd.dream.keys import dated
 from dreamd.ids import DEFAULT_USER, profile_id
 from dreamd.memory.api import Memory
 from dreamd.memory.importers import parse_locomo, parse_longmemeval, write_sessions
@@ -142,7 +143,9 @@ def locomo_scores(path: Path, embedder: LocalEmbedder) -> dict[str, list[float]]
             memory = consolidated(Path(tmp) / "m.db", parse_locomo([conv], str(path)), embedder)
             ids = dia_ids(memory, conv)
             with memory.store.read() as conn:
-                texts = {i: t.content for i, t in q.turns_by_id(conn, list(ids.values())).items()}
+                turns = q.turns_by_id(conn, list(ids.values()))
+            texts = {i: t.content for i, t in turns.items()}
+            shown = {i: dated(t.content, t.created_at) for i, t in turns.items()}
             for qa in conv["qa"]:
                 category = qa.get("category")
                 evidence = {ids[e] for e in qa.get("evidence", []) if e in ids}
@@ -155,7 +158,9 @@ def locomo_scores(path: Path, embedder: LocalEmbedder) -> dict[str, list[float]]
                                        budget=1000).text.lower()
                 answer = str(qa["answer"]).lower()
                 words = set(_WORDS.findall(answer)) - STOPWORDS
-                inside = any(texts[e][:60].lower() in block for e in evidence)
+                # The context shows a turn with its relative dates made absolute.
+                inside = any(texts[e][:60].lower() in block or shown[e][:60].lower() in block
+                             for e in evidence)
                 tiers = memory.context(f"question:{sample}", query=qa["question"], budget=1000,
                                        raw_turns=False).text.lower()
                 for key in (str(category), "all", f"conv {sample}"):
