@@ -45,6 +45,24 @@ def test_sentences_that_carry_information_are_kept(text: str, kept: str | None) 
         assert len(facts) == 1 and facts[0].statement.startswith(kept), facts
 
 
+@pytest.mark.parametrize(("text", "before", "statement"), [
+    # The person named just before, in the same turn or the one before, is the subject.
+    ("Ana says the same. She is running the half too, she's flying in from Manchester.",
+     "Try electrolytes on long runs.", "Ana is running the half too"),
+    ("She moved to Porto in May with Rui.", "How is your sister Ana doing?",
+     "Ana moved to Porto in May with Rui"),
+    # Nobody named, or two people: no guess.
+    ("She moved to Porto in May.", "Did Ana and Rui visit you?", "Sam: She moved to Porto"),
+    ("She moved to Porto in May.", "Is she settled?", "Sam: She moved to Porto"),
+])
+def test_a_she_or_he_is_named_only_when_one_person_was_just_named(
+        text: str, before: str, statement: str) -> None:
+    facts = extract("Sam", text, SAID, "Wren", before)
+    assert [f.statement[:len(statement)] for f in facts] == [statement], facts
+    # Whoever moved, it was not Sam: nothing here replaces where Sam lives.
+    assert all(f.about is None for f in facts), facts
+
+
 def test_a_fact_is_bounded_whatever_the_input() -> None:
     facts = extract("Sam", "I moved to Lisbon " + "and Porto " * 5000 + ".", SAID, None)
     assert all(len(f.statement) <= MAX_CHARS for f in facts)

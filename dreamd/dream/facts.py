@@ -160,6 +160,8 @@ def _tidy(sentence: str) -> str:
 _ABSOLUTE = re.compile(r"\((?:[A-Z][a-z]+day )?(\d{1,2}) ([A-Z][a-z]+) (\d{4})\)")
 _MONTHS = ("January February March April May June July August September October November "
            "December").split()
+_CALENDAR = frozenset(m.lower() for m in _MONTHS) | frozenset(
+    ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"))
 
 
 def became_true(statement: str, said: date | None) -> str | None:
@@ -170,14 +172,62 @@ def became_true(statement: str, said: date | None) -> str | None:
     return said.isoformat() if said else None
 
 
-def extract(speaker: str, content: str, said_at: str, addressee: str | None) -> list[Candidate]:
-    """The facts in one turn, in the third person: `speaker` is the person's name."""
+_PRONOUN_SUBJECT = re.compile(r"^(?:He|She)\b(?!')")
+_NAME_WORD = re.compile(r"\b[A-Z][a-zà-ÿ]+\b")
+_PLACE_BEFORE = re.compile(r"\b(?:in|at|to|from|near|into|around|of|for|visit\w*)\s+$",
+                           re.IGNORECASE)
+_NAME_THEN_VERB = re.compile(
+    r"^[A-Z][a-zà-ÿ]+ (?:says|said|is|was|has|had|will|can|thinks|thought|told|tells|"
+    r"wants|wanted|lives|lived|works|worked|loves|loved|likes|liked|moved|came|went|got|"
+    r"called|texted|asked|suggested|agreed|ran|runs|just|also)\b")
+
+
+def people_named(text: str, known: tuple[str, ...]) -> list[str]:
+    """The people `text` names, in order, as far as words show it: a capitalized word
+    inside a sentence that does not follow a place word ("from Manchester"), or one
+    opening a sentence as its subject ("Ana says ..."); not the `known` speakers, not
+    calendar or common words."""
+    found = []
+    for sentence in sentences(text):
+        for m in _NAME_WORD.finditer(sentence):
+            word = m.group()
+            if word in known or word.lower() in STOPWORDS or word.lower() in _CALENDAR \
+                    or word.endswith("ing"):
+                continue
+            if m.start() == 0:
+                if not _NAME_THEN_VERB.match(sentence):
+                    continue
+            elif _PLACE_BEFORE.search(sentence[:m.start()]):
+                continue
+            found.append(word)
+    return found
+
+
+def resolve_subject(tidy: str, before: str, known: tuple[str, ...]) -> str:
+    """A sentence that opens with "He" or "She", its subject named when the words just
+    before it (earlier in the turn, or the turn before) name exactly one person."""
+    if not _PRONOUN_SUBJECT.match(tidy):
+        return tidy
+    named = set(people_named(before, known))
+    if len(named) != 1:
+        return tidy  # nobody, or more than one: a guess would put words in a mouth
+    return _PRONOUN_SUBJECT.sub(named.pop(), tidy, count=1)
+
+
+def extract(speaker: str, content: str, said_at: str, addressee: str | None,
+            previous: str = "") -> list[Candidate]:
+    """The facts in one turn, in the third person: `speaker` is the person's name;
+    `previous`, the turn before, names whom a "she" or "he" may mean."""
     said = day_of(said_at)
     out: list[Candidate] = []
+    told: list[str] = []  # this turn's sentences so far
+    known = (speaker, addressee) if addressee else (speaker,)
     for sentence in sentences(content):
+        told.append(sentence)
         if not informative(sentence):
             continue
-        tidy = _tidy(sentence)
+        plain = _tidy(sentence)
+        tidy = resolve_subject(plain, " ".join([previous, *told[:-1]]), known)
         if _VERB_FIRST.match(tidy):  # "Moved into the new flat" -> "Sam moved into ..."
             tidy = f"{speaker} {tidy[:1].lower()}{tidy[1:]}"
         elif not _FIRST_PERSON.search(sentence) and not out and not (
@@ -185,6 +235,12 @@ def extract(speaker: str, content: str, said_at: str, addressee: str | None) -> 
             continue  # about something unnamed ("Boxes everywhere, but ...")
         text = resolve(tidy, said) if said else tidy
         statement = agree(in_names(text, speaker, addressee), speaker)
+        if tidy != plain:
+            # About someone else, now by name ("Ana is running the half too"): a fact of
+            # its own, told by the speaker.
+            out.append(Candidate(speaker, statement[:MAX_CHARS], None,
+                                 became_true(statement, said), said_at))
+            continue
         if not _FIRST_PERSON.search(sentence) and out:
             # A sentence that goes on about what the last one said ("her name is Biscuit")
             # belongs to it.
@@ -193,10 +249,14 @@ def extract(speaker: str, content: str, said_at: str, addressee: str | None) -> 
             out.append(Candidate(speaker, merged, last.about or about(merged, speaker),
                                  last.valid_from, said_at))
             continue
-        if speaker not in statement:
+        # Whose it is, when the sentence does not say: the speaker's telling of it, about
+        # nothing they have one of ("She moved to Porto" is not the speaker's move).
+        told_by = speaker not in statement
+        if told_by:
             statement = f"{speaker}: {statement}"
         statement = statement[:1].upper() + statement[1:]
-        out.append(Candidate(speaker, statement[:MAX_CHARS], about(statement, speaker),
+        out.append(Candidate(speaker, statement[:MAX_CHARS],
+                             None if told_by else about(statement, speaker),
                              became_true(statement, said), said_at))
     return out
 
@@ -242,8 +302,6 @@ def weight(fact: Fact) -> int:
     return 4 * (fact.about is not None) + 2 * bool(others) + bool(_NUMBER.search(said))
 
 
-_CALENDAR = frozenset(m.lower() for m in _MONTHS) | frozenset(
-    ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"))
 
 
 def profile_from(facts: list[Fact], max_lines: int, per_topic: int = 4) -> str:
