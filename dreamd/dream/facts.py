@@ -172,6 +172,7 @@ def became_true(statement: str, said: date | None) -> str | None:
     return said.isoformat() if said else None
 
 
+_THIRD_PERSON = re.compile(r"\b(?:he|she|they|him|his|her|them|their)\b", re.IGNORECASE)
 _PRONOUN_SUBJECT = re.compile(r"^(?:He|She)\b(?!')")
 _NAME_WORD = re.compile(r"\b[A-Z][a-zà-ÿ]+\b")
 _PLACE_BEFORE = re.compile(r"\b(?:in|at|to|from|near|into|around|of|for|visit\w*)\s+$",
@@ -249,14 +250,15 @@ def extract(speaker: str, content: str, said_at: str, addressee: str | None,
             out.append(Candidate(speaker, merged, last.about or about(merged, speaker),
                                  last.valid_from, said_at))
             continue
-        # Whose it is, when the sentence does not say: the speaker's telling of it, about
-        # nothing they have one of ("She moved to Porto" is not the speaker's move).
-        told_by = speaker not in statement
-        if told_by:
+        # Without the speaker's name it is the speaker's telling: their own news when it
+        # names no one else ("Half marathon in 1 hour 57"), but "She moved to Porto" is
+        # someone else's move, and replaces nothing of the speaker's.
+        someone_else = speaker not in statement and bool(_THIRD_PERSON.search(statement))
+        if speaker not in statement:
             statement = f"{speaker}: {statement}"
         statement = statement[:1].upper() + statement[1:]
         out.append(Candidate(speaker, statement[:MAX_CHARS],
-                             None if told_by else about(statement, speaker),
+                             None if someone_else else about(statement, speaker),
                              became_true(statement, said), said_at))
     return out
 
