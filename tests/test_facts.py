@@ -29,6 +29,8 @@ SAID = "2026-07-12T20:15:00+00:00"  # a Sunday
     ("Moved into the new flat on Saturday.", "Sam moved into the new flat on Saturday "
                                              "(Saturday 11 July 2026)"),
     ("I moved here last week.", "Sam moved here last week (the week before Sunday 12 July"),
+    ("Actually my manager Rui said dogs are welcome on Fridays.",
+     "Sam's manager Rui said dogs are welcome on Fridays"),  # a person introduced by name
     ("Yes please, maybe next time.", None),
     ("Tonight I'm just tired and want to unpack.", None),
     ("That I'll spend all day in meetings and stop writing code.", None),
@@ -153,7 +155,9 @@ REMEMBER = {
 }
 NEVER = ("maybe next time", "tired and want to unpack", "spend all day in meetings",
          "ask Rui if the company can help", "Tell me more", "Exhausted", "Only water",
-         "pastéis de nata it is", "assistant:", "Wren:")
+         "pastéis de nata it is", "assistant:", "Wren:",
+         # Lines that lean on the conversation around them ("it", "we", "each of them").
+         "we both missed", "each of them")
 
 
 def test_the_demo_profile_is_what_a_friend_would_remember(tmp_path: Path) -> None:

@@ -128,7 +128,8 @@ def informative(sentence: str) -> bool:
     cue = bool(_CUES.search(bare))
     if _PASSING.search(bare) and not named:
         return False  # a feeling of the moment
-    if _OPENERS.match(sentence) and not (number or _STRONG.search(bare)):
+    if _OPENERS.match(sentence) and not (number or _STRONG.search(bare)
+                                         or _INTRODUCES.search(bare)):
         return False  # a reply to a suggestion ("Good idea, I'll ask ...")
     if _NOW_ONLY.search(bare) and not (named or number or cue):
         return False
@@ -140,6 +141,13 @@ def informative(sentence: str) -> bool:
 _STRONG = re.compile(r"\b(?:moved|adopted|married|engaged|promot\w+|offered|accepted|"
                      r"signed up|passed|finished|bought|born|died|quit|hired)\b",
                      re.IGNORECASE)
+
+
+# Someone in the speaker's life, introduced by name ("my manager Rui").
+_INTRODUCES = re.compile(
+    r"\b[Mm]y (?:manager|boss|colleague|sister|brother|mother|mum|mom|father|dad|son|"
+    r"daughter|wife|husband|partner|girlfriend|boyfriend|fianc\w+|friend|neighbou?r|"
+    r"landlord|landlady|coach|teacher|doctor) [A-Z][a-zà-ÿ]+")
 
 
 def about(statement: str, subject: str) -> str | None:
@@ -269,7 +277,7 @@ TOPICS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("Home", r"\b(?:moved|live[sd]?|living|flat|apartment|house|rent|lease|landlord|"
                  r"landlady|neighbou?rs?|city)\b"),
         ("Work", r"\b(?:work\w*|job|role|team|manager|boss|colleague|company|startup|office|"
-                 r"developer|engineer|lead|promot\w+|career|coding|client)\b"),
+                 r"developers?|engineers?|lead|promot\w+|career|coding|clients?)\b"),
         ("People", r"\b(?:sister|brother|mother|mum|mom|father|dad|son|daughter|wife|"
                    r"husband|partner|girlfriend|boyfriend|friend|married|family)\b"),
         ("Pets", r"\b(?:dog|cat|puppy|kitten|pet|adopt\w*)\b"),
@@ -306,11 +314,26 @@ def weight(fact: Fact) -> int:
 
 
 
+# Words that only make sense beside the conversation they were said in: "we" and "us"
+# left as they were, "it" and "them" pointing back at something said before.
+_LEANS_ON_CONTEXT = re.compile(r"\b(?:we|us|our|it(?!['’])|them|each of them)\b",
+                               re.IGNORECASE)
+
+
+def stands_alone(fact: Fact) -> bool:
+    """Whether a fact reads on its own, as a profile line must: about its subject by name,
+    and, when it has no topic, without words that lean on the conversation."""
+    if fact.about is not None:
+        return True
+    if not fact.statement.startswith((f"{fact.subject} ", f"{fact.subject}'s ")):
+        return False
+    return topic(fact.statement) != OTHER or not _LEANS_ON_CONTEXT.search(fact.statement)
+
+
 def profile_from(facts: list[Fact], max_lines: int, per_topic: int = 4) -> str:
-    """The current facts grouped by topic, the newest first within a topic; replaced facts
-    are not part of a profile. At most `max_lines` facts."""
-    current = [f for f in facts if f.current and (
-        f.about is not None or f.statement.startswith((f"{f.subject} ", f"{f.subject}'s ")))]
+    """The current facts that read on their own, grouped by topic, the newest first within
+    a topic; replaced facts are not part of a profile. At most `max_lines` facts."""
+    current = [f for f in facts if f.current and stands_alone(f)]
     subjects = list(dict.fromkeys(f.subject for f in current))
     groups: dict[tuple[str, str], list[Fact]] = {}
     # What a person has one of at a time (job, home) first, then facts with a name or a
