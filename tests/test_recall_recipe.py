@@ -198,3 +198,20 @@ def test_a_session_that_changes_hands_moves_to_its_new_owners_recall(tmp_path: P
         assert "a1" in {h.session_id for h in moved}
         assert memory.recall("saxophone", k=5, users=["alice"], words_too=words) == []
     memory.close()
+
+
+def test_a_question_in_the_first_person_is_asked_about_its_user(tmp_path: Path) -> None:
+    """Turns are keyed with names for pronouns; so is the query: "my" is the user's name,
+    "you" the agent's. Whose dog is asked about decides which turn answers."""
+    memory = memory_of(tmp_path / "m.db", {
+        "mine": [("user", "My dog is called Biscuit."), ("assistant", "Lovely.")],
+        "yours": [("user", "Tell me a story."), ("assistant", "My dog is called Rex.")]})
+    assert memory.as_keyed("What is my dog called?", ["default"]) == \
+        "What is the user's dog called?"
+    assert memory.as_keyed("And yours?", ["default"]) == "And the assistant's?"
+    for words_too in (True, False):
+        assert ranked(memory, "What is my dog called?", words_too=words_too)[0] == \
+            "My dog is called Biscuit.", words_too
+        assert ranked(memory, "What is your dog called?", words_too=words_too)[0] == \
+            "My dog is called Rex.", words_too
+    memory.close()

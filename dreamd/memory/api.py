@@ -22,7 +22,7 @@ from dreamd.backends.protocols import Embedder
 from dreamd.config import Config
 from dreamd.config import load as load_config
 from dreamd.dream.facts import asks_about_the_past, fact_line
-from dreamd.dream.keys import Said, space, vector_key
+from dreamd.dream.keys import Said, in_names, space, vector_key
 from dreamd.ids import (
     DEFAULT_USER,
     era_key,
@@ -153,6 +153,7 @@ class Memory:
         users = users or [self.config.user.id]
         index = self.indexes.of(scope_of(users))
         index.refresh()
+        query = self.as_keyed(query, users)
         query_vector = self.embedder.embed([query])[0]
         gists: dict[str, float] = {}
         for user in users:
@@ -181,6 +182,16 @@ class Memory:
         return [Hit(i, turns[i].session_id, turns[i].role, turns[i].content,
                     turns[i].created_at, fused[i]) for i in ranked]
 
+    def as_keyed(self, query: str, users: list[str]) -> str:
+        """The query in the words turns are keyed in: asked by the one user it is about,
+        its "I" and "my" are that user's name, its "you" the agent's ("What was my
+        previous job?" -> "What was Sam's previous job?")."""
+        if len(users) != 1:
+            return query
+        user = users[0]
+        name = self.config.user.name if user == self.config.user.id else user
+        return in_names(query, name, self.config.agent.name)
+
     @serialized
     def context(self, session: str, *, query: str | None = None, budget: int = 1000,
                 recent: int = 20, raw_turns: bool = True) -> Context:
@@ -206,7 +217,7 @@ class Memory:
                                           [f.id for f in facts])
         if query is None:
             query = next((c for r, c, _ in reversed(turns) if r == "user"), "")
-        vector = self.embedder.embed([query or " "])[0]
+        vector = self.embedder.embed([self.as_keyed(query, [user]) or " "])[0]
         parts: dict[str, list[str]] = {
             "self": _self_lines({**(state[0] if state else {}),
                                  "drives": (agent_state[0] if agent_state else {}).get("drives")}),
