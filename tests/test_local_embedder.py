@@ -46,7 +46,7 @@ def test_a_changed_model_file_fails_loudly(tmp_path: Path) -> None:
         verified(copy, MODEL_SHA256)
 
 
-def test_extractive_gist_keeps_lines_verbatim_and_is_deterministic(
+def test_extractive_gist_says_what_it_was_about_then_keeps_lines_verbatim(
     embedder: LocalEmbedder,
 ) -> None:
     from dreamd.dream.prompts import summary_prompt
@@ -58,6 +58,15 @@ def test_extractive_gist_keeps_lines_verbatim_and_is_deterministic(
     completer = ExtractiveCompleter(embedder)
     first = completer.complete(prompt).text
     assert first == completer.complete(prompt).text
-    chosen = first.splitlines()
-    assert len(chosen) == 3 and all(line in lines for line in chosen)
+    about, *chosen = first.splitlines()
+    # What the session was about, in its own spelling, then its most telling lines.
+    assert about.startswith("About: ") and {"Tom", "Porto"} <= set(about[7:].split(", "))
+    assert len(chosen) == 2 and all(line in lines for line in chosen)
     assert "assistant: ok" not in chosen
+    # The next pass folds new turns into this gist: its topics are redone, not kept as
+    # a line, and the gist stays within its size.
+    later = summary_prompt({"user": "U", "agent": "A"}, first,
+                           ["user: Tom and I went to Braga by train."], 3)
+    again = completer.complete(later).text.splitlines()
+    assert len(again) == 3 and sum(line.startswith("About: ") for line in again) == 1
+    assert "Braga" in again[0] and "Tom" in again[0]

@@ -6,6 +6,7 @@ traced to what the user and agent said. Deterministic: same input, same output.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections import Counter, OrderedDict
@@ -91,6 +92,41 @@ def keywords(texts: list[str], n: int) -> list[str]:
     return [spellings[w].most_common(1)[0][0] for w in best]
 
 
+ABOUT = "About: "
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)(?<![.!?]\s\s)\b[A-Z][a-zà-ÿ]{2,}(?:\s[A-Z][a-zà-ÿ]+)*")
+_OPENER = re.compile(r"(?:^|[.!?]\s+)([A-Z][a-zà-ÿ]{2,})\b")
+_CALENDAR = frozenset("""monday tuesday wednesday thursday friday saturday sunday january
+    february march april may june july august september october november december""".split())
+
+
+def topics(lines: list[str], n: int) -> list[str]:
+    """What a conversation was about, in its own spelling: the names it mentions (people,
+    places, things), the most mentioned first, then the words its lines keep coming back
+    to. `lines` are "speaker: words"; speakers' names are not topics."""
+    speakers = {line.partition(": ")[0].strip().lower() for line in lines}
+    bodies = [line.partition(": ")[2] or line for line in lines]
+    names: Counter[str] = Counter()
+    openers: Counter[str] = Counter()
+    for body in bodies:
+        # A capitalized word inside a sentence; one opening a sentence only when the
+        # conversation comes back to it ("Ana lands on the 16th. ... Ana wants ...").
+        openers.update(m.group(1) for m in _OPENER.finditer(body))
+        for name in _NAME.findall(body):
+            names[name] += 1
+    for word, count in openers.items():
+        if count > 1 or word in names:
+            names[word] += count
+    for name in list(names):
+        key = name.lower()
+        if key in CHATTER or key.rstrip("s") in _CALENDAR or key in speakers:
+            del names[name]
+    chosen = [name for name, _ in sorted(names.items(), key=lambda nc: (-nc[1], nc[0]))]
+    taken = {w.lower() for name in chosen for w in name.split()}
+    chosen += [w for w in keywords(bodies, n) if w.lower() not in taken
+               and w.lower() not in speakers and w.lower() not in _CALENDAR]
+    return chosen[:n]
+
+
 def mood(texts: list[str]) -> tuple[str, float]:
     """A lexicon reading of the recent user turns: (label, score in [-1, 1])."""
     pos = neg = 0
@@ -154,7 +190,13 @@ class ExtractiveCompleter:
         return [items[i] for i in select(vectors, weights, k)]
 
     def _summarize(self, prompt: Prompt) -> str:
-        return "\n".join(self._pick(prompt, list(prompt.items), prompt.max_items))
+        """A line of what the conversation was about, then its most telling lines."""
+        items = [t for t in prompt.items if not t.startswith(ABOUT)]
+        if len(items) != len(prompt.items):  # a previous gist's line: topics are redone
+            prompt = dataclasses.replace(prompt, vectors=None)
+        about = topics(items, 6)
+        picked = self._pick(prompt, items, max(1, prompt.max_items - bool(about)))
+        return "\n".join(([ABOUT + ", ".join(about)] if about else []) + picked)
 
     _merge = _summarize
 
