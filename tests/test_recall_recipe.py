@@ -215,3 +215,27 @@ def test_a_question_in_the_first_person_is_asked_about_its_user(tmp_path: Path) 
         assert ranked(memory, "What is your dog called?", words_too=words_too)[0] == \
             "My dog is called Rex.", words_too
     memory.close()
+
+
+def test_a_fact_lifts_the_turn_it_came_from(tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fact is its turn's news said plainly: a question that meets the fact finds the
+    turn, even where the turn buries it among other words."""
+    from dreamd.memory import recall
+
+    memory = memory_of(tmp_path / "m.db", {
+        "day": [("ana", "Long day at work, meetings all morning and the printer jammed "
+                        "twice before lunch, then the train home was late, the station "
+                        "was packed and my phone died. Anyway I adopted a puppy called Nora."),
+                ("assistant", "Congratulations!")],
+        "park": [("ana", "Tell me about dogs."),
+                 ("assistant", "A puppy called Rex was adopted at the park, a puppy called "
+                               "Max.")]})
+    query = "ana adopted a puppy called Nora"
+    with memory.store.read() as conn:
+        facts = [f.statement for f in q.facts_of(conn, "default")]
+    assert any("adopted a puppy called Nora" in f for f in facts), facts
+    assert ranked(memory, query, words_too=False)[0].startswith("Long day")
+    monkeypatch.setattr(recall, "FACT_WEIGHT", 0.0)  # the same recall without facts
+    assert ranked(memory, query, words_too=False)[0].startswith("A puppy called Rex")
+    memory.close()

@@ -156,9 +156,15 @@ class Memory:
         query = self.as_keyed(query, users)
         query_vector = self.embedder.embed([query])[0]
         gists: dict[str, float] = {}
+        evidence = [self.indexes.facts(user).evidence(query_vector) for user in users]
         for user in users:
             gists.update(self.indexes.gists(user).scores(query_vector))
-        scores = index.scores(query_vector, gists)
+        facts = (np.concatenate([t for t, _ in evidence]),
+                 np.concatenate([c for _, c in evidence]))
+        if len(evidence) > 1:  # several users' facts: in turn order again
+            order = np.argsort(facts[0], kind="stable")
+            facts = (facts[0][order], facts[1][order])
+        scores = index.scores(query_vector, gists, facts)
         # The matrix holds these users' turns; the mask narrows to `session` and drops
         # a session that changed hands since the matrix was read.
         allowed = self._allowed(users, session)

@@ -35,6 +35,13 @@ def facts_of(conn: Conn, user_id: str, current_only: bool = False) -> list[Fact]
     return _facts(conn, rows.fetchall())
 
 
+def facts_after(conn: Conn, user_id: str, after_id: int) -> list[Fact]:
+    """A user's facts with ids above `after_id` (replaced ones too), by id."""
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM facts f WHERE f.user_id = ? AND f.id > ? "
+                        "ORDER BY f.id", (user_id, after_id))
+    return _facts(conn, rows.fetchall())
+
+
 def add_fact(conn: Conn, user_id: str, subject: str, about: str | None, statement: str,
              valid_from: str | None, learned_at: str, sources: list[int], origin: str) -> int:
     row = conn.execute(

@@ -10,6 +10,7 @@ from dreamd.store.facts import (  # noqa: F401
     add_sources,
     drop_facts_of_turns,
     fact_vectors,
+    facts_after,
     facts_of,
     replace_fact,
 )
