@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dreamd.config import Config
+from dreamd.config import Config, EmbedConfig
 from dreamd.dream.cycle import run_pass
 from dreamd.ids import DEFAULT_USER
 from dreamd.memory.api import Memory
@@ -26,6 +26,7 @@ from dreamd.memory.export import export_user
 from dreamd.memory.forget import Scope, forget
 from dreamd.store.connect import SqliteStore as Store
 from dreamd.store.opening import open_store
+from tests.engines import App
 from tests.helpers import RecordingCompleter, config_for, make_chat_file, open_sqlite
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,27 +41,30 @@ def marks_in(text: str) -> set[str]:
     return {user for user, mark in MARK.items() if mark in text.lower()}
 
 
-def add_session(conn: sqlite3.Connection, user: str, session: str, n: int, month: int,
+def add_session(app: App | sqlite3.Connection, user: str, session: str, n: int, month: int,
                 row_late: bool, salt: int) -> None:
     """What a chat app does; `row_late`: the sessions row arrives after the turns."""
     start = T0 + timedelta(days=31 * month, minutes=salt)
+
+    def file_it() -> None:
+        app.execute("INSERT INTO sessions (id, name, created_at, user_id) "
+                    "VALUES (?, NULL, ?, ?) ON CONFLICT DO NOTHING",
+                    (session, start.isoformat(), user))
     if not row_late:
-        conn.execute("INSERT OR IGNORE INTO sessions (id, name, created_at, user_id) "
-                     "VALUES (?, NULL, ?, ?)", (session, start.isoformat(), user))
+        file_it()
     for i in range(n):
         role = "user" if i % 2 == 0 else "assistant"
-        conn.execute("INSERT INTO exchanges (session_id, role, content, created_at) "
-                     "VALUES (?, ?, ?, ?)",
-                     (session, role, f"{MARK[user]}{salt}x{i} {user} talks about "
-                      f"{MARK[user]}topic{i % 3} at length",
-                      (start + timedelta(minutes=i)).isoformat()))
+        app.execute("INSERT INTO exchanges (session_id, role, content, created_at) "
+                    "VALUES (?, ?, ?, ?)",
+                    (session, role, f"{MARK[user]}{salt}x{i} {user} talks about "
+                     f"{MARK[user]}topic{i % 3} at length",
+                     (start + timedelta(minutes=i)).isoformat()))
     if row_late:
-        conn.execute("INSERT OR IGNORE INTO sessions (id, name, created_at, user_id) "
-                     "VALUES (?, NULL, ?, ?)", (session, start.isoformat(), user))
+        file_it()
 
 
-def owners(conn: sqlite3.Connection) -> dict[str, str]:
-    return dict(conn.execute("SELECT id, user_id FROM sessions"))
+def owners(app: App) -> dict[str, str]:
+    return {str(s): str(u) for s, u in app.rows("SELECT id, user_id FROM sessions")}
 
 
 step = st.one_of(
@@ -70,26 +74,28 @@ step = st.one_of(
 )
 
 
-def check_isolation(store: Store, completer: RecordingCompleter, config: Config) -> None:
-    conn = store.conn
-    owner = owners(conn)
+def check_isolation(target: str, app: App, completer: RecordingCompleter,
+                    config: Config) -> None:
+    owner = owners(app)
     # No prompt ever held two users' words.
     for prompt in completer.prompts:
         assert len(marks_in(prompt.system + prompt.user)) <= 1, prompt.user[:300]
     # Every derived row is its user's, built from its user's sessions only.
-    for session, user, content in conn.execute(
+    for session, user, content in app.rows(
             "SELECT session_id, user_id, content FROM summaries"):
         assert owner[session] == user and marks_in(content) <= {user}
     for table in ("profile", "eras", "narrative"):
-        for user, content, inputs in conn.execute(
+        for user, content, inputs in app.rows(
                 f"SELECT user_id, content, dreamd_inputs FROM {table}"):
             assert marks_in(content) <= {user}, (table, user, content)
             assert inputs is not None and {owner[s] for s in json.loads(inputs)} == {user}
-    for key, data in conn.execute("SELECT id, data FROM self_state"):
+    for user, statement in app.rows("SELECT user_id, statement FROM facts"):
+        assert marks_in(statement) <= {user}, (user, statement)
+    for key, data in app.rows("SELECT id, data FROM self_state"):
         user = key.split(":user:")[1] if ":user:" in key else DEFAULT_USER
         assert marks_in(data) <= {user}, (key, data[:300])
     # Recall and context for one user never return another's rows.
-    memory = Memory(store.path, config=config, embedder=completer.embedder)
+    memory = Memory(target, config=config, embedder=completer.embedder)
     try:
         for user in USERS:
             for query in (f"{MARK[user]}topic1", f"{MARK['bo']}topic2 talks"):
@@ -103,33 +109,45 @@ def check_isolation(store: Store, completer: RecordingCompleter, config: Config)
         memory.close()
 
 
-@settings(max_examples=100, deadline=None,
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
-@given(steps=st.lists(step, min_size=1, max_size=12))
-def test_users_memories_never_mix(steps: list[tuple]) -> None:
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "m.db"
-        app = make_chat_file(db)
-        config = config_for(db)
-        store = open_sqlite(config)
-        completer = RecordingCompleter(store)
-        try:
-            for salt, action in enumerate(steps):
-                if action[0] == "pass":
-                    run_pass(store, config, completer.embedder, completer, trigger="test",
-                             force=True, clock=lambda: LATER)
-                    continue
-                _, user, index, n, month, row_late = action
-                session = f"{user}-{index}"
-                known = owners(app).get(session)
-                add_session(app, known or user, session, n, month, row_late and not known, salt)
-            result = run_pass(store, config, completer.embedder, completer, trigger="test",
-                              force=True, clock=lambda: LATER)
-            assert not result.failed, result.jobs
-            check_isolation(store, completer, config)
-        finally:
-            store.close()
-            app.close()
+@pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
+def test_users_memories_never_mix(engine: str, request: pytest.FixtureRequest) -> None:
+    """Any interleaving of three users' sessions (some filed after their turns) and
+    passes, on either engine: no prompt, tier, fact, recall or context ever mixes them."""
+    server = request.getfixturevalue("pg_server") if engine == "postgresql" else None
+
+    @settings(max_examples=100 if server is None else 30, deadline=None,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(steps=st.lists(step, min_size=1, max_size=12))
+    def check(steps: list[tuple]) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            target = str(Path(tmp) / "m.db") if server is None else server.new_database()
+            app = App(target)
+            app.create_tables()  # the chat app was there first
+            config = Config(db=target, embed=EmbedConfig(backend="hashing"))
+            store = open_store(config)
+            completer = RecordingCompleter(store)
+            try:
+                for salt, action in enumerate(steps):
+                    if action[0] == "pass":
+                        store.settle_turns(wait=5.0)
+                        run_pass(store, config, completer.embedder, completer,
+                                 trigger="test", force=True, clock=lambda: LATER)
+                        continue
+                    _, user, index, n, month, row_late = action
+                    session = f"{user}-{index}"
+                    known = owners(app).get(session)
+                    add_session(app, known or user, session, n, month,
+                                row_late and not known, salt)
+                store.settle_turns(wait=5.0)
+                result = run_pass(store, config, completer.embedder, completer,
+                                  trigger="test", force=True, clock=lambda: LATER)
+                assert not result.failed, result.jobs
+                check_isolation(target, app, completer, config)
+            finally:
+                store.close()
+                app.close()
+
+    check()
 
 
 def test_a_session_filed_before_its_owner_was_known_moves_with_its_memory(db: Path) -> None:
