@@ -70,3 +70,37 @@ def test_extractive_gist_says_what_it_was_about_then_keeps_lines_verbatim(
     again = completer.complete(later).text.splitlines()
     assert len(again) == 3 and sum(line.startswith("About: ") for line in again) == 1
     assert "Braga" in again[0] and "Tom" in again[0]
+
+
+def test_a_change_replaces_the_fact_it_is_about_and_no_other(
+        embedder: LocalEmbedder, tmp_path: Path) -> None:
+    """Supersession by the embedder: "I switched to tea" ends "drinks coffee every
+    morning" (its nearest fact of the same person), and leaves the dog alone."""
+    from datetime import UTC, datetime, timedelta
+
+    from dreamd.config import Config, UserConfig
+    from dreamd.dream.cycle import run_pass
+    from dreamd.store import queries as q
+    from dreamd.store.opening import open_store
+    from tests.helpers import add_turns, make_chat_file
+
+    db = tmp_path / "m.db"
+    app = make_chat_file(db)
+    t0 = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+    add_turns(app, "s1", ["I drink coffee every morning before work.", "Nice ritual.",
+                          "I adopted a dog called Biscuit last week.", "Lovely!"], start=t0)
+    add_turns(app, "s2", ["I switched to tea in the mornings, coffee made me jittery.",
+                          "Good call."], start=t0 + timedelta(days=40))
+    app.close()
+    config = Config(db=str(db), user=UserConfig(name="Sam"))
+    store = open_store(config)
+    run_pass(store, config, embedder, ExtractiveCompleter(embedder), trigger="test",
+             force=True, clock=lambda: t0 + timedelta(days=60))
+    with store.read() as conn:
+        facts = {f.statement: f for f in q.facts_of(conn, "default")}
+    store.close()
+    coffee = next(f for s, f in facts.items() if "coffee every morning" in s)
+    tea = next(f for s, f in facts.items() if "switched to tea" in s)
+    dog = next(f for s, f in facts.items() if "Biscuit" in s)
+    assert coffee.replaced_by == tea.id and coffee.valid_to is not None, facts
+    assert tea.current and dog.current

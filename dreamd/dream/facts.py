@@ -48,7 +48,9 @@ _CUES = re.compile(
     r"goal|plan\w*|signed up|sign up|decided|started|starting|ended|"
     r"passed|exam|course|class\w*|degree|learn\w*|study\w*|love[sd]?|hate[sd]?|prefer\w*|"
     r"favou?rite|allergic|vegetarian|vegan|play(?:s|ed)?|instrument|guitar|piano|"
-    r"saxophone|violin|paint\w*|teach\w*|volunteer\w*|bought|sold|car|bike)\b",
+    r"saxophone|violin|paint\w*|teach\w*|volunteer\w*|bought|sold|car|bike|"
+    r"drinks?|drinking|eats?|eating|diet|habit\w*|every (?:morning|day|evening|night|week)|"
+    r"switch\w*|stopped|no longer|anymore|instead|gave up)\b",
     re.IGNORECASE)
 _PASSING = re.compile(
     r"\b(?:tired|exhausted|sleepy|hungry|bored|busy|stressed|worried|nervous|anxious|"
@@ -148,6 +150,14 @@ _INTRODUCES = re.compile(
     r"\b[Mm]y (?:manager|boss|colleague|sister|brother|mother|mum|mom|father|dad|son|"
     r"daughter|wife|husband|partner|girlfriend|boyfriend|fianc\w+|friend|neighbou?r|"
     r"landlord|landlady|coach|teacher|doctor) [A-Z][a-zà-ÿ]+")
+
+
+# A statement that says something stopped or changed: with the embedder's nearest current
+# fact of the same person, it replaces that fact ("Sam switched to tea" ends "Sam drinks
+# coffee every morning").
+CHANGE = re.compile(r"\b(?:switched|switching|changed|stopped|quit|no longer|not \w+ any ?more|"
+                    r"anymore|gave up|instead of|now (?:prefers?|drinks?|eats?|uses?|plays?))\b",
+                    re.IGNORECASE)
 
 
 def about(statement: str, subject: str) -> str | None:
