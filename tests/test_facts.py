@@ -65,6 +65,13 @@ def test_a_she_or_he_is_named_only_when_one_person_was_just_named(
     assert all(f.about is None for f in facts), facts
 
 
+def test_a_sentence_without_its_subject_is_the_speaker_s_own_news() -> None:
+    """"Moved into the new flat on Saturday" is the speaker's move: about their home."""
+    facts = extract("Sam", "Moved into the new flat on Saturday.", SAID, "Wren", "How was it?")
+    assert [(f.statement[:27], f.about) for f in facts] == [("Sam moved into the new flat",
+                                                             "home")]
+
+
 def test_a_fact_is_bounded_whatever_the_input() -> None:
     facts = extract("Sam", "I moved to Lisbon " + "and Porto " * 5000 + ".", SAID, None)
     assert all(len(f.statement) <= MAX_CHARS for f in facts)
@@ -170,8 +177,14 @@ def test_the_demo_profile_is_what_a_friend_would_remember(tmp_path: Path) -> Non
     store = open_sqlite(config)
     with store.read() as conn:
         profile = q.profile_row(conn, profile_id("default"))
+        narrative = q.narrative_row(conn, narrative_id("default"))
     store.close()
-    assert profile is not None
+    assert profile is not None and narrative is not None
+    # The narrative tells what changed lately: Sam's move into the new flat, the new role.
+    changes = [ln for ln in narrative.content.splitlines() if ln.startswith(("- home:",
+                                                                            "- job:"))]
+    assert any(ln.startswith("- home: Sam moved into the new flat") for ln in changes), changes
+    assert any(ln.startswith("- job:") and "tech lead" in ln for ln in changes), changes
     text = profile.content
     found = [name for name, words in REMEMBER.items() if any(w in text for w in words)]
     wrong = [line for line in NEVER if line in text]

@@ -247,6 +247,7 @@ def extract(speaker: str, content: str, said_at: str, addressee: str | None,
             continue
         plain = _tidy(sentence)
         tidy = resolve_subject(plain, " ".join([previous, *told[:-1]]), known)
+        named_other = tidy != plain  # "She ..." became "Ana ..."
         if _VERB_FIRST.match(tidy):  # "Moved into the new flat" -> "Sam moved into ..."
             tidy = f"{speaker} {tidy[:1].lower()}{tidy[1:]}"
         elif not _FIRST_PERSON.search(sentence) and not out and not (
@@ -254,7 +255,7 @@ def extract(speaker: str, content: str, said_at: str, addressee: str | None,
             continue  # about something unnamed ("Boxes everywhere, but ...")
         text = resolve(tidy, said) if said else tidy
         statement = agree(in_names(text, speaker, addressee), speaker)
-        if tidy != plain:
+        if named_other:
             # About someone else, now by name ("Ana is running the half too"): a fact of
             # its own, told by the speaker.
             out.append(Candidate(speaker, statement[:MAX_CHARS], None,
