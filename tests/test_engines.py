@@ -352,13 +352,13 @@ def test_force_waits_for_users_another_worker_holds(pg_server: Any) -> None:
     holds is waited for (here a worker that died holding it: its lease runs out), not
     skipped; a scheduled pass leaves such users to their worker."""
     from dreamd.store import leases
-    from dreamd.store.postgres import connect
+    from dreamd.store.opening import open_store
 
     url = pg_server.new_database()
     memory, app = opened(url)
     two_users(memory, app)
     memory.close()
-    store = connect(url)
+    store = open_store(config_of(url))
     assert leases.claim(store, "gone:1", [leases.user_key("ana")], 1, 3.0) == ["user:ana"]
     store.close()
     run = subprocess.run([sys.executable, "-m", "dreamd", "--db", url, "--force"],
