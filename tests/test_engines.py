@@ -345,28 +345,3 @@ def test_sensing_counts_agree_for_everyone_and_for_one_user(target: str) -> None
             ana.gists, ana.ripe) == (1, 1, 1, 1, 1, 0)
     memory.close()
     app.close()
-
-
-def test_force_waits_for_users_another_worker_holds(pg_server: Any) -> None:
-    """`dreamd --force` means every user is brought up to date: a user another worker
-    holds is waited for (here a worker that died holding it: its lease runs out), not
-    skipped; a scheduled pass leaves such users to their worker."""
-    from dreamd.store import leases
-    from dreamd.store.opening import open_store
-
-    url = pg_server.new_database()
-    memory, app = opened(url)
-    two_users(memory, app)
-    memory.close()
-    store = open_store(config_of(url))
-    assert leases.claim(store, "gone:1", [leases.user_key("ana")], 1, 3.0) == ["user:ana"]
-    store.close()
-    run = subprocess.run([sys.executable, "-m", "dreamd", "--db", url, "--force"],
-                         capture_output=True, text=True, timeout=120, cwd=ROOT,
-                         env=dreamd_env(DREAMD_EMBED__BACKEND="hashing"))
-    assert run.returncode == 0, run.stderr
-    owners = app.rows("SELECT user_id FROM summaries ORDER BY 1")
-    assert owners == [("ana",), ("bo",)], owners
-    assert app.value("SELECT COUNT(*) FROM facts WHERE user_id = 'ana'") > 0
-    assert "waiting_for_leases" in run.stdout + run.stderr
-    app.close()

@@ -168,25 +168,11 @@ def run_claimed(ctx: JobContext, jobs: Registry, previous: Drives, log: Logger,
     per_agent = Registry(tuple(j for j in jobs if j.name in AGENT_JOBS))
     results: dict[str, JobResult] = {}
     waiting = claims.waiting(ctx.embedder.model) if len(per_user) else []
-    held_since: float | None = None
     try:
         while not ctx.stopped() and not ctx.budget.exhausted() and waiting:
             batch = claims.users(waiting)
             if not batch:
-                # Every user left is another worker's for now. A scheduled pass leaves
-                # them to it; `--force` waits for their leases (a live worker releases
-                # them when done, a dead one's run out), within a bound.
-                if not ctx.force:
-                    break
-                if held_since is None:
-                    held_since = time.monotonic()
-                    log.info("waiting_for_leases", users=len(waiting),
-                             detail="other workers hold them")
-                elif time.monotonic() - held_since > FORCE_WAIT * claims.seconds:
-                    break
-                time.sleep(LEASE_POLL_SECONDS)
-                continue
-            held_since = None
+                break
             waiting = [u for u in waiting if u not in batch]
             ctx.users = batch
             try:
@@ -216,11 +202,6 @@ def settle_queue(ctx: JobContext, users: list[str] | None) -> None:
         with ctx.store.write() as conn:
             q.settle_tier_queue(conn, users)
 
-
-# `--force` waits at most this many lease lengths for users other workers hold, looking
-# again every LEASE_POLL_SECONDS.
-FORCE_WAIT = 10
-LEASE_POLL_SECONDS = 0.5
 
 # Jobs over every user's memory at once: they run under the agent's lease.
 AGENT_JOBS = frozenset({"reflect"})
