@@ -23,3 +23,7 @@ CHATTER = STOPWORDS | frozenset(
     first last next week weeks time day days tonight morning year years back even never
     always every""".split()
 )
+
+# Day and month names: words that date something, never what it is about.
+CALENDAR = frozenset("""monday tuesday wednesday thursday friday saturday sunday january
+    february march april may june july august september october november december""".split())

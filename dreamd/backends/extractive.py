@@ -16,7 +16,7 @@ import numpy as np
 
 from dreamd.backends.protocols import Embedder
 from dreamd.models import Completion, Prompt
-from dreamd.text import CHATTER
+from dreamd.text import CALENDAR, CHATTER
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{2,}")
 _SELF_DISCLOSURE = re.compile(
@@ -95,8 +95,6 @@ def keywords(texts: list[str], n: int) -> list[str]:
 ABOUT = "About: "
 _NAME = re.compile(r"(?<![.!?]\s)(?<!^)(?<![.!?]\s\s)\b[A-Z][a-zà-ÿ]{2,}(?:\s[A-Z][a-zà-ÿ]+)*")
 _OPENER = re.compile(r"(?:^|[.!?]\s+)([A-Z][a-zà-ÿ]{2,})\b")
-_CALENDAR = frozenset("""monday tuesday wednesday thursday friday saturday sunday january
-    february march april may june july august september october november december""".split())
 
 
 def topics(lines: list[str], n: int) -> list[str]:
@@ -118,12 +116,12 @@ def topics(lines: list[str], n: int) -> list[str]:
             names[word] += count
     for name in list(names):
         key = name.lower()
-        if key in CHATTER or key.rstrip("s") in _CALENDAR or key in speakers:
+        if key in CHATTER or key.rstrip("s") in CALENDAR or key in speakers:
             del names[name]
     chosen = [name for name, _ in sorted(names.items(), key=lambda nc: (-nc[1], nc[0]))]
     taken = {w.lower() for name in chosen for w in name.split()}
     chosen += [w for w in keywords(bodies, n) if w.lower() not in taken
-               and w.lower() not in speakers and w.lower() not in _CALENDAR]
+               and w.lower() not in speakers and w.lower() not in CALENDAR]
     return chosen[:n]
 
 

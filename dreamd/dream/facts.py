@@ -20,7 +20,7 @@ from datetime import date
 from dreamd.dream.dates import day_of, long_date, resolve
 from dreamd.dream.keys import in_names
 from dreamd.models import Fact
-from dreamd.text import STOPWORDS
+from dreamd.text import CALENDAR, STOPWORDS
 
 MAX_CHARS = 300  # a fact is a sentence, not a paragraph
 
@@ -178,8 +178,6 @@ def _tidy(sentence: str) -> str:
 _ABSOLUTE = re.compile(r"\((?:[A-Z][a-z]+day )?(\d{1,2}) ([A-Z][a-z]+) (\d{4})\)")
 _MONTHS = ("January February March April May June July August September October November "
            "December").split()
-_CALENDAR = frozenset(m.lower() for m in _MONTHS) | frozenset(
-    ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"))
 
 
 def became_true(statement: str, said: date | None) -> str | None:
@@ -210,7 +208,7 @@ def people_named(text: str, known: tuple[str, ...]) -> list[str]:
     for sentence in sentences(text):
         for m in _NAME_WORD.finditer(sentence):
             word = m.group()
-            if word in known or word.lower() in STOPWORDS or word.lower() in _CALENDAR \
+            if word in known or word.lower() in STOPWORDS or word.lower() in CALENDAR \
                     or word.endswith("ing"):
                 continue
             if m.start() == 0:
@@ -319,10 +317,8 @@ def weight(fact: Fact) -> int:
     """How much a fact tells: a thing held at a time, then another name, then a number."""
     said = re.sub(r"\([^)]*\)", "", fact.statement)  # not the resolved dates
     others = [w for w in _PROPER.findall(said)
-              if w != fact.subject and w.lower() not in _CALENDAR]
+              if w != fact.subject and w.lower() not in CALENDAR]
     return 4 * (fact.about is not None) + 2 * bool(others) + bool(_NUMBER.search(said))
-
-
 
 
 # Words that only make sense beside the conversation they were said in: "we" and "us"
