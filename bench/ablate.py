@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from bench.quality import DATA, locomo_scores
+from bench.quality import DATA, Backend, locomo_scores
 from dreamd.backends.local import LocalEmbedder
 from dreamd.dream import dates, keys
 from dreamd.dream.jobs import embed
@@ -76,7 +76,7 @@ def run(path: Path, embedder: LocalEmbedder, changes: list[tuple[Any, dict[str, 
     with contextlib.ExitStack() as stack:
         for module, values in changes:
             stack.enter_context(patched(module, **values))
-        return locomo_scores(path, embedder)
+        return locomo_scores(path, embedder, Backend("extractive"))
 
 
 def pct(scores: dict[str, list[float]], key: str) -> float:

@@ -1,8 +1,14 @@
-"""Memory quality on public benchmarks, with the embedded default and no LLM.
+"""Memory quality on public benchmarks and on the shipped sample, with the embedded default.
 
-    python -m bench.quality [longmemeval PATH] [locomo PATH]
+    python -m bench.quality [--completer extractive|openai] [demo] [longmemeval PATH] [locomo PATH]
 
-Defaults to the dev slices in ../shared/data; the full public files work the same way.
+Defaults to the demo and the dev slices in ../shared/data; the full public files work the
+same way. `--completer openai` fills the tiers through the OpenAI API path instead, against
+the local test server's deterministic answers (this shows the path works end to end; its
+figures say nothing about a real model's).
+demo: the shipped sample conversations, one full pass; the profile (and the current facts)
+judged against tests/remembered.py, the hand-written list of what a friend would keep and
+of lines no profile may hold: precision, recall, never-lines.
 LongMemEval_S: each question against its own haystack (imported into a fresh file, one
 full pass), session-level recall_any@5/@10 and NDCG@10, overall and per question type.
 LoCoMo: every conversation imported, one full pass, evidence-turn recall@5/10/25 per
@@ -11,6 +17,7 @@ category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -22,29 +29,83 @@ from typing import Any
 
 from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.local import LocalEmbedder
-from dreamd.config import Config
+from dreamd.backends.openai_backend import OpenAICompleter
+from dreamd.backends.protocols import Completer
+from dreamd.cli.demo import sample_sessions
+from dreamd.cli.demo import write_sessions as write_sample
+from dreamd.config import CompleterConfig, Config, UserConfig
 from dreamd.dream.cycle import run_pass
 from dreamd.dream.keys import dated
 from dreamd.ids import DEFAULT_USER, profile_id
 from dreamd.memory.api import Memory
 from dreamd.memory.importers import parse_locomo, parse_longmemeval, write_sessions
 from dreamd.runtime.log import configure
+from dreamd.store import app_file
 from dreamd.store import queries as q
 from dreamd.store.opening import open_store
 from dreamd.text import STOPWORDS
+from tests.openai_server import FakeOpenAI
+from tests.remembered import judged
 
 _WORDS = re.compile(r"\w+")
 DATA = Path(__file__).parent.parent.parent / "shared" / "data"
 
 
-def consolidated(db: Path, sessions: list[Any], embedder: LocalEmbedder) -> Memory:
-    config = Config(db=str(db))
+class Backend:
+    """The completer every pass of this run uses: the extractive default, or the OpenAI
+    API path against the local test server."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.server = FakeOpenAI().start() if name == "openai" else None
+
+    def config(self, db: Path, **changes: Any) -> Config:
+        config = Config(db=str(db), **changes)
+        if self.server is None:
+            return config
+        return dataclasses.replace(config, completer=CompleterConfig(
+            backend="openai", base_url=self.server.base_url, model="quality",
+            read_timeout_seconds=10))
+
+    def completer(self, config: Config, embedder: LocalEmbedder) -> Completer:
+        if self.server is None:
+            return ExtractiveCompleter(embedder)
+        return OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "sk-quality"})
+
+    def stop(self) -> None:
+        if self.server is not None:
+            self.server.stop()
+
+
+def consolidated(db: Path, sessions: list[Any], embedder: LocalEmbedder,
+                 backend: Backend, **changes: Any) -> Memory:
+    """`sessions` imported into a new file at `db` (the shipped sample written like a chat
+    app when it is None), one full pass, and the memory to read it with."""
+    config = backend.config(db, **changes)
+    if not sessions:
+        with app_file.created(db) as conn:
+            write_sample(conn, sample_sessions())
     store = open_store(config)
     write_sessions(store, sessions)
-    run_pass(store, config, embedder, ExtractiveCompleter(embedder), trigger="quality",
+    run_pass(store, config, embedder, backend.completer(config, embedder), trigger="quality",
              force=True)
     store.close()
     return Memory(db, config=config, embedder=embedder)
+
+
+def demo(embedder: LocalEmbedder, backend: Backend) -> None:
+    """The shipped sample: the profile and the current facts against what a friend would
+    keep (tests/remembered.py)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        memory = consolidated(Path(tmp) / "m.db", [], embedder, backend,
+                              user=UserConfig(name="Sam"))
+        with memory.store.read() as conn:
+            profile = q.profile_row(conn, profile_id(DEFAULT_USER))
+            facts = q.facts_of(conn, DEFAULT_USER, current_only=True)
+        memory.close()
+    print(judged(profile.content if profile else "").line(f"demo {backend.name} profile"))
+    print(judged("\n".join(f"- {f.statement}" for f in facts)).line(
+        f"demo {backend.name} current facts"))
 
 
 def ranked_sessions(memory: Memory, query: str, words_too: bool) -> list[str]:
@@ -62,7 +123,7 @@ def ndcg(ranked: list[str], relevant: set[str], k: int) -> float:
     return gain / ideal if ideal else 0.0
 
 
-def longmemeval(path: Path, embedder: LocalEmbedder) -> None:
+def longmemeval(path: Path, embedder: LocalEmbedder, backend: Backend) -> None:
     questions = json.loads(path.read_text())
     results: dict[str, dict[str, list[float]]] = {"hybrid": defaultdict(list),
                                                   "vector": defaultdict(list)}
@@ -73,7 +134,7 @@ def longmemeval(path: Path, embedder: LocalEmbedder) -> None:
             continue  # abstention questions have no evidence
         with tempfile.TemporaryDirectory() as tmp:
             memory = consolidated(Path(tmp) / "m.db", parse_longmemeval([question], str(path)),
-                                  embedder)
+                                  embedder, backend)
             for mode, words in (("hybrid", True), ("vector", False)):
                 ranked = ranked_sessions(memory, question["question"], words)
                 row = results[mode]
@@ -114,10 +175,10 @@ def in_facts(memory: Memory, question: dict[str, Any]) -> tuple[float, float]:
     return float(now), float(old)
 
 
-def locomo(path: Path, embedder: LocalEmbedder) -> None:
+def locomo(path: Path, embedder: LocalEmbedder, backend: Backend) -> None:
     """Per category, and per conversation (each conversation is its own file: a figure for
     one conversation never saw the others)."""
-    scores = locomo_scores(path, embedder)
+    scores = locomo_scores(path, embedder, backend)
     names = {"1": "multi-hop", "2": "temporal", "3": "open-domain", "4": "single-hop",
              "all": "all"}
     convs = sorted({k.split("|")[0] for k in scores if k.startswith("conv ")})
@@ -133,14 +194,16 @@ def locomo(path: Path, embedder: LocalEmbedder) -> None:
                   f"{pct('context')}")
 
 
-def locomo_scores(path: Path, embedder: LocalEmbedder) -> dict[str, list[float]]:
+def locomo_scores(path: Path, embedder: LocalEmbedder,
+                  backend: Backend) -> dict[str, list[float]]:
     """`category|measure`, `all|measure` and `conv <id>|measure` -> one value per question."""
     data = json.loads(path.read_text())
     scores: dict[str, list[float]] = defaultdict(list)
     for conv in data:  # each conversation in a file of its own: recall stays within it
         sample = conv["sample_id"]
         with tempfile.TemporaryDirectory() as tmp:
-            memory = consolidated(Path(tmp) / "m.db", parse_locomo([conv], str(path)), embedder)
+            memory = consolidated(Path(tmp) / "m.db", parse_locomo([conv], str(path)), embedder,
+                                  backend)
             ids = dia_ids(memory, conv)
             with memory.store.read() as conn:
                 turns = q.turns_by_id(conn, list(ids.values()))
@@ -193,20 +256,45 @@ def dia_ids(memory: Memory, conv: dict[str, Any]) -> dict[str, int]:
     return ids
 
 
+USAGE = ("usage: python -m bench.quality [--completer extractive|openai] [demo] "
+         "[longmemeval PATH] [locomo PATH]")
+
+
 def main() -> None:
     configure("warning")
-    args = sys.argv[1:] or ["longmemeval", str(DATA / "longmemeval_s_dev.json"),
-                            "locomo", str(DATA / "locomo_dev.json")]
-    if len(args) % 2 or any(name not in ("longmemeval", "locomo") for name in args[::2]):
-        sys.exit("usage: python -m bench.quality [longmemeval PATH] [locomo PATH]")
-    missing = [path for path in args[1::2] if not Path(path).is_file()]
+    args = sys.argv[1:]
+    backend_name = "extractive"
+    if args[:1] == ["--completer"]:
+        if len(args) < 2 or args[1] not in ("extractive", "openai"):
+            sys.exit(USAGE)
+        backend_name, args = args[1], args[2:]
+    if not args:
+        args = ["demo", "longmemeval", str(DATA / "longmemeval_s_dev.json"),
+                "locomo", str(DATA / "locomo_dev.json")]
+    targets: list[tuple[str, Path | None]] = []
+    while args:
+        name = args.pop(0)
+        if name == "demo":
+            targets.append((name, None))
+        elif name in ("longmemeval", "locomo") and args:
+            targets.append((name, Path(args.pop(0))))
+        else:
+            sys.exit(USAGE)
+    missing = [str(path) for _, path in targets if path is not None and not path.is_file()]
     if missing:
         sys.exit(f"bench.quality: {missing[0]} not found; the dev slices live in "
                  "../shared/data beside the repository, or name the public files "
                  "(python -m bench.quality longmemeval FILE locomo FILE)")
     embedder = LocalEmbedder()
-    for name, path in zip(args[::2], args[1::2], strict=True):
-        {"longmemeval": longmemeval, "locomo": locomo}[name](Path(path), embedder)
+    backend = Backend(backend_name)
+    try:
+        for name, path in targets:
+            if path is None:
+                demo(embedder, backend)
+            else:
+                {"longmemeval": longmemeval, "locomo": locomo}[name](path, embedder, backend)
+    finally:
+        backend.stop()
 
 
 if __name__ == "__main__":

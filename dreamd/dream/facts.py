@@ -189,14 +189,14 @@ def became_true(statement: str, said: date | None) -> str | None:
 
 
 _THIRD_PERSON = re.compile(r"\b(?:he|she|they|him|his|her|them|their)\b", re.IGNORECASE)
-_PRONOUN_SUBJECT = re.compile(r"^(?:He|She)\b(?!')")
 _NAME_WORD = re.compile(r"\b[A-Z][a-zà-ÿ]+\b")
 _PLACE_BEFORE = re.compile(r"\b(?:in|at|to|from|near|into|around|of|for|visit\w*)\s+$",
                            re.IGNORECASE)
 _NAME_THEN_VERB = re.compile(
     r"^[A-Z][a-zà-ÿ]+ (?:says|said|is|was|has|had|will|can|thinks|thought|told|tells|"
     r"wants|wanted|lives|lived|works|worked|loves|loved|likes|liked|moved|came|went|got|"
-    r"called|texted|asked|suggested|agreed|ran|runs|just|also)\b")
+    r"called|texted|asked|suggested|agreed|ran|runs|just|also|lands|landed|arrives|arrived|"
+    r"finished|started|left|met|visited|visits|won|passed|joined|wrote|sent|bought|found)\b")
 
 
 def people_named(text: str, known: tuple[str, ...]) -> list[str]:
@@ -220,15 +220,30 @@ def people_named(text: str, known: tuple[str, ...]) -> list[str]:
     return found
 
 
-def resolve_subject(tidy: str, before: str, known: tuple[str, ...]) -> str:
-    """A sentence that opens with "He" or "She", its subject named when the words just
-    before it (earlier in the turn, or the turn before) name exactly one person."""
-    if not _PRONOUN_SUBJECT.match(tidy):
+# "she"/"he" and "him" stand for a person; "her" does where no noun follows it ("showing
+# her Belém", "with her."), "his"/"her" before a noun are the person's ("her time").
+_PRONOUNS = re.compile(
+    r"\b(?:(?P<subject>[Ss]he|[Hh]e)(?P<is>['’]s)?|(?P<object>him|her(?=[\s,.!?;:]*(?:$|[A-Z]|"
+    r"(?:the|a|an|to|at|in|on|with|and|about|around|for|from|too|again|back|up|out)\b)))|"
+    r"(?P<owner>his|her)(?=\s+[a-z]))\b")
+
+
+def resolve_people(tidy: str, before: str, known: tuple[str, ...]) -> str:
+    """A sentence's "she", "he", "him" and "her" given the name of the one person the words
+    just before it (earlier in the turn, or the turn before) name; unchanged when they
+    name nobody, or more than one person."""
+    if not _PRONOUNS.search(tidy):
         return tidy
     named = set(people_named(before, known))
     if len(named) != 1:
         return tidy  # nobody, or more than one: a guess would put words in a mouth
-    return _PRONOUN_SUBJECT.sub(named.pop(), tidy, count=1)
+    name = named.pop()
+
+    def named_as(m: re.Match[str]) -> str:
+        if m.group("is"):
+            return f"{name} is"
+        return f"{name}'s" if m.group("owner") else name
+    return _PRONOUNS.sub(named_as, tidy)
 
 
 def extract(speaker: str, content: str, said_at: str, addressee: str | None,
@@ -244,8 +259,8 @@ def extract(speaker: str, content: str, said_at: str, addressee: str | None,
         if not informative(sentence):
             continue
         plain = _tidy(sentence)
-        tidy = resolve_subject(plain, " ".join([previous, *told[:-1]]), known)
-        named_other = tidy != plain  # "She ..." became "Ana ..."
+        tidy = resolve_people(plain, " ".join([previous, *told[:-1]]), known)
+        named_other = tidy != plain  # "She ..." became "Ana ...", "her" "Ana"
         if _VERB_FIRST.match(tidy):  # "Moved into the new flat" -> "Sam moved into ..."
             tidy = f"{speaker} {tidy[:1].lower()}{tidy[1:]}"
         elif not _FIRST_PERSON.search(sentence) and not out and not (
@@ -387,10 +402,17 @@ def when(fact: Fact) -> str:
     return (fact.valid_from or fact.learned_at)[:10]
 
 
+# Words that point back at something said before ("Sam wrote it", "each of them").
+_POINTS_BACK = re.compile(r"\b(?:it(?!['’])|them|they)\b", re.IGNORECASE)
+
+
 def era_from(facts: list[Fact], month: str, max_lines: int) -> str:
     """A month's dated events: the facts that became true in it (or were told in it), in
-    order, replaced ones too — they were true then."""
-    chosen = [f for f in facts if when(f)[:7] == month]
+    order, replaced ones too — they were true then; not the ones without a topic that
+    point back at their conversation."""
+    chosen = [f for f in facts if when(f)[:7] == month
+              and (f.about is not None or topic(f.statement) != OTHER
+                   or not _POINTS_BACK.search(f.statement))]
     chosen.sort(key=lambda f: (when(f), f.id))
     if len(chosen) > max_lines:  # keep what a person has one of, then the first told
         keep = sorted(chosen, key=lambda f: (f.about is None, when(f), f.id))[:max_lines]
