@@ -72,6 +72,26 @@ def test_extractive_gist_says_what_it_was_about_then_keeps_lines_verbatim(
     assert "Braga" in again[0] and "Tom" in again[0]
 
 
+def test_the_offline_reflection_names_people_and_places_as_they_are_spelled(
+    embedder: LocalEmbedder,
+) -> None:
+    import json
+
+    from dreamd.dream.prompts import reflect_prompt
+
+    lines = ["user: My sister Ana lands on the 16th of October.",
+             "user: I'm showing Ana the flat in Campo de Ourique.",
+             "user: Campo de Ourique is quiet and near the park.",
+             "user: In October the rent goes up, so October is busy."]
+    prompt = reflect_prompt({"user": "Sam", "agent": "Wren"}, {}, lines,
+                            {"new_turns": 4, "sessions": 1, "now": "2026-10-05T21:00:00+00:00"})
+    state = json.loads(ExtractiveCompleter(embedder).complete(prompt).text)
+    # Names whole and first; a month is not a topic, nor a word of a longer name.
+    assert state["topics"][:2] == ["Ana", "Campo de Ourique"], state
+    assert not {"October", "Ourique", "Campo"} & set(state["topics"]), state
+    assert "mostly about Ana, Campo de Ourique" in state["reflection"]
+
+
 def test_a_change_replaces_the_fact_it_is_about_and_no_other(
         embedder: LocalEmbedder, tmp_path: Path) -> None:
     """Supersession by the embedder: "I switched to tea" ends "drinks coffee every

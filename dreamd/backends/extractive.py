@@ -93,7 +93,9 @@ def keywords(texts: list[str], n: int) -> list[str]:
 
 
 ABOUT = "About: "
-_NAME = re.compile(r"(?<![.!?]\s)(?<!^)(?<![.!?]\s\s)\b[A-Z][a-zà-ÿ]{2,}(?:\s[A-Z][a-zà-ÿ]+)*")
+# A name may join its words with a particle: "Campo de Ourique", "Rio de Janeiro".
+_NAME = re.compile(r"(?<![.!?]\s)(?<!^)(?<![.!?]\s\s)\b[A-Z][a-zà-ÿ]{2,}"
+                   r"(?:\s(?:(?:de|da|do|dos|das|del|la|von|van|der)\s)?[A-Z][a-zà-ÿ]+)*")
 _OPENER = re.compile(r"(?:^|[.!?]\s+)([A-Z][a-zà-ÿ]{2,})\b")
 
 
@@ -119,6 +121,9 @@ def topics(lines: list[str], n: int) -> list[str]:
         if key in CHATTER or key.rstrip("s") in CALENDAR or key in speakers:
             del names[name]
     chosen = [name for name, _ in sorted(names.items(), key=lambda nc: (-nc[1], nc[0]))]
+    # Not a word of a longer name ("Ourique" where "Campo de Ourique" opened a sentence).
+    chosen = [name for name in chosen
+              if not any(name != other and name in other.split() for other in chosen)]
     taken = {w.lower() for name in chosen for w in name.split()}
     chosen += [w for w in keywords(bodies, n) if w.lower() not in taken
                and w.lower() not in speakers and w.lower() not in CALENDAR]
@@ -221,12 +226,12 @@ class ExtractiveCompleter:
         ctx: dict[str, Any] = prompt.context
         turns = list(prompt.items)
         label, score = mood(turns)
-        topics = keywords(turns, 5)
+        named = topics(turns, 5)  # the people and things it was about, as spelled
         new_turns = int(ctx.get("new_turns", 0))
         sessions = int(ctx.get("sessions", 0))
         user = str(ctx.get("user_name", "the user"))
         energy = round(min(1.0, 0.3 + new_turns / 200), 2)
-        about = f", mostly about {', '.join(topics[:3])}" if topics else ""
+        about = f", mostly about {', '.join(named[:3])}" if named else ""
         reflection = (
             f"{ctx.get('now', '')[:10]}: {new_turns} new turns with {user}{about}; "
             f"the tone read as {label}."
@@ -242,6 +247,6 @@ class ExtractiveCompleter:
             "energy": energy,
             "self_narrative": narrative,
             "reflection": reflection,
-            "topics": topics,
+            "topics": named,
         }
         return json.dumps(state, sort_keys=True)
