@@ -72,6 +72,23 @@ def test_extractive_gist_says_what_it_was_about_then_keeps_lines_verbatim(
     assert "Braga" in again[0] and "Tom" in again[0]
 
 
+def test_a_gist_s_topics_name_who_it_was_about_not_who_was_talking(
+    embedder: LocalEmbedder,
+) -> None:
+    from dreamd.dream.prompts import summary_prompt
+
+    lines = ["user: First week as tech lead is done, Wren.",
+             "assistant: Well done, Sam! How did it go?",
+             "user: Ana lands on the 16th. Training is tapering now.",
+             "user: Terrified is how I felt on Monday, but Sam survived."]
+    prompt = summary_prompt({"user": "Sam", "agent": "Wren"}, None, lines, 3)
+    about = ExtractiveCompleter(embedder).complete(prompt).text.splitlines()[0]
+    # Ana opens a sentence as its subject: a topic. The user and the agent are in every
+    # conversation of theirs: not topics; nor are a gerund or an adjective that open one.
+    topics = about.removeprefix("About: ").split(", ")
+    assert "Ana" in topics and not {"Sam", "Wren", "Training", "Terrified"} & set(topics), about
+
+
 def test_the_offline_reflection_names_people_and_places_as_they_are_spelled(
     embedder: LocalEmbedder,
 ) -> None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from dreamd.backends.protocols import Embedder
 from dreamd.models import Completion, Prompt
-from dreamd.text import CALENDAR, CHATTER
+from dreamd.text import CALENDAR, CHATTER, NAME_THEN_VERB
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{2,}")
 _SELF_DISCLOSURE = re.compile(
@@ -99,18 +99,24 @@ _NAME = re.compile(r"(?<![.!?]\s)(?<!^)(?<![.!?]\s\s)\b[A-Z][a-zà-ÿ]{2,}"
 _OPENER = re.compile(r"(?:^|[.!?]\s+)([A-Z][a-zà-ÿ]{2,})\b")
 
 
-def topics(lines: list[str], n: int) -> list[str]:
+def topics(lines: list[str], n: int, people: tuple[str, ...] = ()) -> list[str]:
     """What a conversation was about, in its own spelling: the names it mentions (people,
     places, things), the most mentioned first, then the words its lines keep coming back
-    to. `lines` are "speaker: words"; speakers' names are not topics."""
+    to. `lines` are "speaker: words"; the speakers and `people` (the user's and the
+    agent's names, in every conversation of theirs) are not topics."""
     speakers = {line.partition(": ")[0].strip().lower() for line in lines}
+    speakers |= {name.lower() for name in people}
     bodies = [line.partition(": ")[2] or line for line in lines]
     names: Counter[str] = Counter()
     openers: Counter[str] = Counter()
     for body in bodies:
-        # A capitalized word inside a sentence; one opening a sentence only when the
-        # conversation comes back to it ("Ana lands on the 16th. ... Ana wants ...").
-        openers.update(m.group(1) for m in _OPENER.finditer(body))
+        # A capitalized word inside a sentence; one opening a sentence only as its
+        # subject ("Ana lands on the 16th") or when the conversation comes back to it.
+        for m in _OPENER.finditer(body):
+            openers[m.group(1)] += 1
+            if NAME_THEN_VERB.match(body[m.start(1):]) and not m.group(1).endswith(
+                    ("ing", "ed")):  # "Training is", "Terrified is": not a name
+                names[m.group(1)] += 1
         for name in _NAME.findall(body):
             names[name] += 1
     for word, count in openers.items():
@@ -197,7 +203,7 @@ class ExtractiveCompleter:
         items = [t for t in prompt.items if not t.startswith(ABOUT)]
         if len(items) != len(prompt.items):  # a previous gist's line: topics are redone
             prompt = dataclasses.replace(prompt, vectors=None)
-        about = topics(items, 6)
+        about = topics(items, 6, tuple(prompt.context.get("people", ())))
         picked = self._pick(prompt, items, max(1, prompt.max_items - bool(about)))
         return "\n".join(([ABOUT + ", ".join(about)] if about else []) + picked)
 

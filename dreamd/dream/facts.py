@@ -20,7 +20,7 @@ from datetime import date
 from dreamd.dream.dates import day_of, long_date, resolve
 from dreamd.dream.keys import in_names
 from dreamd.models import Fact
-from dreamd.text import CALENDAR, STOPWORDS
+from dreamd.text import CALENDAR, NAME_THEN_VERB, STOPWORDS
 
 MAX_CHARS = 300  # a fact is a sentence, not a paragraph
 
@@ -192,11 +192,6 @@ _THIRD_PERSON = re.compile(r"\b(?:he|she|they|him|his|her|them|their)\b", re.IGN
 _NAME_WORD = re.compile(r"\b[A-Z][a-zà-ÿ]+\b")
 _PLACE_BEFORE = re.compile(r"\b(?:in|at|to|from|near|into|around|of|for|visit\w*)\s+$",
                            re.IGNORECASE)
-_NAME_THEN_VERB = re.compile(
-    r"^[A-Z][a-zà-ÿ]+ (?:says|said|is|was|has|had|will|can|thinks|thought|told|tells|"
-    r"wants|wanted|lives|lived|works|worked|loves|loved|likes|liked|moved|came|went|got|"
-    r"called|texted|asked|suggested|agreed|ran|runs|just|also|lands|landed|arrives|arrived|"
-    r"finished|started|left|met|visited|visits|won|passed|joined|wrote|sent|bought|found)\b")
 
 
 def people_named(text: str, known: tuple[str, ...]) -> list[str]:
@@ -212,7 +207,7 @@ def people_named(text: str, known: tuple[str, ...]) -> list[str]:
                     or word.endswith("ing"):
                 continue
             if m.start() == 0:
-                if not _NAME_THEN_VERB.match(sentence):
+                if not NAME_THEN_VERB.match(sentence):
                     continue
             elif _PLACE_BEFORE.search(sentence[:m.start()]):
                 continue

@@ -124,6 +124,7 @@ def summary_prompt(
         items=tuple(prev + new_lines),
         max_items=lines,
         vectors=None if prev else vectors,
+        context={"people": (names["user"], names["agent"])},
     )
 
 
@@ -136,6 +137,7 @@ def merge_prompt(names: dict[str, str], partials: list[str], lines: int) -> Prom
         user=body,
         items=tuple(items),
         max_items=lines,
+        context={"people": (names["user"], names["agent"])},
     )
 
 
