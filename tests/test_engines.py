@@ -11,11 +11,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dreamd.backends.factory import make_backends
 from dreamd.config import Config, EmbedConfig, StoreConfig
 from dreamd.dream.cycle import run_pass
 from dreamd.memory.api import Memory
-from dreamd.store.postgres import is_url
+from dreamd.store.postgres import PgStore, is_url
 from tests.engines import App
 from tests.helpers import dreamd_env
 
@@ -345,3 +347,37 @@ def test_sensing_counts_agree_for_everyone_and_for_one_user(target: str) -> None
             ana.gists, ana.ripe) == (1, 1, 1, 1, 1, 0)
     memory.close()
     app.close()
+
+
+def test_workers_on_one_machine_share_its_cores(pg_server: Any) -> None:
+    """Each worker's heartbeat counts the live workers on its machine, and the local
+    model, left to choose its threads, takes its share of the cores."""
+    from dreamd.backends.local import LocalEmbedder, cores
+    from dreamd.dream.workers import Claims
+    from dreamd.store.opening import open_store
+
+    url = str(pg_server.new_database())
+    config = Config(db=url)
+    stores = [open_store(config) for _ in range(2)]
+    assert all(isinstance(s, PgStore) for s in stores)
+    first, second = (Claims(s, config) for s in stores)  # type: ignore[arg-type]
+    told: list[int] = []
+    first.on_neighbours = told.append
+    first.start()
+    second.start()
+    try:
+        assert second.here == 2
+        first._heartbeat()
+        assert told == [1, 2] and first.here == 2
+        auto, fixed = LocalEmbedder(), LocalEmbedder(threads=3)
+        before = auto.embed(["Sam adopted a dog called Biscuit."])
+        for embedder in (auto, fixed):
+            embedder.share(first.here)
+        assert auto.threads == max(1, min(4, cores()) // 2) and fixed.threads == 3
+        assert np.allclose(auto.embed(["Sam adopted a dog called Biscuit."]), before,
+                           atol=1e-5)  # the same vectors with fewer threads
+    finally:
+        second.stop()
+        first.stop()
+        for store in stores:
+            store.close()

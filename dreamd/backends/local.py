@@ -7,6 +7,7 @@ import os
 import threading
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -54,6 +55,14 @@ def verified(path: Path, expected: str) -> Path:
     return path
 
 
+def cores() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
 class LocalEmbedder:
     """Mean-pooled, normalised sentence vectors, as sentence-transformers computes them."""
 
@@ -61,28 +70,51 @@ class LocalEmbedder:
     dim = 384
 
     def __init__(self, threads: int = 0) -> None:
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        onnx_path = verified(model_file(), MODEL_SHA256)
+        self._onnx_path = verified(model_file(), MODEL_SHA256)
         tok_path = verified(tokenizer_file(), TOKENIZER_SHA256)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads or min(4, os.cpu_count() or 1)
-        options.inter_op_num_threads = 1
-        # Idle threads wait instead of spinning: measured on 2 cores, one process embeds
-        # as fast either way (511/s spinning, 531/s not), but two processes side by side
-        # (workers on one machine, or a pass beside the chat app) made 354/s together
-        # spinning and 532/s not.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        self._session = ort.InferenceSession(
-            str(onnx_path), options, providers=["CPUExecutionProvider"]
-        )
-        self._inputs = {i.name for i in self._session.get_inputs()}
+        # threads 0: as many as the cores (up to 4), shared with the other workers on
+        # this machine once they are known (`share`); a set number is kept as set.
+        self._auto = threads == 0
+        self._threads = threads or min(4, cores())
+        self._sessions: dict[int, Any] = {}
+        self._inputs = {i.name for i in self._session_for(self._threads).get_inputs()}
         self._tokenizer = Tokenizer.from_file(str(tok_path))
         self._tokenizer.enable_truncation(MAX_TOKENS)
         self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
         self._lock = threading.Lock()
         self.calls = 0
+
+    @property
+    def threads(self) -> int:
+        return self._threads
+
+    def share(self, workers: int) -> None:
+        """`workers` dreamd processes embed on this machine: with threads left to dreamd,
+        each takes its share of the cores (two workers on two cores, one thread each), so
+        that they do not crowd each other out. The next batch runs with it."""
+        if self._auto:
+            self._threads = max(1, min(4, cores()) // max(1, workers))
+
+    def _session_for(self, threads: int) -> Any:
+        """An onnxruntime session with `threads` intra-op threads (one per count used)."""
+        session = self._sessions.get(threads)
+        if session is None:
+            import onnxruntime as ort
+
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            # Idle threads wait instead of spinning: measured on 2 cores, one process
+            # embeds as fast either way (511/s spinning, 531/s not), but two processes
+            # side by side (workers on one machine, or a pass beside the chat app) made
+            # 354/s together spinning and 532/s not.
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+            session = ort.InferenceSession(str(self._onnx_path), options,
+                                           providers=["CPUExecutionProvider"])
+            self._sessions[threads] = session
+        return session
 
     def feeds(self, texts: list[str]) -> dict[str, np.ndarray]:
         encodings = self._tokenizer.encode_batch(texts)
@@ -95,7 +127,7 @@ class LocalEmbedder:
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         with self._lock:
-            hidden = self._session.run(None, feeds)[0]
+            hidden = self._session_for(self._threads).run(None, feeds)[0]
         mask = feeds["attention_mask"][..., None].astype(np.float32)
         pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)

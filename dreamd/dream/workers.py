@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 from dreamd.config import Config
 from dreamd.dream.keys import space
@@ -28,20 +29,29 @@ class Claims:
         self._stop = threading.Event()
         self._beat: PgStore | None = None
         self._thread: threading.Thread | None = None
+        # Told, on every beat, how many live workers share this machine (the local
+        # model divides the cores between them).
+        self.on_neighbours: Callable[[int], None] = lambda workers: None
+        self.here = 1  # live workers on this machine at the last beat
 
     def start(self) -> None:
         self._beat = pg_connect(self.store.url, self.store.schema,
                                 self.config.store.busy_timeout_ms)
-        leases.heartbeat(self._beat, self.worker, self.seconds)
+        self._heartbeat()
         self._thread = threading.Thread(target=self._run, name="dreamd-heartbeat",
                                         daemon=True)
         self._thread.start()
 
-    def _run(self) -> None:
+    def _heartbeat(self) -> None:
         assert self._beat is not None
+        beat = leases.heartbeat(self._beat, self.worker, self.seconds)
+        self.here = beat.here
+        self.on_neighbours(beat.here)
+
+    def _run(self) -> None:
         while not self._stop.wait(self.seconds / 3):
             try:
-                leases.heartbeat(self._beat, self.worker, self.seconds)
+                self._heartbeat()
             except Exception as exc:  # the next beat may get through; leases expire if not
                 self.log.warning("heartbeat_failed", error=str(exc)[:200])
 

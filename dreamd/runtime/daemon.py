@@ -21,6 +21,7 @@ from typing import Any
 
 from dreamd import config as cfg
 from dreamd.backends.factory import make_backends
+from dreamd.backends.local import LocalEmbedder
 from dreamd.dream.cycle import PassResult, run_pass
 from dreamd.dream.workers import Claims
 from dreamd.errors import EXIT_JOB_FAILED, EXIT_OK, DreamdError, StoreError
@@ -199,6 +200,10 @@ class Runner:
 
     def set_backends(self, config: cfg.Config) -> None:
         embedder, self.completer = make_backends(config, self.flags.stop)
+        if self.claims is not None and isinstance(embedder, LocalEmbedder):
+            # Workers on one machine share its cores (embed.threads 0 only).
+            self.claims.on_neighbours = embedder.share
+            embedder.share(self.claims.here)
         deadline = config.completer.call_deadline_seconds + config.completer.connect_timeout_seconds
         self.embedder = WatchedEmbedder(embedder, self.health, deadline)
 

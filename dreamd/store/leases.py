@@ -83,18 +83,28 @@ def release(store: PgStore, worker: str, keys: list[str]) -> None:
             "WHERE key = ANY(%s) AND worker = %s", (keys, worker))
 
 
-def heartbeat(store: PgStore, worker: str, seconds: float) -> int:
-    """Extend `worker`'s unexpired leases and note it is alive; returns leases held. (A
-    lease that ran out stays out: another worker may hold it now.)"""
+@dataclass(frozen=True)
+class Beat:
+    held: int  # leases the worker holds
+    here: int  # live workers on its machine, itself included
+
+
+def heartbeat(store: PgStore, worker: str, seconds: float) -> Beat:
+    """Extend `worker`'s unexpired leases and note it is alive; returns the leases held
+    and how many live workers (a heartbeat within `seconds`) share its machine. (A lease
+    that ran out stays out: another worker may hold it now.)"""
     rows = _tx(store,
                "WITH kept AS (UPDATE dreamd_leases SET expires_at = now() + "
                "make_interval(secs => %s) WHERE worker = %s AND expires_at > now() "
                "RETURNING 1) SELECT COUNT(*) FROM kept", (seconds, worker))
     held = int(rows[0][0])
+    host = socket.gethostname()
     _tx(store, "INSERT INTO dreamd_workers (worker, host, pid) VALUES (%s, %s, %s) "
         "ON CONFLICT (worker) DO UPDATE SET heartbeat_at = now()",
-        (worker, socket.gethostname(), os.getpid()))
-    return held
+        (worker, host, os.getpid()))
+    here = _tx(store, "SELECT COUNT(*) FROM dreamd_workers WHERE host = %s AND "
+               "heartbeat_at > now() - make_interval(secs => %s)", (host, seconds))
+    return Beat(held, max(1, int(here[0][0])))
 
 
 def leave(store: PgStore, worker: str) -> None:
