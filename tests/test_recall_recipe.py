@@ -239,3 +239,24 @@ def test_a_fact_lifts_the_turn_it_came_from(tmp_path: Path,
     monkeypatch.setattr(recall, "FACT_WEIGHT", 0.0)  # the same recall without facts
     assert ranked(memory, query, words_too=False)[0].startswith("A puppy called Rex")
     memory.close()
+
+
+def test_a_fact_said_again_later_lifts_the_later_turn_too(tmp_path: Path) -> None:
+    """A Memory that has read the facts sees a known fact's new source turn at its next
+    recall (the facts job adds the turn to the fact; no new fact is made)."""
+    memory = memory_of(tmp_path / "m.db", {
+        "s1": [("ana", "I adopted a puppy called Nora."), ("assistant", "Congratulations!")]})
+    index = memory.indexes.facts("default")
+    index.refresh()
+    assert len(index.turns) == 1
+    with memory.store.write() as conn:
+        later = q.add_turn(conn, "s2", "ana", "I adopted a puppy called Nora.",
+                           (T0 + timedelta(days=3)).isoformat())
+    run_pass(memory.store, memory.config, memory.embedder,
+             RecordingCompleter(memory.store, memory.embedder), trigger="test", force=True)
+    with memory.store.read() as conn:
+        facts = q.facts_of(conn, "default")
+    assert len(facts) == 1 and later in facts[0].sources, facts  # the same fact, said again
+    memory.recall("puppy Nora", k=3)
+    assert later in index.turns.tolist() and len(index.turns) == 2
+    memory.close()

@@ -274,15 +274,17 @@ class GistIndex:
 class FactIndex:
     """A user's facts as evidence for the turns they came from: a fact is a turn's news
     said plainly, names resolved and dates absolute, so a question can meet the fact where
-    it would miss the turn. Refreshed by fact id; replaced facts stay (they were true)."""
+    it would miss the turn. Refreshed by fact id, and by source turn for a known fact said
+    again; replaced facts stay (they were true)."""
 
     def __init__(self, store: Store, space: str, user_id: str) -> None:
         self.store, self.space, self.user_id = store, space, user_id
         self._reset(None)
 
     def _reset(self, epoch: str | None) -> None:
-        self.epoch, self.last_id = epoch, 0
+        self.epoch, self.last_id, self.last_turn = epoch, 0, 0
         self.matrix = np.zeros((0, 0), dtype=np.float32)
+        self.row_of: dict[int, int] = {}  # fact id -> its row
         self.fact_of = np.zeros(0, dtype=np.int64)  # per (fact, source turn): the fact's row
         self.turns = np.zeros(0, dtype=np.int64)  # and the turn
 
@@ -291,20 +293,30 @@ class FactIndex:
             epoch = q.get_state(conn, "vector_epoch", "0")
             if epoch != self.epoch:  # dreamd forgot something: start again
                 self._reset(epoch)
+            # Turns that said a known fact again join it (the facts job reads turns in
+            # order, so theirs are newer than any source read before).
+            again = q.sources_added(conn, self.user_id, self.last_id, self.last_turn) \
+                if self.last_id else []
             facts = q.facts_after(conn, self.user_id, self.last_id)
             blobs = q.fact_vectors(conn, self.space, [f.id for f in facts]) if facts else {}
+        # (Every pair held has a turn up to last_turn: these are new.)
+        pairs = [(self.row_of[f], t) for f, t in again if f in self.row_of]
         kept = [f for f in facts if f.id in blobs and f.sources]
         if kept:
             start = len(self.matrix)
             block = np.stack([np.frombuffer(blobs[f.id], dtype=np.float32) for f in kept])
             self.matrix = np.vstack([self.matrix, block]) if start else block
-            self.fact_of = np.concatenate([self.fact_of, np.fromiter(
-                (start + n for n, f in enumerate(kept) for _ in f.sources), dtype=np.int64)])
-            self.turns = np.concatenate([self.turns, np.fromiter(
-                (t for f in kept for t in f.sources), dtype=np.int64)])
+            self.row_of.update((f.id, start + n) for n, f in enumerate(kept))
+            pairs += [(start + n, t) for n, f in enumerate(kept) for t in f.sources]
+        if pairs:
+            self.fact_of = np.concatenate([self.fact_of, np.array([r for r, _ in pairs],
+                                                                  dtype=np.int64)])
+            self.turns = np.concatenate([self.turns, np.array([t for _, t in pairs],
+                                                              dtype=np.int64)])
             # In turn order: finding sorted turns among a matrix's rows is ~5x faster.
             order = np.argsort(self.turns, kind="stable")
             self.turns, self.fact_of = self.turns[order], self.fact_of[order]
+            self.last_turn = max(self.last_turn, int(self.turns[-1]))
         if facts:
             self.last_id = facts[-1].id
 

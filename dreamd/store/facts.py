@@ -42,6 +42,16 @@ def facts_after(conn: Conn, user_id: str, after_id: int) -> list[Fact]:
     return _facts(conn, rows.fetchall())
 
 
+def sources_added(conn: Conn, user_id: str, upto_fact: int, after_turn: int
+                  ) -> list[tuple[int, int]]:
+    """(fact id, turn id) of sources turns after `after_turn` gave to a user's facts up to
+    `upto_fact`: a known fact said again (from the sources' turn index)."""
+    return [(int(f), int(t)) for f, t in conn.execute(
+        "SELECT s.fact_id, s.exchange_id FROM dreamd_fact_sources s JOIN facts f ON "
+        "f.id = s.fact_id WHERE s.exchange_id > ? AND f.id <= ? AND f.user_id = ?",
+        (after_turn, upto_fact, user_id))]
+
+
 def add_fact(conn: Conn, user_id: str, subject: str, about: str | None, statement: str,
              valid_from: str | None, learned_at: str, sources: list[int], origin: str) -> int:
     row = conn.execute(

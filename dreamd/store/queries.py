@@ -13,6 +13,7 @@ from dreamd.store.facts import (  # noqa: F401
     facts_after,
     facts_of,
     replace_fact,
+    sources_added,
 )
 from dreamd.store.pending import (  # noqa: F401
     Moved,
