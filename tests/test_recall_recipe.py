@@ -253,7 +253,7 @@ def test_a_fact_said_again_later_lifts_the_later_turn_too(tmp_path: Path) -> Non
         later = q.add_turn(conn, "s2", "ana", "I adopted a puppy called Nora.",
                            (T0 + timedelta(days=3)).isoformat())
     run_pass(memory.store, memory.config, memory.embedder,
-             RecordingCompleter(memory.store, memory.embedder), trigger="test", force=True)
+             RecordingCompleter(memory.store), trigger="test", force=True)
     with memory.store.read() as conn:
         facts = q.facts_of(conn, "default")
     assert len(facts) == 1 and later in facts[0].sources, facts  # the same fact, said again
