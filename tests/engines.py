@@ -4,6 +4,7 @@ writes, as an app in another process makes them."""
 from __future__ import annotations
 
 import sqlite3
+from datetime import datetime, timedelta
 from typing import Any
 
 from dreamd.store.pg_schema import CORE_TABLES as PG_CORE_TABLES
@@ -51,16 +52,23 @@ class App:
                      (session_id, session_id, at, user))
 
     def say(self, session_id: str, turns: list[tuple[str, str]],
-            at: str = "2024-03-01T10:00:00+00:00") -> list[int]:
-        """Turns in one transaction; their ids."""
+            at: str | list[str] = "2024-03-01T10:00:00+00:00") -> list[int]:
+        """Turns in one transaction (at one time, or each at its own); their ids."""
+        times = at if isinstance(at, list) else [at] * len(turns)
         ids = []
         self.execute("BEGIN")
-        for role, content in turns:
+        for (role, content), when in zip(turns, times, strict=True):
             ids.append(int(self.value(
                 "INSERT INTO exchanges (session_id, role, content, created_at) "
-                "VALUES (?, ?, ?, ?) RETURNING id", (session_id, role, content, at))))
+                "VALUES (?, ?, ?, ?) RETURNING id", (session_id, role, content, when))))
         self.execute("COMMIT")
         return ids
+
+    def turns(self, session_id: str, texts: list[str], start: datetime,
+              roles: tuple[str, str] = ("user", "assistant")) -> list[int]:
+        """Turns a minute apart from `start`, the roles taking turns, in one transaction."""
+        return self.say(session_id, [(roles[i % 2], text) for i, text in enumerate(texts)],
+                        [(start + timedelta(minutes=i)).isoformat() for i in range(len(texts))])
 
     def close(self) -> None:
         self.conn.close()
