@@ -1,10 +1,12 @@
 """Workers on PostgreSQL, side by side in one run (needs the PostgreSQL server binaries):
 
-    python -m bench.workers [TURNS] [USERS]
+    python -m bench.workers [TURNS] [USERS] [--one-thread]
     python -m bench.workers sensing
 
 - first pass over TURNS turns (default 100k) of USERS users (default 500) with the
   embedded default: SQLite with one dreamd, PostgreSQL with one worker and with two;
+  with --one-thread, the same again with one model thread per process (how the work
+  itself divides between workers);
 - the app's INSERT p99 on PostgreSQL alone and during a two-worker pass;
 - `sensing`: a pass's sensing and owner check in a 1M-turn, 500-user store kept up to
   date, on PostgreSQL, against the prior art's GROUP BY over every turn there (the
@@ -182,8 +184,9 @@ def sensing() -> None:
 def main() -> None:
     if sys.argv[1:2] == ["sensing"]:
         return sensing()
-    turns = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    users = int(sys.argv[2]) if len(sys.argv) > 2 else 500
+    args = [a for a in sys.argv[1:] if a != "--one-thread"]
+    turns = int(args[0]) if args else 100_000
+    users = int(args[1]) if len(args) > 1 else 500
     OUT.mkdir(exist_ok=True)
     source = OUT / f"workers-{turns}.db"
     generate(source, turns, turns // 50, users=users, months=6)
@@ -201,17 +204,18 @@ def main() -> None:
         print(f"workers: first pass over {turns:,} turns / {users} users, embedded default: "
               f"PostgreSQL 1 worker {one_s:.1f} s, 2 workers {two_s:.1f} s -> "
               f"{one_s / two_s:.2f}x; SQLite 1 dreamd {sqlite_s:.1f} s "
-              f"(PostgreSQL / SQLite {one_s / sqlite_s:.2f}x)")
-        # The local model uses every core it may in one process; one thread each shows how
-        # the work itself divides between workers.
-        one, two = server.new_database(), server.new_database()
-        copy_into(source, one)
-        copy_into(source, two)
-        one_s = passes(one, 1, DREAMD_EMBED__THREADS="1")
-        two_s = passes(two, 2, DREAMD_EMBED__THREADS="1")
-        assert caught_up(one) and caught_up(two)
-        print(f"workers: the same, one model thread per process: 1 worker {one_s:.1f} s, "
-              f"2 workers {two_s:.1f} s -> {one_s / two_s:.2f}x")
+              f"(PostgreSQL / SQLite {one_s / sqlite_s:.2f}x)", flush=True)
+        if "--one-thread" in sys.argv:
+            # The local model uses every core it may in one process; one thread each
+            # shows how the work itself divides between workers.
+            one, two = server.new_database(), server.new_database()
+            copy_into(source, one)
+            copy_into(source, two)
+            one_s = passes(one, 1, DREAMD_EMBED__THREADS="1")
+            two_s = passes(two, 2, DREAMD_EMBED__THREADS="1")
+            assert caught_up(one) and caught_up(two)
+            print(f"workers: the same, one model thread per process: 1 worker {one_s:.1f} s, "
+                  f"2 workers {two_s:.1f} s -> {one_s / two_s:.2f}x", flush=True)
         third = server.new_database()
         copy_into(source, third)
         alone, errors_alone = insert_p99(third, 30)

@@ -49,7 +49,10 @@ class Claims:
         self.on_neighbours(beat.here)
 
     def _run(self) -> None:
-        while not self._stop.wait(self.seconds / 3):
+        # The first beat again soon: workers started together see each other by then.
+        wait = min(1.0, self.seconds / 3)
+        while not self._stop.wait(wait):
+            wait = self.seconds / 3
             try:
                 self._heartbeat()
             except Exception as exc:  # the next beat may get through; leases expire if not
