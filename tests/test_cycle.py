@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sqlite3
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -253,121 +255,117 @@ def test_the_pass_log_names_every_job_that_ran_and_counts_read_as_words(db: Path
 # The store's part of a pass, on both engines (`target`: a SQLite file, a PostgreSQL
 # database): the chat app writes through its own connection (tests.engines.App).
 
-def on_engine(target: str, **sections: Any) -> tuple[AnyStore, App, Config]:
+@contextlib.contextmanager
+def on_engine(target: str, *, sample: bool = False,
+              **sections: Any) -> Iterator[tuple[AnyStore, App, Config]]:
+    """The app's tables (and the sample sessions), dreamd's store on them, the config."""
     app = App(target)
     app.create_tables()
     config = dataclasses.replace(Config(db=target, embed=EmbedConfig(backend="hashing")),
                                  **sections)
-    return open_store(config), app, config
-
-
-def sample_on(app: App) -> None:
-    for sample in sample_sessions():
-        app.say(sample.session_id, [(r, c) for r, c, _ in sample.turns],
-                [at for _, _, at in sample.turns])
+    for session in sample_sessions() if sample else ():
+        app.say(session.session_id, [(r, c) for r, c, _ in session.turns],
+                [at for _, _, at in session.turns])
+    store = open_store(config)
+    try:
+        store.settle_turns(wait=5.0)
+        yield store, app, config
+    finally:
+        store.close()
+        app.close()
 
 
 def test_failures_back_off_then_quarantine_and_the_pass_goes_on(target: str) -> None:
-    store, app, config = on_engine(target, jobs=JobsConfig(max_attempts=2, backoff_seconds=60))
-    app.turns("good", chat_texts(0, 6), T0)
-    app.turns("bad", ["POISON turn that the backend refuses", "reply"] * 3, T0)
-    store.settle_turns(wait=5.0)
-    completer = RecordingCompleter(store, fail_on={"POISON"})
-    clock = [LATER]
-    result = pass_(store, completer, config, force=False, clock=lambda: clock[0])
-    job = next(j for j in result.jobs if j.job == "summarize")
-    assert (job.done, job.failed) == (1, 1) and result.outcome == "failed"
-    assert app.rows("SELECT session_id FROM summaries") == [("good",)]
-    assert next(j for j in result.jobs if j.job == "eras").done == 1  # the pass went on
-    failure = "SELECT attempts, quarantined FROM dreamd_failures WHERE job = 'summarize'"
-    assert app.rows(failure) == [(1, 0)]
-    # Within the backoff window the item is not retried ...
-    calls = len(completer.prompts)
-    pass_(store, completer, config, force=False, clock=lambda: clock[0] + timedelta(seconds=30))
-    assert not [p for p in completer.prompts[calls:] if "POISON" in p.user]
-    # ... after it, it is, and the second failure quarantines it.
-    clock[0] = LATER + timedelta(minutes=5)
-    pass_(store, completer, config, force=False, clock=lambda: clock[0])
-    assert app.rows(failure) == [(2, 1)]
-    # Quarantined items are not retried, even forced; nothing was written for them.
-    calls = len(completer.prompts)
-    pass_(store, completer, config, force=True, clock=lambda: clock[0] + timedelta(days=1))
-    assert not [p for p in completer.prompts[calls:] if "POISON" in p.user]
-    assert app.value("SELECT COUNT(*) FROM summaries WHERE session_id = 'bad'") == 0
-    store.close()
-    app.close()
+    jobs = JobsConfig(max_attempts=2, backoff_seconds=60)
+    with on_engine(target, jobs=jobs) as (store, app, config):
+        app.turns("good", chat_texts(0, 6), T0)
+        app.turns("bad", ["POISON turn that the backend refuses", "reply"] * 3, T0)
+        store.settle_turns(wait=5.0)
+        completer = RecordingCompleter(store, fail_on={"POISON"})
+        clock = [LATER]
+        result = pass_(store, completer, config, force=False, clock=lambda: clock[0])
+        job = next(j for j in result.jobs if j.job == "summarize")
+        assert (job.done, job.failed) == (1, 1) and result.outcome == "failed"
+        assert app.rows("SELECT session_id FROM summaries") == [("good",)]
+        assert next(j for j in result.jobs if j.job == "eras").done == 1  # the pass went on
+        failure = "SELECT attempts, quarantined FROM dreamd_failures WHERE job = 'summarize'"
+        assert app.rows(failure) == [(1, 0)]
+        # Within the backoff window the item is not retried ...
+        calls = len(completer.prompts)
+        pass_(store, completer, config, force=False,
+              clock=lambda: clock[0] + timedelta(seconds=30))
+        assert not [p for p in completer.prompts[calls:] if "POISON" in p.user]
+        # ... after it, it is, and the second failure quarantines it.
+        clock[0] = LATER + timedelta(minutes=5)
+        pass_(store, completer, config, force=False, clock=lambda: clock[0])
+        assert app.rows(failure) == [(2, 1)]
+        # Quarantined items are not retried, even forced; nothing was written for them.
+        calls = len(completer.prompts)
+        pass_(store, completer, config, force=True, clock=lambda: clock[0] + timedelta(days=1))
+        assert not [p for p in completer.prompts[calls:] if "POISON" in p.user]
+        assert app.value("SELECT COUNT(*) FROM summaries WHERE session_id = 'bad'") == 0
 
 
 def test_a_stale_write_is_discarded_not_stored_over_newer_state(target: str) -> None:
     """If the gist moved while the backend was thinking, the older answer is dropped."""
-    store, app, config = on_engine(target)
-    app.turns("s", chat_texts(0, 6), T0)
-    store.settle_turns(wait=5.0)
+    with on_engine(target) as (store, app, config):
+        app.turns("s", chat_texts(0, 6), T0)
+        store.settle_turns(wait=5.0)
 
-    class Racing(RecordingCompleter):
-        def complete(self, prompt: Prompt) -> Completion:
-            if prompt.task == "summarize" and not getattr(self, "raced", False):
-                self.raced = True
-                app.execute("UPDATE dreamd_sessions SET summarized_id = 99")  # elsewhere
-            return super().complete(prompt)
+        class Racing(RecordingCompleter):
+            def complete(self, prompt: Prompt) -> Completion:
+                if prompt.task == "summarize" and not getattr(self, "raced", False):
+                    self.raced = True
+                    app.execute("UPDATE dreamd_sessions SET summarized_id = 99")  # elsewhere
+                return super().complete(prompt)
 
-    result = pass_(store, Racing(store), config)
-    job = next(j for j in result.jobs if j.job == "summarize")
-    assert (job.done, job.skipped) == (0, 1)
-    assert app.value("SELECT COUNT(*) FROM summaries") == 0
-    store.close()
-    app.close()
+        result = pass_(store, Racing(store), config)
+        job = next(j for j in result.jobs if j.job == "summarize")
+        assert (job.done, job.skipped) == (0, 1)
+        assert app.value("SELECT COUNT(*) FROM summaries") == 0
 
 
 def test_pass_budget_leaves_the_rest_for_the_next_pass(target: str) -> None:
-    store, app, config = on_engine(target, pass_=PassConfig(max_seconds=0, max_items=3))
-    for i in range(6):
-        app.turns(f"s{i}", chat_texts(i, 4), LATER - timedelta(days=30 - i))
-    store.settle_turns(wait=5.0)
-    completer = RecordingCompleter(store)
-    first = pass_(store, completer, config)
-    assert first.outcome == "partial"
-    assert app.value("SELECT COUNT(*) FROM summaries") < 6
-    for _ in range(10):
-        if pass_(store, completer, config).outcome == "ok":
-            break
-    assert app.value("SELECT COUNT(*) FROM summaries") == 6
-    store.close()
-    app.close()
+    budget = PassConfig(max_seconds=0, max_items=3)
+    with on_engine(target, pass_=budget) as (store, app, config):
+        for i in range(6):
+            app.turns(f"s{i}", chat_texts(i, 4), LATER - timedelta(days=30 - i))
+        store.settle_turns(wait=5.0)
+        completer = RecordingCompleter(store)
+        first = pass_(store, completer, config)
+        assert first.outcome == "partial"
+        assert app.value("SELECT COUNT(*) FROM summaries") < 6
+        for _ in range(10):
+            if pass_(store, completer, config).outcome == "ok":
+                break
+        assert app.value("SELECT COUNT(*) FROM summaries") == 6
 
 
 def test_drives_persist_between_passes(target: str) -> None:
     from dreamd.dream.cycle import read_drives
 
-    store, app, config = on_engine(target)
-    sample_on(app)
-    store.settle_turns(wait=5.0)
-    result = pass_(store, RecordingCompleter(store), config, force=False)
-    assert read_drives(store, "assistant") == dataclasses.replace(
-        result.drives_after,
-        **{k: round(v, 3) for k, v in result.drives_after.as_dict().items()},
-    )
-    store.close()
-    app.close()
+    with on_engine(target, sample=True) as (store, _app, config):
+        result = pass_(store, RecordingCompleter(store), config, force=False)
+        assert read_drives(store, "assistant") == dataclasses.replace(
+            result.drives_after,
+            **{k: round(v, 3) for k, v in result.drives_after.as_dict().items()},
+        )
 
 
 def test_a_new_embedding_model_re_embeds_without_mixing_dimensions(target: str) -> None:
     """Vectors are kept per model; switching models fills the new one in the background."""
     from dreamd.backends.hashing import HashingEmbedder
 
-    store, app, config = on_engine(target)
-    sample_on(app)
-    store.settle_turns(wait=5.0)
-    pass_(store, RecordingCompleter(store), config)
-    pass_(store, RecordingCompleter(store, embedder=HashingEmbedder(dim=64)), config)
-    facts = app.value("SELECT COUNT(*) FROM facts")
-    assert facts > 10
-    for table, count in (("dreamd_exchange_vectors", 143), ("dreamd_vectors", 12 + 4 + facts)):
-        rows = dict(app.rows(f"SELECT model, COUNT(*) FROM {table} GROUP BY model"))
-        assert rows == {space("hashing-256"): count, space("hashing-64"): count}, table
-        dims = dict(app.rows(
-            f"SELECT model, MAX(length(vector)) FROM {table} GROUP BY model "
-            f"HAVING MIN(length(vector)) = MAX(length(vector))"))
-        assert dims == {space("hashing-256"): 256 * 4, space("hashing-64"): 64 * 4}, table
-    store.close()
-    app.close()
+    with on_engine(target, sample=True) as (store, app, config):
+        pass_(store, RecordingCompleter(store), config)
+        pass_(store, RecordingCompleter(store, embedder=HashingEmbedder(dim=64)), config)
+        facts = app.value("SELECT COUNT(*) FROM facts")
+        assert facts > 10
+        for table, count in (("dreamd_exchange_vectors", 143),
+                             ("dreamd_vectors", 12 + 4 + facts)):
+            rows = dict(app.rows(f"SELECT model, COUNT(*) FROM {table} GROUP BY model"))
+            assert rows == {space("hashing-256"): count, space("hashing-64"): count}, table
+            dims = dict(app.rows(
+                f"SELECT model, MAX(length(vector)) FROM {table} GROUP BY model "
+                f"HAVING MIN(length(vector)) = MAX(length(vector))"))
+            assert dims == {space("hashing-256"): 256 * 4, space("hashing-64"): 64 * 4}, table
