@@ -1,12 +1,12 @@
 """Workers on PostgreSQL, side by side in one run (needs the PostgreSQL server binaries):
 
-    python -m bench.workers [TURNS] [USERS] [--one-thread]
+    python -m bench.workers [TURNS] [USERS] [--one-thread] [--postgresql-only]
     python -m bench.workers sensing
 
 - first pass over TURNS turns (default 100k) of USERS users (default 500) with the
   embedded default: SQLite with one dreamd, PostgreSQL with one worker and with two;
   with --one-thread, the same again with one model thread per process (how the work
-  itself divides between workers);
+  itself divides between workers); --postgresql-only: one worker and two, nothing else;
 - the app's INSERT p99 on PostgreSQL alone and during a two-worker pass;
 - `sensing`: a pass's sensing and owner check in a 1M-turn, 500-user store kept up to
   date, on PostgreSQL, against the prior art's GROUP BY over every turn there (the
@@ -184,7 +184,8 @@ def sensing() -> None:
 def main() -> None:
     if sys.argv[1:2] == ["sensing"]:
         return sensing()
-    args = [a for a in sys.argv[1:] if a != "--one-thread"]
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    only_pg = "--postgresql-only" in sys.argv
     turns = int(args[0]) if args else 100_000
     users = int(args[1]) if len(args) > 1 else 500
     OUT.mkdir(exist_ok=True)
@@ -197,14 +198,17 @@ def main() -> None:
         copy_into(source, two)
         lite = OUT / f"workers-{turns}-sqlite.db"
         lite.write_bytes(source.read_bytes())
-        sqlite_s = passes(str(lite), 1)
+        sqlite_s = None if only_pg else passes(str(lite), 1)
         one_s = passes(one, 1)
         two_s = passes(two, 2)
         assert caught_up(one) and caught_up(two)
+        versus = "" if sqlite_s is None else (f"; SQLite 1 dreamd {sqlite_s:.1f} s "
+                                              f"(PostgreSQL / SQLite {one_s / sqlite_s:.2f}x)")
         print(f"workers: first pass over {turns:,} turns / {users} users, embedded default: "
               f"PostgreSQL 1 worker {one_s:.1f} s, 2 workers {two_s:.1f} s -> "
-              f"{one_s / two_s:.2f}x; SQLite 1 dreamd {sqlite_s:.1f} s "
-              f"(PostgreSQL / SQLite {one_s / sqlite_s:.2f}x)", flush=True)
+              f"{one_s / two_s:.2f}x{versus}", flush=True)
+        if only_pg:
+            return
         if "--one-thread" in sys.argv:
             # The local model uses every core it may in one process; one thread each
             # shows how the work itself divides between workers.
