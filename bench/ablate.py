@@ -67,8 +67,10 @@ VARIANTS: dict[str, list[tuple[Any, dict[str, Any]]]] = {
     "no gist evidence": [(recall, {"GIST_WEIGHT": 0.0})],
     "no words side": [(recall, {"LEXICAL_WEIGHT": 0.0})],
     "no entity boost": [(recall, {"SPEAKER_BOOST": 0.0, "MENTION_BOOST": 0.0})],
+    "no facts as evidence": [(recall, {"FACT_WEIGHT": 0.0})],
+    "no period asked": [(recall, {"PERIOD_BOOST": 0.0, "PERIOD_ONLY_BOOST": 0.0})],
 }
-GRID = {"SESSION_WEIGHT": (0.25, 0.5, 1.0), "MENTION_BOOST": (0.0, 0.5, 1.0)}
+GRID = {"SESSION_WEIGHT": (0.25, 0.5, 1.0), "PERIOD_BOOST": (0.5, 1.0, 1.5)}
 
 
 def run(path: Path, embedder: LocalEmbedder, changes: list[tuple[Any, dict[str, Any]]]

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,26 @@ def test_recall_ranks_within_the_user_before_anyone_else_s_words(target: str) ->
     # Bo's thirty louder turns never push Ana's out, even from the words side alone.
     words = memory.recall("saxophone", users=["ana"], k=2)
     assert {h.session_id for h in words} == {"ana-1"}
+    memory.close()
+    app.close()
+
+
+def test_a_question_s_day_picks_what_was_said_that_day(target: str) -> None:
+    """The day each turn was said comes from the store on either engine: the same words
+    on two days, and the question's date ("on 3 June 2023", "yesterday") picks the day."""
+    memory, app = opened(target)
+    yesterday = (datetime.now(UTC) - timedelta(days=1)).replace(hour=12, minute=0)
+    for session, at in (("june", "2023-06-03T12:00:00+00:00"),
+                        ("july", "2023-07-07T12:00:00+00:00"),
+                        ("recent", yesterday.isoformat())):
+        app.session(session, "ana", at)
+        app.say(session, [("user", "I cooked a mushroom risotto for my friends"),
+                          ("assistant", "Lovely")], at)
+    dream(memory)
+    for question, session in (("What did I cook on 3 June 2023?", "june"),
+                              ("What did I cook on July 7, 2023?", "july"),
+                              ("What did I cook yesterday?", "recent")):
+        assert memory.recall(question, users=["ana"], k=1)[0].session_id == session, question
     memory.close()
     app.close()
 

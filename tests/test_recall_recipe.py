@@ -12,7 +12,7 @@ import pytest
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.config import Config, EmbedConfig
 from dreamd.dream.cycle import run_pass
-from dreamd.dream.dates import long_date, resolve
+from dreamd.dream.dates import Period, asked_period, long_date, periods, resolve
 from dreamd.dream.jobs import embed
 from dreamd.dream.jobs.registry import JOBS, Registry
 from dreamd.dream.keys import Said, context_text, in_names, turn_key
@@ -50,6 +50,41 @@ def test_relative_dates_resolve_against_the_day_said(said: date, text: str,
     assert resolve(text, said).endswith(f"({meaning})")
 
 
+@pytest.mark.parametrize(("question", "first", "last"), [
+    ("What did Maria plan on the evening of 7 July, 2023?", date(2023, 7, 7), date(2023, 7, 7)),
+    ("What did Melanie show Caroline on October 13, 2023?", date(2023, 10, 13),
+     date(2023, 10, 13)),
+    ("What did John do the week before August 3, 2023?", date(2023, 8, 3), date(2023, 8, 3)),
+    ("What is John doing as a volunteer in August 2023?", date(2023, 8, 1),
+     date(2023, 8, 31)),
+    ("What happened in February 2024?", date(2024, 2, 1), date(2024, 2, 29)),  # leap year
+    ("How often did she go to the beach in 2023?", date(2023, 1, 1), date(2023, 12, 31)),
+    ("What did I tell you yesterday?", date(2023, 4, 30), date(2023, 4, 30)),  # month
+    ("What did we talk about last week?", date(2023, 4, 24), date(2023, 4, 30)),
+    ("What did I say last month?", date(2023, 4, 1), date(2023, 4, 30)),
+    ("What did I buy last Friday?", date(2023, 4, 28), date(2023, 4, 28)),
+])
+def test_the_period_a_question_asks_about(question: str, first: date, last: date) -> None:
+    """Dates in the question first; else relative ones, counted from today (here Monday
+    1 May 2023)."""
+    assert asked_period(question, date(2023, 5, 1)) == Period(first, last)
+
+
+def test_a_month_without_its_year_is_that_month_any_year() -> None:
+    june = asked_period("When did Melanie go camping in June?", SUNDAY)
+    assert june is not None and june.every_year
+    assert june.holds(date(2021, 6, 30)) and june.holds(date(2023, 6, 1))
+    assert not june.holds(date(2023, 7, 1))
+    assert june.meets(Period(date(2023, 6, 26), date(2023, 7, 2)))  # the week before 3 July
+    assert not june.meets(Period(date(2023, 7, 3), date(2023, 7, 9)))
+    for question in ("May I ask what you did?", "What did Ana say about 31 February 2023?",
+                     "Call me at 2023 Main Street"):
+        assert asked_period(question, SUNDAY) is None, question
+    assert periods("Sam went last week (the week before Monday 3 July 2023) and again "
+                   "yesterday (Sunday 2 July 2023)") == [
+        Period(date(2023, 6, 26), date(2023, 7, 2)), Period(date(2023, 7, 2), date(2023, 7, 2))]
+
+
 def test_text_without_relative_dates_is_untouched() -> None:
     text = "Mondays are fine; I like May and the weekday rhythm"
     assert resolve(text, SUNDAY) == text
@@ -82,14 +117,17 @@ T0 = datetime(2023, 5, 7, 13, 0, tzinfo=UTC)
 
 
 def memory_of(db: Path, sessions: dict[str, list[tuple[str, str]]],
-              users: dict[str, str] | None = None, jobs: Registry = JOBS) -> Memory:
-    """A file with these sessions of (speaker, text), a pass over it, a Memory on it."""
+              users: dict[str, str] | None = None, jobs: Registry = JOBS,
+              starts: dict[str, datetime] | None = None) -> Memory:
+    """A file with these sessions of (speaker, text), a pass over it, a Memory on it.
+    Sessions follow each other a minute a turn, or start when `starts` says."""
     embedder = HashingEmbedder()
     memory = Memory(db, config=Config(db=str(db), embed=EmbedConfig(backend="hashing")),
                     embedder=embedder)
     at = T0
     with memory.store.write() as conn:
         for session, turns in sessions.items():
+            at = (starts or {}).get(session, at)
             for speaker, text in turns:
                 q.add_turn(conn, session, speaker, text, at.isoformat())
                 at += timedelta(minutes=1)
@@ -259,4 +297,40 @@ def test_a_fact_said_again_later_lifts_the_later_turn_too(tmp_path: Path) -> Non
     assert len(facts) == 1 and later in facts[0].sources, facts  # the same fact, said again
     memory.recall("puppy Nora", k=3)
     assert later in index.turns.tolist() and len(index.turns) == 2
+    memory.close()
+
+
+def test_a_date_in_the_question_lifts_what_was_said_then(tmp_path: Path) -> None:
+    """The same words said on two days: the question's date picks the day ("on 7 July,
+    2023", "in June"), and so does a turn that names a day within it."""
+    memory = memory_of(tmp_path / "m.db", {
+        "june": [("Ana", "I cooked a mushroom risotto for my friends"), ("Ben", "Yum")],
+        "july": [("Ana", "I cooked a mushroom risotto for my friends"), ("Ben", "Yum")],
+        "later": [("Ana", "I cooked a mushroom risotto for my friends two days ago"),
+                  ("Ben", "Yum")]},
+        starts={"june": datetime(2023, 6, 3, 12, tzinfo=UTC),
+                "july": datetime(2023, 7, 7, 12, tzinfo=UTC),
+                "later": datetime(2023, 8, 16, 12, tzinfo=UTC)})
+    for question, session in (("What did Ana cook on 7 July, 2023?", "july"),
+                              ("What did Ana cook on 3 June 2023?", "june"),
+                              ("What did Ana cook in June?", "june"),
+                              ("What did Ana cook on 14 August 2023?", "later")):
+        assert memory.recall(question, k=1)[0].session_id == session, question
+    memory.close()
+
+
+def test_what_was_said_yesterday_is_found_though_the_question_names_no_topic(
+        tmp_path: Path) -> None:
+    """"What did I tell you yesterday?" matches no turn's words; the day is the topic.
+    Yesterday's turn ranks first among 300 older ones that share the question's words,
+    more than the vector and word sides each bring in."""
+    today = datetime.now(UTC).replace(hour=12, minute=0, second=0, microsecond=0)
+    sessions = {f"old{n}": [("ana", f"Let me tell you what I did, number {n}")]
+                for n in range(300)}
+    sessions["yesterday"] = [("ana", "I painted the garden fence blue")]
+    starts = {f"old{n}": today - timedelta(days=400 - n) for n in range(300)}
+    starts["yesterday"] = today - timedelta(days=1)
+    memory = memory_of(tmp_path / "m.db", sessions, starts=starts)
+    assert memory.recall("What did I tell you yesterday?", k=1)[0].session_id == "yesterday"
+    assert memory.recall("What did I tell you?", k=5)[0].session_id != "yesterday"
     memory.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 
 WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -211,3 +212,108 @@ def resolve(text: str, said: date) -> str:
         at = end
     out.append(text[at:])
     return "".join(out)
+
+
+@dataclass(frozen=True)
+class Period:
+    """A stretch of days a text names: a day, a week, a month, a year. `every_year`: a
+    month named without its year ("in June"), that month in any year."""
+
+    first: date
+    last: date
+    every_year: bool = False
+
+    def holds(self, day: date) -> bool:
+        if self.every_year:
+            return (self.first.month, self.first.day) <= (day.month, day.day) \
+                <= (self.last.month, self.last.day)
+        return self.first <= day <= self.last
+
+    def meets(self, other: Period) -> bool:
+        """Whether the two share a day (a month of any year shares its days with each
+        year's)."""
+        if self.every_year == other.every_year:
+            return self.first <= other.last and other.first <= self.last
+        some, dated = (self, other) if self.every_year else (other, self)
+        days = min((dated.last - dated.first).days + 1, 366)
+        return any(some.holds(dated.first + timedelta(days=n)) for n in range(days))
+
+
+_MONTH = r"(" + "|".join(m[:3] + r"(?:" + m[3:] + r")?" for m in MONTHS) + r")\.?"
+_ORDINAL = r"(\d{1,2})(?:st|nd|rd|th)?"
+_YEAR = r"((?:19|20)\d\d)"
+_WEEK = rf"\bthe (week|weekend) (before|of|after) (?:{_DAY} )?{_ORDINAL} {_MONTH},? {_YEAR}\b"
+_ABSOLUTE = [(re.compile(p, re.IGNORECASE), kind) for p, kind in (
+    (_WEEK, "week"),
+    (rf"\b{_ORDINAL} (?:of )?{_MONTH},? {_YEAR}\b", "dmy"),
+    (rf"\b{_MONTH} {_ORDINAL},? {_YEAR}\b", "mdy"),
+    (rf"\b{_MONTH},? {_YEAR}\b", "my"),
+    (rf"\b(?:in|during|of|since|by|until|through|throughout) {_MONTH}\b(?!,? \d)", "m"),
+    (rf"(?:\bin |\bduring |\()({_YEAR[1:-1]})\b", "y"),
+)]
+
+
+def _month_of(name: str) -> int:
+    return next(n for n, m in enumerate(MONTHS, 1) if m.lower().startswith(name[:3].lower()))
+
+
+def _month_span(year: int, month: int) -> tuple[date, date]:
+    return date(year, month, 1), shift_months(date(year, month, 1), 1) - timedelta(days=1)
+
+
+def _period(m: re.Match[str], kind: str) -> Period | None:
+    g = m.groups()
+    try:
+        if kind == "week":
+            day = date(int(g[5]), _month_of(g[4]), int(g[3]))
+            if g[0].lower() == "weekend":
+                return Period(day, day + timedelta(days=1))
+            if g[1].lower() == "before":
+                return Period(day - timedelta(days=7), day - timedelta(days=1))
+            if g[1].lower() == "after":
+                return Period(day + timedelta(days=1), day + timedelta(days=7))
+            return Period(day - timedelta(days=day.weekday()),
+                          day + timedelta(days=6 - day.weekday()))
+        if kind == "dmy":
+            day = date(int(g[2]), _month_of(g[1]), int(g[0]))
+            return Period(day, day)
+        if kind == "mdy":
+            day = date(int(g[2]), _month_of(g[0]), int(g[1]))
+            return Period(day, day)
+        if kind == "my":
+            return Period(*_month_span(int(g[1]), _month_of(g[0])))
+        if kind == "m":
+            return Period(*_month_span(2000, _month_of(g[0])), every_year=True)
+        return Period(date(int(g[0]), 1, 1), date(int(g[0]), 12, 31))
+    except ValueError:  # "31 February 2023"
+        return None
+
+
+def periods(text: str) -> list[Period]:
+    """The periods a text names with their dates ("on 7 May, 2023", "in June 2023",
+    "the week before Monday 3 July 2023", "in June"), in the order they appear; a
+    phrase inside a longer one counts once."""
+    found: list[tuple[int, int, Period | None]] = []  # None: no such day (31 February)
+    for pattern, kind in _ABSOLUTE:
+        for m in pattern.finditer(text):
+            if not any(m.start() < end and start < m.end() for start, end, _ in found):
+                found.append((m.start(), m.end(), _period(m, kind)))
+    return [p for _, _, p in sorted(found, key=lambda f: f[0]) if p is not None]
+
+
+# Words that only say when: what is left of a question without them (and without its
+# function words and "tell", "happened" …) is its topic.
+DATE_WORDS = frozenset(
+    [m.lower() for m in MONTHS] + [m[:3].lower() for m in MONTHS] + list(WEEKDAYS)
+    + list(_NUMBERS) + "yesterday today tonight tomorrow morning afternoon evening night "
+    "last next this past coming week weekend weekends weeks month months year years day "
+    "days ago before after since during st nd rd th".split())
+
+
+def asked_period(question: str, today: date) -> Period | None:
+    """The period a question asks about: the first it names with a date ("in August
+    2023", "on 3 June, 2023"), else the first relative one, counted from `today` ("what
+    did I say last week?"). A relative phrase beside a date counts from that date, so
+    the date is what is asked ("last weekend before April 10, 2023")."""
+    found = periods(question) or periods(resolve(question, today))
+    return found[0] if found else None

@@ -21,6 +21,7 @@ from dreamd.backends.factory import make_embedder
 from dreamd.backends.protocols import Embedder
 from dreamd.config import Config
 from dreamd.config import load as load_config
+from dreamd.dream.dates import asked_period
 from dreamd.dream.facts import asks_about_the_past, fact_line
 from dreamd.dream.keys import Said, in_names, space, vector_key
 from dreamd.ids import (
@@ -43,6 +44,7 @@ from dreamd.memory.recall import (
     VectorIndex,
     boosted,
     fuse,
+    in_period,
     named,
     query_words,
     top_k,
@@ -153,7 +155,7 @@ class Memory:
         users = users or [self.config.user.id]
         index = self.indexes.of(scope_of(users))
         index.refresh()
-        query = self.as_keyed(query, users)
+        asked, query = query, self.as_keyed(query, users)
         query_vector = self.embedder.embed([query])[0]
         gists: dict[str, float] = {}
         evidence = [self.indexes.facts(user).evidence(query_vector) for user in users]
@@ -178,12 +180,21 @@ class Memory:
             with self.store.read() as conn:
                 words = q.search_words(conn, terms, CANDIDATES, users, DEFAULT_USER in users)
             words = {i: s for i, s in words.items() if i in self._within(words, allowed)}
+        period = asked_period(asked, datetime.now(UTC).date())
+        late: dict[int, float] = {}
+        if period is not None and len(scores):
+            # The period's best turns are candidates too ("what did I say yesterday?"
+            # names no topic).
+            inside = np.where(index.within(period), scores, -np.inf)
+            late = {int(ids[i]): float(scores[i]) for i in top_k(inside, CANDIDATES)
+                    if np.isfinite(scores[i])}
         finite = scores[np.isfinite(scores)]
         spread = (float(finite.mean()), float(finite.std())) if len(finite) else None
-        fused = fuse(vector, words, spread)
+        fused = fuse(vector, words, spread, late)
         with self.store.read() as conn:
             turns = q.turns_by_id(conn, list(fused))
         fused = boosted(fused, turns, named(query))
+        fused = in_period(fused, turns, period, asked)
         ranked = sorted((i for i in fused if i in turns), key=lambda i: -fused[i])[:k]
         return [Hit(i, turns[i].session_id, turns[i].role, turns[i].content,
                     turns[i].created_at, fused[i]) for i in ranked]

@@ -235,8 +235,8 @@ def delete_vectors(conn: Conn, kind: str, key: str) -> None:
 
 def turn_vector_rows(conn: Conn, model: str, after_id: int, upto_id: int | None = None,
                      users: list[str] | None = None, default_too: bool = False
-                     ) -> list[tuple[int, bytes, str, str]]:
-    """(exchange id, vector, session, speaker) of this model's turn vectors past
+                     ) -> list[tuple[int, bytes, str, str, str]]:
+    """(exchange id, vector, session, speaker, created_at) of this model's turn vectors past
     `after_id`, in id order, of the sessions of `users` (None: everyone's); only turns the
     app still has. Named users' turns are read from their sessions (index seeks, however
     many other users the file holds); sessions filed under nobody yet need a look at
@@ -250,14 +250,14 @@ def turn_vector_rows(conn: Conn, model: str, after_id: int, upto_id: int | None 
             f"UNION SELECT session_id FROM dreamd_sessions WHERE user_id IN ({marks})) "
             # CROSS JOIN fixes the order: sessions, their turns by (session_id, id), then
             # each turn's vector by its key (the planner, left alone, scans vectors).
-            "SELECT v.exchange_id, v.vector, e.session_id, e.role FROM mine m "
+            "SELECT v.exchange_id, v.vector, e.session_id, e.role, e.created_at FROM mine m "
             "CROSS JOIN exchanges e CROSS JOIN dreamd_exchange_vectors v "
             f"WHERE e.session_id = m.session_id AND e.id > ?{upto} "
             "AND v.model = ? AND v.exchange_id = e.id "
             "ORDER BY e.id", (*users, *users, after_id, *bound, model)).fetchall()
     scope, scope_params = scope_sql(users, default_too)
     return conn.execute(
-        "SELECT v.exchange_id, v.vector, e.session_id, e.role FROM exchanges e "
+        "SELECT v.exchange_id, v.vector, e.session_id, e.role, e.created_at FROM exchanges e "
         "JOIN dreamd_exchange_vectors v ON v.model = ? AND v.exchange_id = e.id "
         f"WHERE e.id > ? AND {scope}{upto} ORDER BY e.id",
         (model, after_id, *scope_params, *bound)).fetchall()
