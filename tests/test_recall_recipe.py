@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from dreamd.backends.hashing import HashingEmbedder
-from dreamd.config import Config, EmbedConfig
+from dreamd.config import AgentConfig, Config, EmbedConfig, UserConfig
 from dreamd.dream.cycle import run_pass
 from dreamd.dream.dates import Period, asked_period, long_date, periods, resolve
 from dreamd.dream.jobs import embed
@@ -244,14 +244,39 @@ def test_a_question_in_the_first_person_is_asked_about_its_user(tmp_path: Path) 
     memory = memory_of(tmp_path / "m.db", {
         "mine": [("user", "My dog is called Biscuit."), ("assistant", "Lovely.")],
         "yours": [("user", "Tell me a story."), ("assistant", "My dog is called Rex.")]})
-    assert memory.as_keyed("What is my dog called?", ["default"]) == \
+    assert memory.as_keyed("What is my dog called?", ["default"]) == "What is user's dog called?"
+    assert memory.as_keyed("And yours?", ["default"]) == "And assistant's?"
+    assert memory.as_named("What is my dog called?", ["default"]) == \
         "What is the user's dog called?"
-    assert memory.as_keyed("And yours?", ["default"]) == "And the assistant's?"
     for words_too in (True, False):
         assert ranked(memory, "What is my dog called?", words_too=words_too)[0] == \
             "My dog is called Biscuit.", words_too
         assert ranked(memory, "What is your dog called?", words_too=words_too)[0] == \
             "My dog is called Rex.", words_too
+    memory.close()
+
+
+def test_the_user_s_own_name_in_a_first_person_question_finds_their_news(
+        tmp_path: Path) -> None:
+    """With the user's name configured ("Sam"), "my manager" is asked in the words turns
+    are keyed in (the user's role), not as "Sam's manager", which would find every turn
+    that greets Sam by name; facts still meet the question by name."""
+    db = tmp_path / "m.db"
+    config = Config(db=str(db), embed=EmbedConfig(backend="hashing"),
+                    user=UserConfig(name="Sam"), agent=AgentConfig(id="wren", name="Wren"))
+    memory = Memory(db, config=config, embedder=HashingEmbedder())
+    with memory.store.write() as conn:
+        for n, (role, text) in enumerate([
+                ("user", "Hi! I'm Sam, I just started a new job."),
+                ("assistant", "Welcome, Sam! How is the new job, Sam?"),
+                ("user", "Good. My manager is Rui, he is kind."),
+                ("assistant", "Lucky you.")]):
+            q.add_turn(conn, "s", role, text, (T0 + timedelta(minutes=n)).isoformat())
+    run_pass(memory.store, memory.config, memory.embedder, RecordingCompleter(memory.store),
+             trigger="test", force=True)
+    assert memory.as_keyed("Who is my manager?", ["default"]) == "Who is user's manager?"
+    assert memory.as_named("Who is my manager?", ["default"]) == "Who is Sam's manager?"
+    assert ranked(memory, "Who is my manager?")[0] == "Good. My manager is Rui, he is kind."
     memory.close()
 
 

@@ -37,7 +37,9 @@ from dreamd.memory.export import export_user
 from dreamd.memory.forget import Report as ForgetReport
 from dreamd.memory.forget import Scope, forget, parse_before
 from dreamd.memory.recall import (
+    AGENT_ROLE,
     CANDIDATES,
+    USER_ROLE,
     Hit,
     Indexes,
     Owners,
@@ -155,12 +157,14 @@ class Memory:
         users = users or [self.config.user.id]
         index = self.indexes.of(scope_of(users))
         index.refresh()
-        asked, query = query, self.as_keyed(query, users)
-        query_vector = self.embedder.embed([query])[0]
+        asked, query, as_named = query, self.as_keyed(query, users), self.as_named(query, users)
+        # Turns are keyed by their roles; gists and facts speak of people by name.
+        vectors = self.embedder.embed(list(dict.fromkeys([query, as_named])))
+        query_vector, named_vector = vectors[0], vectors[-1]
         gists: dict[str, float] = {}
-        evidence = [self.indexes.facts(user).evidence(query_vector) for user in users]
+        evidence = [self.indexes.facts(user).evidence(named_vector) for user in users]
         for user in users:
-            gists.update(self.indexes.gists(user).scores(query_vector))
+            gists.update(self.indexes.gists(user).scores(named_vector))
         facts = (np.concatenate([t for t, _ in evidence]),
                  np.concatenate([c for _, c in evidence]))
         if len(evidence) > 1:  # several users' facts: in turn order again
@@ -201,8 +205,17 @@ class Memory:
 
     def as_keyed(self, query: str, users: list[str]) -> str:
         """The query in the words turns are keyed in: asked by the one user it is about,
-        its "I" and "my" are that user's name, its "you" the agent's ("What was my
-        previous job?" -> "What was Sam's previous job?")."""
+        its "I" and "my" are the role the user's turns carry, its "you" the agent's ("What
+        was my previous job?" -> "What was user's previous job?"). Written with the
+        user's name instead, it would find turns that greet the user by name."""
+        if len(users) != 1:
+            return query
+        return in_names(query, USER_ROLE, AGENT_ROLE)
+
+    def as_named(self, query: str, users: list[str]) -> str:
+        """The query as gists and facts are written: "I" and "my" are the user's name,
+        "you" the agent's ("What was my previous job?" -> "What was Sam's previous
+        job?")."""
         if len(users) != 1:
             return query
         user = users[0]
@@ -233,8 +246,8 @@ class Memory:
             fact_vectors = q.fact_vectors(conn, space(self.embedder.model),
                                           [f.id for f in facts])
         if query is None:
-            query = next((c for r, c, _ in reversed(turns) if r == "user"), "")
-        vector = self.embedder.embed([self.as_keyed(query, [user]) or " "])[0]
+            query = next((c for r, c, _ in reversed(turns) if r == USER_ROLE), "")
+        vector = self.embedder.embed([self.as_named(query, [user]) or " "])[0]
         parts: dict[str, list[str]] = {
             "self": _self_lines({**(state[0] if state else {}),
                                  "drives": (agent_state[0] if agent_state else {}).get("drives")}),

@@ -56,6 +56,7 @@ CANDIDATES = 200
 INDEXES_KEPT = 16  # scopes whose matrices a process keeps, least recently used dropped
 _WORD = re.compile(r"\w{2,}")
 _NAME = re.compile(r"\b[A-Z][\w'’-]*\w")
+USER_ROLE, AGENT_ROLE = "user", "assistant"  # the roles a chat app gives the two sides
 _QUESTION_WORDS = frozenset("what when where which who whom whose why how would could "
                             "should did does do is are was were has have can will".split())
 
