@@ -359,3 +359,25 @@ def test_what_was_said_yesterday_is_found_though_the_question_names_no_topic(
     assert memory.recall("What did I tell you yesterday?", k=1)[0].session_id == "yesterday"
     assert memory.recall("What did I tell you?", k=5)[0].session_id != "yesterday"
     memory.close()
+
+
+def test_a_fact_read_before_its_vector_counts_once_the_vector_is_stored(
+        tmp_path: Path) -> None:
+    """A pass writes a fact, then embeds it: a Memory that refreshes in between reads the
+    fact without a vector, and must take it up once the vector is there."""
+    memory = memory_of(tmp_path / "m.db", {
+        "s1": [("ana", "I adopted a puppy called Nora."), ("assistant", "Congratulations!")]})
+    with memory.store.write() as conn:
+        saved = conn.execute("SELECT model, kind, key, vector FROM dreamd_vectors "
+                             "WHERE kind = 'fact'").fetchall()
+        assert saved
+        conn.execute("DELETE FROM dreamd_vectors WHERE kind = 'fact'")
+    index = memory.indexes.facts("default")
+    index.refresh()
+    assert len(index.turns) == 0  # the fact is there, its vector not yet
+    with memory.store.write() as conn:
+        conn.executemany("INSERT INTO dreamd_vectors (model, kind, key, vector) "
+                         "VALUES (?, ?, ?, ?)", saved)
+    index.refresh()
+    assert len(index.turns) == 1
+    memory.close()

@@ -305,6 +305,7 @@ class FactIndex:
 
     def _reset(self, epoch: str | None) -> None:
         self.epoch, self.last_id, self.last_turn = epoch, 0, 0
+        self.waiting: list[int] = []  # facts read before their vector was stored
         self.matrix = np.zeros((0, 0), dtype=np.float32)
         self.row_of: dict[int, int] = {}  # fact id -> its row
         self.fact_of = np.zeros(0, dtype=np.int64)  # per (fact, source turn): the fact's row
@@ -319,11 +320,14 @@ class FactIndex:
             # order, so theirs are newer than any source read before).
             again = q.sources_added(conn, self.user_id, self.last_id, self.last_turn) \
                 if self.last_id else []
-            facts = q.facts_after(conn, self.user_id, self.last_id)
+            new = q.facts_after(conn, self.user_id, self.last_id)
+            facts = [*q.facts_by_id(conn, self.waiting), *new]  # as they stand now
             blobs = q.fact_vectors(conn, self.space, [f.id for f in facts]) if facts else {}
         # (Every pair held has a turn up to last_turn: these are new.)
         pairs = [(self.row_of[f], t) for f, t in again if f in self.row_of]
         kept = [f for f in facts if f.id in blobs and f.sources]
+        # A fact is written before the pass embeds it: read it again until it has one.
+        self.waiting = [f.id for f in facts if f.id not in blobs and f.sources]
         if kept:
             start = len(self.matrix)
             block = np.stack([np.frombuffer(blobs[f.id], dtype=np.float32) for f in kept])
@@ -339,8 +343,8 @@ class FactIndex:
             order = np.argsort(self.turns, kind="stable")
             self.turns, self.fact_of = self.turns[order], self.fact_of[order]
             self.last_turn = max(self.last_turn, int(self.turns[-1]))
-        if facts:
-            self.last_id = facts[-1].id
+        if new:
+            self.last_id = new[-1].id
 
     def evidence(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(turn ids, cosines), in turn order: for each fact and each turn it came from,

@@ -42,6 +42,15 @@ def facts_after(conn: Conn, user_id: str, after_id: int) -> list[Fact]:
     return _facts(conn, rows.fetchall())
 
 
+def facts_by_id(conn: Conn, ids: list[int]) -> list[Fact]:
+    """These facts, as they stand now, by id."""
+    if not ids:
+        return []
+    rows = conn.execute(f"SELECT {_COLUMNS} FROM facts f WHERE f.id IN "
+                        f"({','.join('?' * len(ids))}) ORDER BY f.id", tuple(ids))
+    return _facts(conn, rows.fetchall())
+
+
 def sources_added(conn: Conn, user_id: str, upto_fact: int, after_turn: int
                   ) -> list[tuple[int, int]]:
     """(fact id, turn id) of sources turns after `after_turn` gave to a user's facts up to

@@ -11,6 +11,7 @@ from dreamd.store.facts import (  # noqa: F401
     drop_facts_of_turns,
     fact_vectors,
     facts_after,
+    facts_by_id,
     facts_of,
     replace_fact,
     sources_added,
