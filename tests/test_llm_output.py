@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import pytest
 
+from dreamd.backends.extractive import ExtractiveCompleter
+from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.llm_output import clean, estimate_tokens
 from dreamd.dream.prompts import profile_prompt, reflect_prompt, summary_prompt
 from dreamd.errors import OutputInvalid
+from dreamd.models import Prompt
 
 
 @pytest.mark.parametrize(
@@ -81,3 +84,16 @@ def test_no_turn_text_can_close_its_data_block(hostile: str) -> None:
     again = summary_prompt({"user": "U", "agent": "A"}, None, forged, 5).user
     tag = again.split("\n")[1][1:-1]
     assert again.count(f"</{tag}>") == 1 and again.rstrip().endswith(f"</{tag}>")
+
+
+def test_the_extractive_line_cache_never_loses_a_line_it_is_selecting_from() -> None:
+    """Lines already remembered and lines new to a full cache in one prompt: remembering
+    the new ones evicts the oldest, which this prompt still needs (a 100k-turn pass failed
+    five summaries this way)."""
+    completer = ExtractiveCompleter(HashingEmbedder(), cache_size=2)
+    first = Prompt(task="summarize", system="", user="", items=("user: I moved to Porto.",))
+    completer.complete(first)
+    lines = ("user: I moved to Porto.", "user: My sister Ana visited.",
+             "user: We ran ten kilometres.", "user: I moved to Porto.")
+    text = completer.complete(Prompt(task="summarize", system="", user="", items=lines)).text
+    assert "Porto" in text or "Ana" in text or "kilometres" in text

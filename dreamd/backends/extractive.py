@@ -185,11 +185,16 @@ class ExtractiveCompleter:
             for text, vector in zip(items, vectors, strict=True):
                 self._remember(text, vector)
             return vectors
-        missing = list(dict.fromkeys(t for t in items if t not in self._cache))
+        # Held here: remembering the missing lines may evict lines of this same prompt.
+        known = {t: self._cache[t] for t in items if t in self._cache}
+        for text in known:
+            self._cache.move_to_end(text)
+        missing = [t for t in dict.fromkeys(items) if t not in known]
         if missing:
             for text, vector in zip(missing, self.embedder.embed(missing), strict=True):
+                known[text] = vector
                 self._remember(text, vector)
-        return np.stack([self._cache[t] for t in items])
+        return np.stack([known[t] for t in items])
 
     def _pick(self, prompt: Prompt, items: list[str], k: int) -> list[str]:
         if not items:
