@@ -1,13 +1,14 @@
 """Workers on PostgreSQL, side by side in one run (needs the PostgreSQL server binaries):
 
-    python -m bench.workers [TURNS] [USERS] [--one-thread] [--postgresql-only]
+    python -m bench.workers [TURNS] [USERS] [--one-thread] [--postgresql-only] [--no-p99]
     python -m bench.workers sensing
 
 - first pass over TURNS turns (default 100k) of USERS users (default 500) with the
   embedded default: SQLite with one dreamd, PostgreSQL with one worker and with two;
   with --one-thread, the same again with one model thread per process (how the work
   itself divides between workers); --postgresql-only: one worker and two, nothing else;
-- the app's INSERT p99 on PostgreSQL alone and during a two-worker pass;
+- the app's INSERT p99 on PostgreSQL alone and during a two-worker pass (not with
+  --no-p99);
 - `sensing`: a pass's sensing and owner check in a 1M-turn, 500-user store kept up to
   date, on PostgreSQL, against the prior art's GROUP BY over every turn there (the
   SQLite figure is `python -m bench.run sensing-users`).
@@ -15,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sqlite3
@@ -34,7 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def env(**extra: str) -> dict[str, str]:
     out = {k: v for k, v in os.environ.items() if not k.startswith("DREAMD_")}
-    out.update({"DREAMD_LOG__FORMAT": "json", "PYTHONPATH": str(ROOT)}, **extra)
+    # The whole first pass is timed: no wall-time budget cuts it short.
+    out.update({"DREAMD_LOG__FORMAT": "json", "DREAMD_PASS__MAX_SECONDS": "0",
+                "PYTHONPATH": str(ROOT)}, **extra)
     return out
 
 
@@ -64,14 +68,18 @@ def copy_into(source: Path, url: str) -> None:
 
 def passes(db: str, workers: int, **extra: str) -> float:
     """Wall seconds until `workers` dreamd processes, started together, have all exited."""
-    started = time.perf_counter()
-    procs = [subprocess.Popen([sys.executable, "-m", "dreamd", "--db", db, "--force"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                              env=env(**extra), cwd=ROOT) for _ in range(workers)]
-    for proc in procs:
-        _, err = proc.communicate()
-        if proc.returncode != 0:
-            raise SystemExit(err[-2000:])
+    with contextlib.ExitStack() as stack:
+        logs = [stack.enter_context(tempfile.TemporaryFile("w+")) for _ in range(workers)]
+        started = time.perf_counter()
+        procs = [subprocess.Popen([sys.executable, "-m", "dreamd", "--db", db, "--force"],
+                                  stdout=log, stderr=subprocess.STDOUT, text=True,
+                                  env=env(**extra), cwd=ROOT) for log in logs]
+        for proc, log in zip(procs, logs, strict=True):
+            proc.wait()
+            if proc.returncode != 0:  # a failed job exits 1 and says so in its log
+                log.seek(0)
+                tail = "".join(log.readlines()[-5:])
+                raise SystemExit(f"dreamd exited {proc.returncode}:\n{tail}")
     return time.perf_counter() - started
 
 
@@ -220,6 +228,8 @@ def main() -> None:
             assert caught_up(one) and caught_up(two)
             print(f"workers: the same, one model thread per process: 1 worker {one_s:.1f} s, "
                   f"2 workers {two_s:.1f} s -> {one_s / two_s:.2f}x", flush=True)
+        if "--no-p99" in sys.argv:
+            return
         third = server.new_database()
         copy_into(source, third)
         alone, errors_alone = insert_p99(third, 30)
