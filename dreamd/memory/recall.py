@@ -464,7 +464,7 @@ def boosted(scores: dict[int, float], turns: dict[int, Turn], names: list[str]
 
 
 def in_period(scores: dict[int, float], turns: dict[int, Turn], period: Period | None,
-              question: str = "") -> dict[int, float]:
+              question: str) -> dict[int, float]:
     """+1.0 for a turn said within the period the query asks about ("in August 2023",
     "last week"), or that names a day within it ("yesterday" said the day after). When
     the period is all it asks ("What did we talk about last week?"), the period's turns
