@@ -44,11 +44,12 @@ def facts_after(conn: Conn, user_id: str, after_id: int) -> list[Fact]:
 
 def facts_by_id(conn: Conn, ids: list[int]) -> list[Fact]:
     """These facts, as they stand now, by id."""
-    if not ids:
-        return []
-    rows = conn.execute(f"SELECT {_COLUMNS} FROM facts f WHERE f.id IN "
-                        f"({','.join('?' * len(ids))}) ORDER BY f.id", tuple(ids))
-    return _facts(conn, rows.fetchall())
+    rows: list[Any] = []
+    for start in range(0, len(ids), 500):
+        chunk = ids[start : start + 500]
+        rows += conn.execute(f"SELECT {_COLUMNS} FROM facts f WHERE f.id IN "
+                             f"({','.join('?' * len(chunk))})", tuple(chunk)).fetchall()
+    return sorted(_facts(conn, rows), key=lambda f: f.id)
 
 
 def sources_added(conn: Conn, user_id: str, upto_fact: int, after_turn: int

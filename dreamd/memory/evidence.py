@@ -1,0 +1,113 @@
+"""The consolidated tiers as evidence for the turns they came from.
+
+A gist says what a session was about, and a fact says a turn's news plainly (names
+resolved, dates absolute): a question can meet either where it would miss the turns
+themselves. Each index is kept per user in step with the file, read by id past what it
+holds, and started again when dreamd forgets something (`vector_epoch`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dreamd.store import queries as q
+from dreamd.store.interface import Store
+
+
+class GistIndex:
+    """Gist vectors by session, refreshed by sequence number: a re-summarized session's
+    gist gets a new seq in the same transaction as its new vector."""
+
+    def __init__(self, store: Store, space: str, user_id: str) -> None:
+        self.store, self.space, self.user_id = store, space, user_id
+        self.epoch: str | None = None
+        self.seq = 0
+        self.vectors: dict[str, np.ndarray] = {}
+
+    def refresh(self) -> None:
+        with self.store.read() as conn:
+            epoch = q.get_state(conn, "vector_epoch", "0")
+            if epoch != self.epoch:  # dreamd deleted gists: start again
+                self.epoch, self.seq, self.vectors = epoch, 0, {}
+            rows = q.gist_vector_rows(conn, self.space, self.user_id, self.seq)
+        for session_id, seq, blob in rows:
+            self.vectors[session_id] = np.frombuffer(blob, dtype=np.float32)
+            self.seq = max(self.seq, int(seq))
+
+    def scores(self, query: np.ndarray) -> dict[str, float]:
+        """session -> cos(query, its gist)."""
+        self.refresh()
+        if not self.vectors:
+            return {}
+        keys = list(self.vectors)
+        values = np.stack([self.vectors[s] for s in keys]) @ query
+        return dict(zip(keys, values.tolist(), strict=True))
+
+    def best(self, query: np.ndarray, k: int, exclude: str | None) -> list[str]:
+        scores = {s: v for s, v in self.scores(query).items() if s != exclude}
+        return sorted(scores, key=lambda s: -scores[s])[:k]
+
+
+class FactIndex:
+    """A user's facts as evidence for the turns they came from: a fact is a turn's news
+    said plainly, names resolved and dates absolute, so a question can meet the fact where
+    it would miss the turn. Refreshed by fact id, and by source turn for a known fact said
+    again; replaced facts stay (they were true)."""
+
+    def __init__(self, store: Store, space: str, user_id: str) -> None:
+        self.store, self.space, self.user_id = store, space, user_id
+        self._reset(None)
+
+    def _reset(self, epoch: str | None) -> None:
+        self.epoch, self.last_id, self.last_turn = epoch, 0, 0
+        self.waiting: list[int] = []  # facts read before their vector was stored
+        self.matrix = np.zeros((0, 0), dtype=np.float32)
+        self.row_of: dict[int, int] = {}  # fact id -> its row
+        self.fact_of = np.zeros(0, dtype=np.int64)  # per (fact, source turn): the fact's row
+        self.turns = np.zeros(0, dtype=np.int64)  # and the turn
+
+    def refresh(self) -> None:
+        with self.store.read() as conn:
+            epoch = q.get_state(conn, "vector_epoch", "0")
+            if epoch != self.epoch:  # dreamd forgot something: start again
+                self._reset(epoch)
+            # Turns that said a known fact again join it (the facts job reads turns in
+            # order, so theirs are newer than any source read before).
+            again = q.sources_added(conn, self.user_id, self.last_id, self.last_turn) \
+                if self.last_id else []
+            # A fact is written before the pass embeds it: one read without a vector
+            # waits, and is read again (as it stands then) once its vector is stored.
+            blobs = q.fact_vectors(conn, self.space, self.waiting) if self.waiting else {}
+            ready = q.facts_by_id(conn, list(blobs))
+            new = q.facts_after(conn, self.user_id, self.last_id)
+            blobs |= q.fact_vectors(conn, self.space, [f.id for f in new]) if new else {}
+        # (Every pair held has a turn up to last_turn: these are new.)
+        pairs = [(self.row_of[f], t) for f, t in again if f in self.row_of]
+        kept = [f for f in [*ready, *new] if f.id in blobs and f.sources]
+        self.waiting = [i for i in self.waiting if i not in blobs] + \
+            [f.id for f in new if f.id not in blobs and f.sources]
+        if kept:
+            start = len(self.matrix)
+            block = np.stack([np.frombuffer(blobs[f.id], dtype=np.float32) for f in kept])
+            self.matrix = np.vstack([self.matrix, block]) if start else block
+            self.row_of.update((f.id, start + n) for n, f in enumerate(kept))
+            pairs += [(start + n, t) for n, f in enumerate(kept) for t in f.sources]
+        if pairs:
+            self.fact_of = np.concatenate([self.fact_of, np.array([r for r, _ in pairs],
+                                                                  dtype=np.int64)])
+            self.turns = np.concatenate([self.turns, np.array([t for _, t in pairs],
+                                                              dtype=np.int64)])
+            # In turn order: finding sorted turns among a matrix's rows is ~5x faster.
+            order = np.argsort(self.turns, kind="stable")
+            self.turns, self.fact_of = self.turns[order], self.fact_of[order]
+            self.last_turn = max(self.last_turn, int(self.turns[-1]))
+        if new:
+            self.last_id = new[-1].id
+
+    def evidence(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(turn ids, cosines), in turn order: for each fact and each turn it came from,
+        the cosine between the query and the fact."""
+        self.refresh()
+        if not len(self.turns):
+            return self.turns, np.zeros(0, dtype=np.float32)
+        return self.turns, (self.matrix @ query.astype(np.float32))[self.fact_of]
