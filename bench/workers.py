@@ -1,14 +1,15 @@
 """Workers on PostgreSQL, side by side in one run (needs the PostgreSQL server binaries):
 
-    python -m bench.workers [TURNS] [USERS] [--one-thread] [--postgresql-only] [--no-p99]
+    python -m bench.workers [TURNS] [USERS] [default] [sqlite] [one-thread] [p99]
     python -m bench.workers sensing
 
-- first pass over TURNS turns (default 100k) of USERS users (default 500) with the
-  embedded default: SQLite with one dreamd, PostgreSQL with one worker and with two;
-  with --one-thread, the same again with one model thread per process (how the work
-  itself divides between workers); --postgresql-only: one worker and two, nothing else;
-- the app's INSERT p99 on PostgreSQL alone and during a two-worker pass (not with
-  --no-p99);
+Over TURNS turns (default 100k) of USERS users (default 500), the parts named (default:
+default, sqlite and p99):
+- default: a first pass with the embedded default, PostgreSQL with one worker and with
+  two; sqlite adds one dreamd on SQLite beside them;
+- one-thread: the same two PostgreSQL passes with one model thread per process (how the
+  work itself divides between workers);
+- p99: the app's INSERT p99 on PostgreSQL alone and during a two-worker pass;
 - `sensing`: a pass's sensing and owner check in a 1M-turn, 500-user store kept up to
   date, on PostgreSQL, against the prior art's GROUP BY over every turn there (the
   SQLite figure is `python -m bench.run sensing-users`).
@@ -189,54 +190,57 @@ def sensing() -> None:
         server.stop()
 
 
+PARTS = ("sqlite", "default", "one-thread", "p99")
+
+
 def main() -> None:
     if sys.argv[1:2] == ["sensing"]:
         return sensing()
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    only_pg = "--postgresql-only" in sys.argv
+    args = [a for a in sys.argv[1:] if a not in PARTS]
+    parts = {a for a in sys.argv[1:] if a in PARTS} or {"sqlite", "default", "p99"}
     turns = int(args[0]) if args else 100_000
     users = int(args[1]) if len(args) > 1 else 500
     OUT.mkdir(exist_ok=True)
     source = OUT / f"workers-{turns}.db"
     generate(source, turns, turns // 50, users=users, months=6)
     server = PgServer()
-    try:
+
+    def one_and_two(**extra: str) -> tuple[float, float]:
         one, two = server.new_database(), server.new_database()
         copy_into(source, one)
         copy_into(source, two)
-        lite = OUT / f"workers-{turns}-sqlite.db"
-        lite.write_bytes(source.read_bytes())
-        sqlite_s = None if only_pg else passes(str(lite), 1)
-        one_s = passes(one, 1)
-        two_s = passes(two, 2)
+        one_s = passes(one, 1, **extra)
+        two_s = passes(two, 2, **extra)
         assert caught_up(one) and caught_up(two)
-        versus = "" if sqlite_s is None else (f"; SQLite 1 dreamd {sqlite_s:.1f} s "
-                                              f"(PostgreSQL / SQLite {one_s / sqlite_s:.2f}x)")
-        print(f"workers: first pass over {turns:,} turns / {users} users, embedded default: "
-              f"PostgreSQL 1 worker {one_s:.1f} s, 2 workers {two_s:.1f} s -> "
-              f"{one_s / two_s:.2f}x{versus}", flush=True)
-        if only_pg:
-            return
-        if "--one-thread" in sys.argv:
+        return one_s, two_s
+
+    try:
+        head = f"workers: first pass over {turns:,} turns / {users} users, embedded default:"
+        if "default" in parts:
+            one_s, two_s = one_and_two()
+            versus = ""
+            if "sqlite" in parts:
+                lite = OUT / f"workers-{turns}-sqlite.db"
+                lite.write_bytes(source.read_bytes())
+                sqlite_s = passes(str(lite), 1)
+                versus = (f"; SQLite 1 dreamd {sqlite_s:.1f} s "
+                          f"(PostgreSQL / SQLite {one_s / sqlite_s:.2f}x)")
+            print(f"{head} PostgreSQL 1 worker {one_s:.1f} s, 2 workers {two_s:.1f} s -> "
+                  f"{one_s / two_s:.2f}x{versus}", flush=True)
+        if "one-thread" in parts:
             # The local model uses every core it may in one process; one thread each
             # shows how the work itself divides between workers.
-            one, two = server.new_database(), server.new_database()
-            copy_into(source, one)
-            copy_into(source, two)
-            one_s = passes(one, 1, DREAMD_EMBED__THREADS="1")
-            two_s = passes(two, 2, DREAMD_EMBED__THREADS="1")
-            assert caught_up(one) and caught_up(two)
-            print(f"workers: the same, one model thread per process: 1 worker {one_s:.1f} s, "
+            one_s, two_s = one_and_two(DREAMD_EMBED__THREADS="1")
+            print(f"{head} one model thread per process: PostgreSQL 1 worker {one_s:.1f} s, "
                   f"2 workers {two_s:.1f} s -> {one_s / two_s:.2f}x", flush=True)
-        if "--no-p99" in sys.argv:
-            return
-        third = server.new_database()
-        copy_into(source, third)
-        alone, errors_alone = insert_p99(third, 30)
-        during, errors_during = insert_p99(third, 0, lambda: passes(third, 2))
-        print(f"workers: app INSERT p99 at 100 turns/s on PostgreSQL: alone {alone:.2f} ms, "
-              f"during a 2-worker pass {during:.2f} ms ({during / alone:.2f}x); "
-              f"errors {errors_alone} / {errors_during}")
+        if "p99" in parts:
+            third = server.new_database()
+            copy_into(source, third)
+            alone, errors_alone = insert_p99(third, 30)
+            during, errors_during = insert_p99(third, 0, lambda: passes(third, 2))
+            print(f"workers: app INSERT p99 at 100 turns/s on PostgreSQL, {turns:,} turns: "
+                  f"alone {alone:.2f} ms, during a 2-worker pass {during:.2f} ms "
+                  f"({during / alone:.2f}x); errors {errors_alone} / {errors_during}")
     finally:
         server.stop()
 
