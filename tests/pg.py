@@ -77,6 +77,12 @@ class PgServer:
         self.admin(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
+    def restart(self) -> None:
+        """Stop the server as an operator would (every connection is closed), then start
+        it again with the same options."""
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-m", "fast",
+                  "-w", "restart")
+
     def stop(self) -> None:
         try:
             self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "stop")

@@ -214,6 +214,6 @@ def vacuum(store: Store) -> None:
         store.conn.execute("VACUUM")
     elif isinstance(store, PgStore):
         for table in ERASED_TABLES:
-            store.raw.execute(f"VACUUM {table}")
+            store.fresh().execute(f"VACUUM {table}")
     else:
         raise StoreError(f"internal: no vacuum for the {store.engine} engine")

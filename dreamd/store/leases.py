@@ -53,8 +53,8 @@ def new_worker_id() -> str:
 def _tx(store: PgStore, sql: str, params: Any) -> list[tuple[Any, ...]]:
     """One statement in a transaction of its own (not behind dreamd's write lock: a
     claim must not wait for another worker's write)."""
-    with store.raw.transaction():
-        cur = store.raw.execute(sql, params)
+    with store.transaction() as conn:
+        cur = conn.raw.execute(sql, params)
         return [tuple(r) for r in cur.fetchall()] if cur.description else []
 
 

@@ -23,7 +23,7 @@ import contextlib
 import functools
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
@@ -153,7 +153,8 @@ class PgStore:
     engine = "postgresql"
 
     def __init__(self, raw: psycopg.Connection[Any], url: str, schema: str,
-                 read_only: bool = False) -> None:
+                 read_only: bool = False,
+                 reopen: Callable[[], psycopg.Connection[Any]] | None = None) -> None:
         self.raw = raw
         self.url = url
         self.schema = schema
@@ -161,13 +162,60 @@ class PgStore:
         self.read_only = read_only
         self.lock_times = WriteLockTimes()
         self.settled = Settled()
+        self._reopen = reopen
         self._conn = PgConn(raw, self)
 
     @property
     def in_transaction(self) -> bool:
         from psycopg.pq import TransactionStatus
 
-        return bool(self.raw.info.transaction_status != TransactionStatus.IDLE)
+        # A dropped connection's status is UNKNOWN: no transaction is open on it any more.
+        return self.raw.info.transaction_status in (
+            TransactionStatus.ACTIVE, TransactionStatus.INTRANS, TransactionStatus.INERROR)
+
+    def fresh(self) -> psycopg.Connection[Any]:
+        """The connection, opened again first if the server closed it (a restart, a
+        failover, a pooler's idle timeout). Called only where a transaction begins: one
+        that was open when the connection dropped has failed with it, and its work is
+        done again from its start, never carried on outside a transaction."""
+        if (self.raw.closed or self.raw.broken) and self._reopen is not None:
+            with contextlib.suppress(Exception):
+                self.raw.close()
+            self.raw = self._reopen()
+            self._conn = PgConn(self.raw, self)
+        return self.raw
+
+    def begin(self, statement: str, kind: str) -> None:
+        """Begin a transaction. A connection the server closed while it sat idle is only
+        found out by using it: then it is opened again and the transaction begun on the
+        new one, once (nothing had been done on the old)."""
+        self.fresh()
+        if self.in_transaction:
+            raise StoreError(f"internal: nested {kind} transaction")
+        self.first(statement)
+
+    def first(self, statement: str) -> Any:
+        """Run a statement outside any transaction; if the connection turns out to have
+        been closed while it sat idle, open it again and run the statement there, once."""
+        try:
+            return self.fresh().execute(statement)
+        except _psycopg().OperationalError:
+            if self._reopen is None or not (self.raw.closed or self.raw.broken):
+                raise
+            return self.fresh().execute(statement)
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[PgConn]:
+        """A transaction of its own, not behind dreamd's write lock: commit on success,
+        roll back on error."""
+        self.begin("BEGIN", "plain")
+        try:
+            yield self._conn
+        except BaseException:
+            if self.in_transaction:
+                self.raw.execute("ROLLBACK")
+            raise
+        self.raw.execute("COMMIT")
 
     @contextlib.contextmanager
     def write(self) -> Iterator[PgConn]:
@@ -175,9 +223,7 @@ class PgStore:
         error."""
         if self.read_only:
             raise StoreError("internal: write on a read-only store")
-        if self.in_transaction:
-            raise StoreError("internal: nested write transaction")
-        self.raw.execute("BEGIN")
+        self.begin("BEGIN", "write")
         locked = time.perf_counter()
         try:
             self.raw.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK_KEY,))
@@ -194,9 +240,7 @@ class PgStore:
     @contextlib.contextmanager
     def read(self) -> Iterator[PgConn]:
         """A read-only transaction on one snapshot; closed on exit."""
-        if self.in_transaction:
-            raise StoreError("internal: nested read transaction")
-        self.raw.execute("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+        self.begin("BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY", "read")
         try:
             yield self._conn
         finally:
@@ -209,7 +253,7 @@ class PgStore:
         deadline = time.monotonic() + wait
         target: int | None = None
         while True:
-            row = self.raw.execute(
+            row = self.first(
                 "SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint, "
                 "(SELECT COALESCE(MAX(id), 0) FROM exchanges) "
                 "FROM pg_current_snapshot() AS s").fetchone()
@@ -275,21 +319,24 @@ def connect(url: str, schema: str = "public", busy_timeout_ms: int = 5000,
             text = bytes(data).decode()
             return float(text) if "." in text or "e" in text.lower() else int(text)
 
-    try:
-        raw = psycopg.connect(url, autocommit=True, cursor_factory=psycopg.ClientCursor,
-                              connect_timeout=connect_timeout,
-                              application_name="dreamd")
-    except psycopg.Error as exc:
-        raise connection_error(url, exc) from None
-    raw.adapters.register_loader("numeric", NumericLoader)
-    try:
-        raw.execute("SELECT set_config('search_path', %s, false), "
-                    "set_config('lock_timeout', %s, false)",
-                    (quoted_name(schema), f"{int(busy_timeout_ms)}ms"))
-    except psycopg.Error as exc:
-        raw.close()
-        raise StoreError(f"{shown(url)}: {exc}".strip()) from None
-    return PgStore(raw, url, schema, read_only=read_only)
+    def opened() -> Any:
+        try:
+            raw = psycopg.connect(url, autocommit=True, cursor_factory=psycopg.ClientCursor,
+                                  connect_timeout=connect_timeout,
+                                  application_name="dreamd")
+        except psycopg.Error as exc:
+            raise connection_error(url, exc) from None
+        raw.adapters.register_loader("numeric", NumericLoader)
+        try:
+            raw.execute("SELECT set_config('search_path', %s, false), "
+                        "set_config('lock_timeout', %s, false)",
+                        (quoted_name(schema), f"{int(busy_timeout_ms)}ms"))
+        except psycopg.Error as exc:
+            raw.close()
+            raise StoreError(f"{shown(url)}: {exc}".strip()) from None
+        return raw
+
+    return PgStore(opened(), url, schema, read_only=read_only, reopen=opened)
 
 
 def quoted_name(schema: str) -> str:

@@ -1,0 +1,119 @@
+"""The PostgreSQL server goes away and comes back (a restart, a failover, a pooler's idle
+timeout): every connection dreamd held is closed under it. The library and the daemon
+carry on once the server is back, on connections of their own opened again."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from dreamd.config import Config, EmbedConfig
+from dreamd.memory.api import Memory
+from dreamd.store import queries as q
+from dreamd.store.opening import open_store
+from tests.engines import App
+from tests.helpers import dreamd_env, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_memory_carries_on_after_the_server_restarts(pg_server: Any) -> None:
+    url = pg_server.new_database()
+    memory = Memory(url, config=Config(db=url, embed=EmbedConfig(backend="hashing")))
+    try:
+        memory.remember("s1", "user", "My sister Ana lives in Porto.", embed=True)
+        assert [h.content for h in memory.recall("Where does Ana live?", k=1)]
+        pg_server.restart()
+        memory.remember("s1", "user", "I bought a green bicycle yesterday.", embed=True)
+        hits = memory.recall("What colour is the bicycle?", k=2)
+        assert any("bicycle" in h.content for h in hits)
+    finally:
+        memory.close()
+
+
+def test_store_reopens_between_transactions_never_inside_one(pg_server: Any) -> None:
+    """After a restart, the first look (settling turns, outside a transaction) and the
+    next transactions work. A connection dropped inside a write fails that write whole:
+    nothing of it lands, and nothing after the drop runs outside a transaction."""
+    url = pg_server.new_database()
+    store = open_store(Config(db=url))
+    try:
+        store.settle_turns()
+        pg_server.restart()
+        assert store.settle_turns() == 0
+        with store.write() as conn:
+            q.set_state(conn, "before", "1")
+        with pytest.raises(psycopg.OperationalError), store.write() as conn:
+            q.set_state(conn, "torn", "1")
+            pg_server.admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                            "WHERE application_name = 'dreamd'")
+            q.set_state(conn, "after", "1")
+        with store.read() as conn:
+            assert q.get_state(conn, "before") == "1"
+            assert q.get_state(conn, "torn") is None
+            assert q.get_state(conn, "after") is None
+    finally:
+        store.close()
+
+
+def summaries(url: str) -> int:
+    app = App(url)
+    try:
+        return int(app.value("SELECT COUNT(*) FROM summaries"))
+    except Exception:  # not migrated yet, or the server is still starting
+        return -1
+    finally:
+        app.close()
+
+
+def test_daemon_carries_on_after_the_server_restarts(pg_server: Any) -> None:
+    """A worker in --loop outlives a restart of its server: its passes and its heartbeat
+    reconnect, and turns the app adds afterwards are consolidated."""
+    url = pg_server.new_database()
+    Memory(url, config=Config(db=url, embed=EmbedConfig(backend="hashing"))).close()
+    app = App(url)
+    for n in range(3):
+        app.session(f"s{n}", f"u{n}")
+        app.turns(f"s{n}", [f"I adopted a cat called Mika{n}.", "How is she settling in?",
+                            "She sleeps on the balcony all day.", "Cats love the sun."],
+                  datetime(2024, 3, 1, 10, 0))
+    app.close()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dreamd", "--db", url, "--loop", "1"], cwd=ROOT,
+        env=dreamd_env(DREAMD_WORKERS__LEASE_SECONDS="3"), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: summaries(url) == 3, 60, step=0.2)
+        pg_server.restart()
+        restarted = time.time()
+        app = App(url)
+        app.session("s9", "u9")
+        app.turns("s9", ["I started learning the cello.", "How are the lessons?",
+                         "My teacher says my bowing improved.", "Practice pays off."],
+                  datetime(2024, 3, 2, 10, 0))
+        app.close()
+        assert wait_for(lambda: summaries(url) == 4, 60, step=0.2), "no pass after restart"
+
+        def beating() -> bool:
+            app = App(url)
+            try:
+                return bool(app.value("SELECT COUNT(*) FROM dreamd_workers WHERE "
+                                      "heartbeat_at > to_timestamp(?)", (restarted,)))
+            finally:
+                app.close()
+
+        assert wait_for(beating, 10, step=0.2), "the heartbeat did not resume"
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err[-2000:]
+    assert "Traceback" not in err
