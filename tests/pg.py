@@ -10,6 +10,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 
@@ -49,6 +50,9 @@ class PgServer:
         hba = self.data / "pg_hba.conf"
         lines = hba.read_text()
         hba.write_text("local all carol scram-sha-256\n" + lines)
+        self._start()
+
+    def _start(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w",
                   "-o", f"-k {self.root} -c listen_addresses='' -c fsync=off "
                   "-c synchronous_commit=off -c full_page_writes=off "
@@ -77,11 +81,12 @@ class PgServer:
         self.admin(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
-    def restart(self) -> None:
-        """Stop the server as an operator would (every connection is closed), then start
-        it again with the same options."""
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-m", "fast",
-                  "-w", "restart")
+    def restart(self, down_for: float = 0.0) -> None:
+        """Stop the server as an operator would (every connection is closed), leave it
+        down for `down_for` seconds, and start it again with the same options."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+        time.sleep(down_for)
+        self._start()
 
     def stop(self) -> None:
         try:

@@ -4,6 +4,7 @@ carry on once the server is back, on connections of their own opened again."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import sys
@@ -74,7 +75,7 @@ def summaries(url: str) -> int:
         app.close()
 
 
-def test_daemon_carries_on_after_the_server_restarts(pg_server: Any) -> None:
+def test_daemon_carries_on_after_the_server_restarts(pg_server: Any, tmp_path: Path) -> None:
     """A worker in --loop outlives a restart of its server: its passes and its heartbeat
     reconnect, and turns the app adds afterwards are consolidated."""
     url = pg_server.new_database()
@@ -86,13 +87,15 @@ def test_daemon_carries_on_after_the_server_restarts(pg_server: Any) -> None:
                             "She sleeps on the balcony all day.", "Cats love the sun."],
                   datetime(2024, 3, 1, 10, 0))
     app.close()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dreamd", "--db", url, "--loop", "1"], cwd=ROOT,
-        env=dreamd_env(DREAMD_WORKERS__LEASE_SECONDS="3"), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "dreamd.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dreamd", "--db", url, "--loop", "1"], cwd=ROOT,
+            env=dreamd_env(DREAMD_WORKERS__LEASE_SECONDS="3"), stdout=out,
+            stderr=subprocess.PIPE, text=True)
     try:
         assert wait_for(lambda: summaries(url) == 3, 60, step=0.2)
-        pg_server.restart()
+        pg_server.restart(down_for=4)  # passes come and find no server
         restarted = time.time()
         app = App(url)
         app.session("s9", "u9")
@@ -117,3 +120,9 @@ def test_daemon_carries_on_after_the_server_restarts(pg_server: Any) -> None:
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err[-2000:]
     assert "Traceback" not in err
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    # While the server was down, a pass said so in one line; then passes went on.
+    failed = [e for e in events if e["event"] == "pass_error"]
+    assert failed and all("cannot connect to PostgreSQL" in e["error"] for e in failed), failed
+    assert events.index(failed[-1]) < max(i for i, e in enumerate(events)
+                                          if e["event"] == "pass_finished")
