@@ -18,7 +18,7 @@ from dreamd.errors import StoreError
 from dreamd.store import queries as q
 from dreamd.store.connect import SqliteStore
 from dreamd.store.interface import Conn, Store
-from dreamd.store.postgres import PgStore
+from dreamd.store.postgres import PgStore, quoted_name
 
 STEP = 500  # turns looked at per deleting transaction: ~35-55 us a turn of write lock
 MERGE_PAGES = 50  # full-text index pages merged per transaction: under ~10 ms
@@ -214,6 +214,7 @@ def vacuum(store: Store) -> None:
         store.conn.execute("VACUUM")
     elif isinstance(store, PgStore):
         for table in ERASED_TABLES:
-            store.fresh().execute(f"VACUUM {table}")
+            # VACUUM runs outside a transaction: the table is named with its schema.
+            store.fresh().execute(f"VACUUM {quoted_name(store.schema)}.{table}")
     else:
         raise StoreError(f"internal: no vacuum for the {store.engine} engine")

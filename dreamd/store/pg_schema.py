@@ -179,10 +179,11 @@ def _eras_keyed_by_user(conn: PgConn) -> None:
 
 
 def applied_versions(store: PgStore) -> set[int]:
-    row = store.raw.execute("SELECT to_regclass('dreamd_migrations')").fetchone()
-    if row is None or row[0] is None:
-        return set()
-    return {int(r[0]) for r in store.raw.execute("SELECT version FROM dreamd_migrations")}
+    with store.transaction() as conn:
+        row = conn.raw.execute("SELECT to_regclass('dreamd_migrations')").fetchone()
+        if row is None or row[0] is None:
+            return set()
+        return {int(r[0]) for r in conn.raw.execute("SELECT version FROM dreamd_migrations")}
 
 
 def migrate(store: PgStore) -> list[int]:

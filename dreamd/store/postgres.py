@@ -154,10 +154,15 @@ class PgStore:
 
     def __init__(self, raw: psycopg.Connection[Any], url: str, schema: str,
                  read_only: bool = False,
-                 reopen: Callable[[], psycopg.Connection[Any]] | None = None) -> None:
+                 reopen: Callable[[], psycopg.Connection[Any]] | None = None,
+                 busy_timeout_ms: int = 5000) -> None:
         self.raw = raw
         self.url = url
         self.schema = schema
+        # Set in every transaction: behind a pooler in transaction mode, the next one may
+        # run on another server connection, with that connection's settings.
+        self._local = (f"SET LOCAL search_path TO {quoted_name(schema)}; "
+                       f"SET LOCAL lock_timeout TO '{int(busy_timeout_ms)}ms'")
         self.where = shown(url) + ("" if schema == "public" else f" (schema {schema})")
         self.read_only = read_only
         self.lock_times = WriteLockTimes()
@@ -192,17 +197,13 @@ class PgStore:
         self.fresh()
         if self.in_transaction:
             raise StoreError(f"internal: nested {kind} transaction")
-        self.first(statement)
-
-    def first(self, statement: str) -> Any:
-        """Run a statement outside any transaction; if the connection turns out to have
-        been closed while it sat idle, open it again and run the statement there, once."""
+        opening = f"{statement}; {self._local}"  # one round trip
         try:
-            return self.fresh().execute(statement)
+            self.raw.execute(opening)
         except _psycopg().OperationalError:
             if self._reopen is None or not (self.raw.closed or self.raw.broken):
                 raise
-            return self.fresh().execute(statement)
+            self.fresh().execute(opening)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[PgConn]:
@@ -253,10 +254,12 @@ class PgStore:
         deadline = time.monotonic() + wait
         target: int | None = None
         while True:
-            row = self.first(
-                "SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint, "
-                "(SELECT COALESCE(MAX(id), 0) FROM exchanges) "
-                "FROM pg_current_snapshot() AS s").fetchone()
+            with self.transaction() as conn:
+                row = conn.raw.execute(
+                    "SELECT pg_snapshot_xmin(s)::text::bigint, "
+                    "pg_snapshot_xmax(s)::text::bigint, "
+                    "(SELECT COALESCE(MAX(id), 0) FROM exchanges) "
+                    "FROM pg_current_snapshot() AS s").fetchone()
             assert row is not None
             xmin, xmax, top = int(row[0]), int(row[1]), int(row[2])
             target = top if target is None else target  # what was committed at the call
@@ -336,7 +339,8 @@ def connect(url: str, schema: str = "public", busy_timeout_ms: int = 5000,
             raise StoreError(f"{shown(url)}: {exc}".strip()) from None
         return raw
 
-    return PgStore(opened(), url, schema, read_only=read_only, reopen=opened)
+    return PgStore(opened(), url, schema, read_only=read_only, reopen=opened,
+                   busy_timeout_ms=busy_timeout_ms)
 
 
 def quoted_name(schema: str) -> str:
