@@ -84,8 +84,15 @@ class PgServer:
     def restart(self, down_for: float = 0.0) -> None:
         """Stop the server as an operator would (every connection is closed), leave it
         down for `down_for` seconds, and start it again with the same options."""
-        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+        self.down()
         time.sleep(down_for)
+        self.up()
+
+    def down(self) -> None:
+        """Stop the server as an operator would: every connection is closed."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def up(self) -> None:
         self._start()
 
     def stop(self) -> None:

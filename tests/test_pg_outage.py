@@ -126,3 +126,30 @@ def test_daemon_carries_on_after_the_server_restarts(pg_server: Any, tmp_path: P
     assert failed and all("cannot connect to PostgreSQL" in e["error"] for e in failed), failed
     assert events.index(failed[-1]) < max(i for i, e in enumerate(events)
                                           if e["event"] == "pass_finished")
+
+
+def test_daemon_stopped_while_the_server_is_down_exits_cleanly(pg_server: Any,
+                                                                 tmp_path: Path) -> None:
+    """SIGTERM while the server is away: the worker cannot hand its leases back (they
+    expire), says so in one line, and exits 0."""
+    url = pg_server.new_database()
+    Memory(url, config=Config(db=url, embed=EmbedConfig(backend="hashing"))).close()
+    log = tmp_path / "dreamd.log"
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "dreamd", "--db", url, "--loop", "1"], cwd=ROOT,
+            env=dreamd_env(), stdout=out, stderr=subprocess.PIPE, text=True)
+    try:
+        assert wait_for(lambda: '"pass_finished"' in log.read_text(), 60, step=0.2)
+        pg_server.down()
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        pg_server.up()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert "Traceback" not in err
+    events = [json.loads(line) for line in log.read_text().splitlines()]
+    assert events[-1]["event"] == "stopped"
+    assert any(e["event"] == "leases_not_released" for e in events), events[-3:]

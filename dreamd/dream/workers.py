@@ -9,11 +9,15 @@ from collections.abc import Callable
 
 from dreamd.config import Config
 from dreamd.dream.keys import space
+from dreamd.errors import DreamdError
 from dreamd.logger import Logger, silent
 from dreamd.store import leases
 from dreamd.store import queries as q
+from dreamd.store.interface import ENGINE_ERRORS
 from dreamd.store.postgres import PgStore
 from dreamd.store.postgres import connect as pg_connect
+
+STORE_FAULTS: tuple[type[Exception], ...] = (DreamdError, *ENGINE_ERRORS)
 
 
 class Claims:
@@ -65,6 +69,9 @@ class Claims:
         if self._beat is not None:
             try:
                 leases.leave(self._beat, self.worker)
+            except STORE_FAULTS as exc:  # the server is away
+                self.log.warning("leases_not_released", error=str(exc)[:200],
+                                 detail=f"they expire within {self.seconds:g} s")
             finally:
                 self._beat.close()
 
