@@ -65,7 +65,6 @@ class BacklogStats:
     idle_ripe_turns: int = 0
     unembedded_turns: int = 0
     turns_without_facts: int = 0
-    gists: int = 0
     gists_newer_than_profile: int = 0
     stale_months: int = 0
     narrative_stale: bool = False

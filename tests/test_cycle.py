@@ -205,7 +205,8 @@ def test_a_new_job_is_one_spec_registered_and_its_drive_schedules_it(demo_store:
     calls: list[str] = []
 
     def work(stats, force, config):
-        return stats.gists > 0, f"{stats.gists} gists to count"
+        return (stats.gists_newer_than_profile > 0,
+                f"{stats.gists_newer_than_profile} new gists to count")
 
     def run(ctx, reason):
         calls.append(reason)

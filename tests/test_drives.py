@@ -37,7 +37,7 @@ def due(stats: BacklogStats, force: bool = False) -> set[str]:
         (BacklogStats(unembedded_turns=64), False, {"embed"}),
         (BacklogStats(unembedded_turns=5), True, {"embed"}),
         # New gists: profile and eras both follow (coherence 0.5 from a stale month).
-        (BacklogStats(gists=1, gists_newer_than_profile=1, stale_months=1), False,
+        (BacklogStats(gists_newer_than_profile=1, stale_months=1), False,
          {"profile", "eras"}),
         (BacklogStats(narrative_stale=True), False, {"narrative"}),
         # Curiosity needs real novelty; 10 turns in a fresh file is not enough ...

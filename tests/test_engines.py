@@ -361,12 +361,12 @@ def test_sensing_counts_agree_for_everyone_and_for_one_user(target: str) -> None
     model = memory.embedder.model
     everyone = read_backlog(memory.store, memory.config, now, model)
     assert (everyone.sessions, everyone.dirty, everyone.unsummarized_turns,
-            everyone.turns_without_facts, everyone.gists) == (3, 2, 3, 3, 2)
+            everyone.turns_without_facts) == (3, 2, 3, 3)
     # ana-1 has a gist and one turn past it (not ripe); cy-1 none yet (ripe, and idle).
     assert (everyone.ripe, everyone.idle_ripe, everyone.idle_ripe_turns) == (1, 1, 2)
     ana = read_backlog(memory.store, memory.config, now, model, users=["ana"])
     assert (ana.sessions, ana.dirty, ana.unsummarized_turns, ana.turns_without_facts,
-            ana.gists, ana.ripe) == (1, 1, 1, 1, 1, 0)
+            ana.ripe) == (1, 1, 1, 1, 0)
     memory.close()
     app.close()
 

@@ -104,8 +104,8 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
     with store.read() as conn:
         totals = q.session_totals(conn, config.summarize.after, idle_before)
         dirty = totals.dirty
-        max_id = q.max_exchange_id(conn)
-        counted = q.tally_watermark(conn)
+        marks = q.marks(conn, space(embed_model))
+        max_id, counted = marks.newest, marks.tallied
         new_sessions = 0
         limit = max_id if upto is None else min(max_id, upto)
         if limit > counted:
@@ -121,10 +121,8 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
             idle_ripe=dirty.idle_ripe,
             unsummarized_turns=dirty.unsummarized,
             idle_ripe_turns=dirty.idle_ripe_turns,
-            unembedded_turns=q.count_exchanges_after(
-                conn, q.embed_watermark(conn, space(embed_model))),
+            unembedded_turns=q.count_exchanges_after(conn, marks.embedded),
             turns_without_facts=totals.unread + max(0, limit - counted),
-            gists=totals.gists,
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,
             narrative_stale=narratives > 0,
@@ -156,7 +154,6 @@ def scoped_backlog(store: Store, config: Config, now: datetime, embed_model: str
             unembedded_turns=q.count_unembedded(conn, model, q.embed_watermark(conn, model),
                                                 limit, users),
             turns_without_facts=totals.unread,
-            gists=totals.gists,
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,
             narrative_stale=narratives > 0,

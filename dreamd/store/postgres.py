@@ -191,19 +191,22 @@ class PgStore:
         return self.raw
 
     def begin(self, statement: str, kind: str) -> None:
-        """Begin a transaction. A connection the server closed while it sat idle is only
-        found out by using it: then it is opened again and the transaction begun on the
-        new one, once (nothing had been done on the old)."""
+        """Begin a transaction, with dreamd's schema and lock timeout set inside it."""
         self.fresh()
         if self.in_transaction:
             raise StoreError(f"internal: nested {kind} transaction")
-        opening = f"{statement}; {self._local}"  # one round trip
+        self.first(f"{statement}; {self._local}")  # one round trip
+
+    def first(self, statement: str) -> Any:
+        """Run a statement outside any transaction. A connection the server closed while
+        it sat idle is only found out by using it: then it is opened again and the
+        statement run on the new one, once (nothing had been done on the old)."""
         try:
-            self.raw.execute(opening)
+            return self.fresh().execute(statement)
         except _psycopg().OperationalError:
             if self._reopen is None or not (self.raw.closed or self.raw.broken):
                 raise
-            self.fresh().execute(opening)
+            return self.fresh().execute(statement)
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[PgConn]:
@@ -253,13 +256,12 @@ class PgStore:
         seconds) until every turn committed before the call is settled."""
         deadline = time.monotonic() + wait
         target: int | None = None
+        # One statement outside a transaction: the table is named with its schema.
+        look = ("SELECT pg_snapshot_xmin(s)::text::bigint, pg_snapshot_xmax(s)::text::bigint, "
+                f"(SELECT COALESCE(MAX(id), 0) FROM {quoted_name(self.schema)}.exchanges) "
+                "FROM pg_current_snapshot() AS s")
         while True:
-            with self.transaction() as conn:
-                row = conn.raw.execute(
-                    "SELECT pg_snapshot_xmin(s)::text::bigint, "
-                    "pg_snapshot_xmax(s)::text::bigint, "
-                    "(SELECT COALESCE(MAX(id), 0) FROM exchanges) "
-                    "FROM pg_current_snapshot() AS s").fetchone()
+            row = self.first(look).fetchone()
             assert row is not None
             xmin, xmax, top = int(row[0]), int(row[1]), int(row[2])
             target = top if target is None else target  # what was committed at the call

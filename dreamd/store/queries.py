@@ -118,6 +118,7 @@ from dreamd.store.turns import (  # noqa: F401
     dirty_sessions,
     known_users,
     last_turns,
+    marks,
     max_exchange_id,
     new_exchange_groups,
     newest_turn_id,

@@ -100,6 +100,26 @@ def max_exchange_id(conn: Conn) -> int:
     return newest if settled is None else min(newest, int(settled))
 
 
+@dataclass(frozen=True)
+class Marks:
+    newest: int  # the newest turn dreamd may read (see max_exchange_id)
+    tallied: int  # the tally's watermark
+    embedded: int  # the embed watermark of the model's space
+
+
+def marks(conn: Conn, space: str) -> Marks:
+    """Where the turns, the tally and the embedding stand, in one round trip."""
+    row = conn.execute(
+        "SELECT (SELECT COALESCE(MAX(id), 0) FROM exchanges), "
+        "(SELECT value FROM dreamd_state WHERE key = 'tally_id'), "
+        "(SELECT last_exchange_id FROM dreamd_embed_state WHERE model = ?)",
+        (space,)).fetchone()
+    newest = int(row[0])
+    settled = getattr(conn, "settled", None)
+    return Marks(newest if settled is None else min(newest, int(settled)),
+                 int(row[1] or 0), int(row[2] or 0))
+
+
 def count_exchanges_after(conn: Conn, after_id: int,
                           upto_id: int | None = None) -> int:
     """Turns with after_id < id (<= upto_id, when given)."""
@@ -151,21 +171,20 @@ RIPE = "CASE WHEN summarized_id = 0 OR turns - summarized_turns >= ? THEN 1 ELSE
 
 @dataclass(frozen=True)
 class SessionTotals:
-    """Sensing's counts: the tally's sessions, the dirty ones' totals, the turns counted
-    that the facts job has not read, and the gists."""
+    """Sensing's counts: the tally's sessions, the dirty ones' totals, and the turns
+    counted that the facts job has not read."""
 
     sessions: int
     dirty: DirtyTotals
     unread: int
-    gists: int
 
 
 def session_totals(conn: Conn, ripe_after: int, idle_before: str,
                    users: list[str] | None = None) -> SessionTotals:
     """The totals for every user (or for `users`). SQLite answers each count cheaply on
     its own (a table's row count, a partial index for the dirty sessions and one for the
-    unread); PostgreSQL counts by reading rows, so there the tally's three share one read
-    of the table, and all four one round trip."""
+    unread); PostgreSQL counts by reading rows, so there the three share one read of the
+    table and one round trip."""
     scope, params = of_users("user_id", users)
     if engine_of(conn) == "postgresql":
         row = conn.execute(
@@ -175,14 +194,13 @@ def session_totals(conn: Conn, ripe_after: int, idle_before: str,
             "COUNT(*) FILTER (WHERE d AND ripe = 1 AND last_at <= ?), "
             "COALESCE(SUM(turns - summarized_turns) FILTER (WHERE d AND ripe = 1 "
             "AND last_at <= ?), 0), "
-            "COALESCE(SUM(turns - facts_turns) FILTER (WHERE last_id > facts_id), 0), "
-            f"(SELECT COUNT(*) FROM summaries WHERE 1 = 1{scope}) "
+            "COALESCE(SUM(turns - facts_turns) FILTER (WHERE last_id > facts_id), 0) "
             "FROM (SELECT turns, summarized_turns, last_at, facts_turns, facts_id, last_id, "
             f"last_id > summarized_id AS d, {RIPE} AS ripe FROM dreamd_sessions "
             f"WHERE 1 = 1{scope}) AS tally",
-            (idle_before, idle_before, *params, ripe_after, *params)).fetchone()
-        sessions, *dirty, unread, gists = (int(v) for v in row)
-        return SessionTotals(sessions, DirtyTotals(*dirty), unread, gists)
+            (idle_before, idle_before, ripe_after, *params)).fetchone()
+        sessions, *dirty, unread = (int(v) for v in row)
+        return SessionTotals(sessions, DirtyTotals(*dirty), unread)
     sessions = int(conn.execute(f"SELECT COUNT(*) FROM dreamd_sessions WHERE 1 = 1{scope}",
                                 params).fetchone()[0])
     row = conn.execute(
@@ -198,9 +216,7 @@ def session_totals(conn: Conn, ripe_after: int, idle_before: str,
     unread = int(conn.execute(
         "SELECT COALESCE(SUM(turns - facts_turns), 0) FROM dreamd_sessions "
         f"WHERE last_id > facts_id{scope}", params).fetchone()[0])
-    gists = int(conn.execute(f"SELECT COUNT(*) FROM summaries WHERE 1 = 1{scope}",
-                             params).fetchone()[0])
-    return SessionTotals(sessions, DirtyTotals(*(int(v) for v in row)), unread, gists)
+    return SessionTotals(sessions, DirtyTotals(*(int(v) for v in row)), unread)
 
 
 def backlog_by_user(conn: Conn, limit: int = 10) -> tuple[int, list[tuple[str, int, int]]]:
