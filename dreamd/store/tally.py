@@ -22,8 +22,8 @@ def sync_tally(store: Store, chunk: int = TALLY_CHUNK) -> int:
     folded = 0
     while True:
         with store.read() as conn:
-            after = q.tally_watermark(conn)
-            newest = q.max_exchange_id(conn)
+            marks = q.marks(conn, "")  # no space: only the turns' and the tally's marks
+            after, newest = marks.tallied, marks.newest
             if newest <= after:
                 return folded
             upto = min(newest, after + chunk)
