@@ -180,9 +180,9 @@ class PgStore:
 
     def fresh(self) -> psycopg.Connection[Any]:
         """The connection, opened again first if the server closed it (a restart, a
-        failover, a pooler's idle timeout). Called only where a transaction begins: one
-        that was open when the connection dropped has failed with it, and its work is
-        done again from its start, never carried on outside a transaction."""
+        failover, a pooler's idle timeout). Called only outside a transaction: one that
+        was open when the connection dropped has failed with it, and its work is done
+        again from its start, never carried on outside a transaction."""
         if (self.raw.closed or self.raw.broken) and self._reopen is not None:
             with contextlib.suppress(Exception):
                 self.raw.close()
