@@ -50,9 +50,10 @@ class PgServer:
         hba = self.data / "pg_hba.conf"
         lines = hba.read_text()
         hba.write_text("local all carol scram-sha-256\n" + lines)
-        self._start()
+        self.up()
 
-    def _start(self) -> None:
+    def up(self) -> None:
+        """Start the server (again), with the test options."""
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w",
                   "-o", f"-k {self.root} -c listen_addresses='' -c fsync=off "
                   "-c synchronous_commit=off -c full_page_writes=off "
@@ -91,9 +92,6 @@ class PgServer:
     def down(self) -> None:
         """Stop the server as an operator would: every connection is closed."""
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
-
-    def up(self) -> None:
-        self._start()
 
     def stop(self) -> None:
         try:
