@@ -22,7 +22,7 @@ def sync_tally(store: Store, chunk: int = TALLY_CHUNK) -> int:
     folded = 0
     while True:
         with store.read() as conn:
-            marks = q.marks(conn, "")  # no space: only the turns' and the tally's marks
+            marks = q.marks(conn)
             after, newest = marks.tallied, marks.newest
             if newest <= after:
                 return folded

@@ -107,8 +107,9 @@ class Marks:
     embedded: int  # the embed watermark of the model's space
 
 
-def marks(conn: Conn, space: str) -> Marks:
-    """Where the turns, the tally and the embedding stand, in one round trip."""
+def marks(conn: Conn, space: str | None = None) -> Marks:
+    """Where the turns, the tally and (for a vector space) the embedding stand, in one
+    round trip."""
     row = conn.execute(
         "SELECT (SELECT COALESCE(MAX(id), 0) FROM exchanges), "
         "(SELECT value FROM dreamd_state WHERE key = 'tally_id'), "
