@@ -80,12 +80,16 @@ def tier_backlog(conn: Conn, users: list[str] | None) -> tuple[int, int, int]:
     return newer_than_profile, stale, narratives
 
 
-def since_reflection(conn: Conn, config: Config) -> dict[str, Any]:
-    """What the agent has not reflected on yet, over every user (reflect is the agent's)."""
+def since_reflection(conn: Conn, config: Config, embedded: int | None = None
+                     ) -> dict[str, Any]:
+    """What the agent has not reflected on yet, over every user (reflect is the agent's),
+    and with an embed watermark, how many turns wait past it: one count for all."""
     marks = q.reflection_marks(conn, config.agent.id)
-    return {"turns_since_reflection": q.count_exchanges_after(conn, marks.exchange_id),
-            "gists_since_reflection": q.count_gists_after(conn, None, marks.seq),
-            "last_reflection_at": marks.at}
+    after = [marks.exchange_id] if embedded is None else [marks.exchange_id, embedded]
+    turns, gists = q.counts_after(conn, after, marks.seq)
+    found = {"turns_since_reflection": turns[0], "gists_since_reflection": gists,
+             "last_reflection_at": marks.at}
+    return found if embedded is None else {**found, "unembedded_turns": turns[1]}
 
 
 def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
@@ -121,12 +125,11 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
             idle_ripe=dirty.idle_ripe,
             unsummarized_turns=dirty.unsummarized,
             idle_ripe_turns=dirty.idle_ripe_turns,
-            unembedded_turns=q.count_exchanges_after(conn, marks.embedded),
             turns_without_facts=totals.unread + max(0, limit - counted),
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,
             narrative_stale=narratives > 0,
-            **since_reflection(conn, config),
+            **since_reflection(conn, config, marks.embedded),
             max_exchange_id=max_id,
         )
 

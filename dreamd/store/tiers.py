@@ -16,7 +16,7 @@ from dreamd.models import Gist
 from dreamd.store.interface import Conn
 from dreamd.store.queues import queue_tiers, tier_queue
 from dreamd.store.runbook import drop_outputs
-from dreamd.store.state import bump_vector_epoch, get_state, next_seq, set_state
+from dreamd.store.state import bump_vector_epoch, next_seq, set_state
 from dreamd.store.turns import DirtySession
 from dreamd.store.vectors import delete_vectors, put_vector
 
@@ -122,16 +122,10 @@ def count_gists(conn: Conn, user_id: str | None = None) -> int:
     )
 
 
-def count_gists_after(conn: Conn, user_id: str | None, seq: int) -> int:
-    """Gists newer than `seq`: one user's, or (user_id None) everyone's."""
-    if user_id is None:
-        return int(conn.execute(
-            "SELECT COUNT(*) FROM summaries WHERE dreamd_seq > ?", (seq,)).fetchone()[0])
-    return int(
-        conn.execute(
-            "SELECT COUNT(*) FROM summaries WHERE user_id = ? AND dreamd_seq > ?", (user_id, seq)
-        ).fetchone()[0]
-    )
+def count_gists_after(conn: Conn, user_id: str, seq: int) -> int:
+    """One user's gists newer than `seq`."""
+    return int(conn.execute("SELECT COUNT(*) FROM summaries WHERE user_id = ? AND dreamd_seq > ?",
+                            (user_id, seq)).fetchone()[0])
 
 
 def users_with_gists(conn: Conn) -> list[str]:
@@ -332,13 +326,16 @@ def self_state(conn: Conn, agent_id: str) -> tuple[dict[str, Any], str] | None:
     row = conn.execute(
         "SELECT data, updated_at FROM self_state WHERE id = ?", (agent_id,)
     ).fetchone()
-    if row is None:
-        return None
+    return None if row is None else (loaded(row[0]), row[1])
+
+
+def loaded(data: str) -> dict[str, Any]:
+    """A self-state's JSON as a dict: {} where it is not one."""
     try:
-        data = json.loads(row[0])
+        value = json.loads(data)
     except ValueError:
-        data = {}
-    return (data if isinstance(data, dict) else {}), row[1]
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def save_self_state(
@@ -441,10 +438,12 @@ def reflection_marks(conn: Conn, agent_id: str) -> ReflectionMarks:
     Kept in dreamd_state; a file from before per-user reflection has them in the agent's
     self-state row.
     """
-    raw = get_state(conn, "reflected")
+    raw, old = conn.execute(
+        "SELECT (SELECT value FROM dreamd_state WHERE key = 'reflected'), "
+        "(SELECT data FROM self_state WHERE id = ?)", (agent_id,)).fetchone()
     if raw is None:
-        state = self_state(conn, agent_id)
-        marks = (state[0].get("dreamd") if state else None) or {}
+        state = loaded(old) if old is not None else {}
+        marks = state.get("dreamd") or {}
     else:
         marks = json.loads(raw)
     return ReflectionMarks(int(marks.get("reflected_exchange_id", 0)),

@@ -121,15 +121,14 @@ def marks(conn: Conn, space: str | None = None) -> Marks:
                  int(row[1] or 0), int(row[2] or 0))
 
 
-def count_exchanges_after(conn: Conn, after_id: int,
-                          upto_id: int | None = None) -> int:
-    """Turns with after_id < id (<= upto_id, when given)."""
-    if upto_id is None:
-        row = conn.execute("SELECT COUNT(*) FROM exchanges WHERE id > ?", (after_id,)).fetchone()
-    else:
-        row = conn.execute("SELECT COUNT(*) FROM exchanges WHERE id > ? AND id <= ?",
-                           (after_id, upto_id)).fetchone()
-    return int(row[0])
+def counts_after(conn: Conn, turn_marks: list[int], gist_mark: int) -> tuple[list[int], int]:
+    """Turns past each of `turn_marks`, and gists past `gist_mark`, over every user: one
+    round trip. Each mark is sent as a value, so the planner sees how far back it is."""
+    row = conn.execute(
+        "SELECT " + "".join("(SELECT COUNT(*) FROM exchanges WHERE id > ?), " for _ in turn_marks)
+        + "(SELECT COUNT(*) FROM summaries WHERE dreamd_seq > ?)",
+        (*turn_marks, gist_mark)).fetchone()
+    return [int(v) for v in row[:-1]], int(row[-1])
 
 
 @dataclass(frozen=True)
