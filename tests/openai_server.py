@@ -102,6 +102,7 @@ class FakeOpenAI:
         self.requests: list[dict[str, Any]] = []
         self.prompt_tokens = 0
         self.completion_tokens = 0
+        self.connections = 0  # open now: a client that closes its pool hangs up
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -141,6 +142,16 @@ class FakeOpenAI:
 
             def log_message(self, *_: Any) -> None:  # keep test output clean
                 pass
+
+            def setup(self) -> None:
+                super().setup()
+                with fake.lock:
+                    fake.connections += 1
+
+            def finish(self) -> None:
+                with fake.lock:
+                    fake.connections -= 1
+                super().finish()
 
             def reply(self, status: int, body: bytes, headers: dict[str, str] | None = None
                       ) -> None:

@@ -247,9 +247,9 @@ def test_with_an_llm_the_same_tier_is_filled_by_structured_extraction(tmp_path: 
               start=T0 + timedelta(days=200))
     server.plan('say:{"facts": [{"subject": "Sam"}]}')  # the first facts answer: invalid
     store = open_sqlite(config)
-    client = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY})
     from dreamd.backends.hashing import HashingEmbedder
-    result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
+    with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY}) as client:
+        result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
     store.close()
     server.stop()
     assert result.outcome == "ok", result.jobs
@@ -277,8 +277,8 @@ def test_an_llm_that_answers_junk_twice_stores_no_fact(tmp_path: Path) -> None:
     add_turns(app, "s1", ["I moved to Porto for university.", "Nice!"], start=T0)
     server.plan("say:not json at all", 'say:{"facts": [{"subject": "Sam", "turns": [999]}]}')
     store = open_sqlite(config)
-    client = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY})
-    result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
+    with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY}) as client:
+        result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
     with store.read() as conn:
         failures = q.failures(conn, "facts")
         unread = q.count_unread(conn)

@@ -53,8 +53,8 @@ def llm_pass(db: Path, server: FakeOpenAI, **completer: object) -> tuple[object,
     config = dataclasses.replace(config, completer=completer_config(
         server, max_output_tokens=300, context_window=WINDOW, **completer))
     store = open_sqlite(config)
-    client = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY})
-    result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
+    with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY}) as client:
+        result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
     with store.read() as conn:
         profile = q.profile_row(conn, profile_id("default"))
         narrative = q.narrative_row(conn, narrative_id("default"))
@@ -86,8 +86,8 @@ def test_a_server_that_counts_tokens_its_own_way_gets_the_part_halved(
     config = dataclasses.replace(config, completer=completer_config(
         small_model, max_output_tokens=300, context_window=2 * WINDOW))
     store = open_sqlite(config)
-    client = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY})
-    result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
+    with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY}) as client:
+        result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
     with store.read() as conn:
         profile = q.profile_row(conn, profile_id("default"))
         failures = q.failures(conn)

@@ -74,49 +74,51 @@ def test_each_failure_ends_in_its_class_within_the_deadline(
     server: FakeOpenAI, plan: list[str], outcome: object, at_least: float, at_most: float
 ) -> None:
     server.plan(*plan)
-    client = completer(server)
-    started = time.monotonic()
-    if outcome == "ok":
-        result = client.complete(PROMPT)
-        assert result.text.startswith("- SUMMARIZE")  # <think> and preamble stripped
-    else:
-        with pytest.raises(outcome):  # type: ignore[call-overload]
-            client.complete(PROMPT)
+    with completer(server) as client:
+        started = time.monotonic()
+        if outcome == "ok":
+            result = client.complete(PROMPT)
+            assert result.text.startswith("- SUMMARIZE")  # <think> and preamble stripped
+        else:
+            with pytest.raises(outcome):  # type: ignore[call-overload]
+                client.complete(PROMPT)
     assert at_least <= time.monotonic() - started <= at_most
 
 
 def test_hang_past_every_timeout_is_bounded_by_the_call_deadline(server: FakeOpenAI) -> None:
     server.plan(*["hang:5"] * 10)
-    client = completer(server, call_deadline_seconds=1.6, retries=10)
-    started = time.monotonic()
-    with pytest.raises(BackendUnavailable):
-        client.complete(PROMPT)
+    with completer(server, call_deadline_seconds=1.6, retries=10) as client:
+        started = time.monotonic()
+        with pytest.raises(BackendUnavailable):
+            client.complete(PROMPT)
     assert time.monotonic() - started < 2.5
 
 
 def test_missing_usage_is_estimated(server: FakeOpenAI) -> None:
     server.plan("nousage")
-    result = completer(server).complete(PROMPT)
+    with completer(server) as client:
+        result = client.complete(PROMPT)
     assert result.tokens_in > 0 and result.tokens_out > 0
 
 
 def test_breaker_opens_after_consecutive_failures_and_closes_after_cooldown(
     server: FakeOpenAI,
 ) -> None:
-    client = completer(server, retries=0, breaker_failures=3, breaker_cooldown_seconds=1.0)
-    server.plan("500", "500", "500")
-    for _ in range(3):
-        with pytest.raises(BackendUnavailable):
+    with completer(server, retries=0, breaker_failures=3,
+                   breaker_cooldown_seconds=1.0) as client:
+        server.plan("500", "500", "500")
+        for _ in range(3):
+            with pytest.raises(BackendUnavailable):
+                client.complete(PROMPT)
+        assert client.breaker.state == "open"
+        calls = len(server.requests)
+        with pytest.raises(BreakerOpen):
             client.complete(PROMPT)
-    assert client.breaker.state == "open"
-    calls = len(server.requests)
-    with pytest.raises(BreakerOpen):
-        client.complete(PROMPT)
-    assert len(server.requests) == calls  # no call while open
-    time.sleep(1.05)
-    assert client.breaker.state == "half-open"
-    assert client.complete(PROMPT).text
-    assert client.breaker.state == "closed"
+        assert len(server.requests) == calls  # no call while open
+        time.sleep(1.05)
+        assert client.breaker.state == "half-open"
+        assert client.complete(PROMPT).text
+        assert client.breaker.state == "closed"
 
 
 def test_breaker_state_machine_with_a_clock() -> None:
@@ -159,9 +161,9 @@ def chat_file(db: Path, sessions: int = 3, turns: int = 6) -> None:
 
 
 def llm_pass(store: Store, config: Config, server: FakeOpenAI, **kw: object):
-    client = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY})
-    return run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True,
-                    **kw)  # type: ignore[arg-type]
+    with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY}) as client:
+        return run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True,
+                        **kw)  # type: ignore[arg-type]
 
 
 def test_end_to_end_pass_builds_every_tier_from_the_server(db: Path, server: FakeOpenAI) -> None:
@@ -388,9 +390,9 @@ def test_embeddings_over_the_api_are_stored_under_their_own_model(
     config = dataclasses.replace(config, embed=dataclasses.replace(
         config.embed, backend="openai", model="test-embed"))
     store = open_sqlite(config)
-    embedder = OpenAIEmbedder(config, environ={"OPENAI_API_KEY": KEY})
-    client = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY})
-    result = run_pass(store, config, embedder, client, trigger="test", force=True)
+    with (OpenAIEmbedder(config, environ={"OPENAI_API_KEY": KEY}) as embedder,
+          OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY}) as client):
+        result = run_pass(store, config, embedder, client, trigger="test", force=True)
     assert result.outcome == "ok", result.jobs
     rows = store.conn.execute(
         "SELECT model, COUNT(*), MIN(length(vector)), MAX(length(vector)) "
@@ -450,7 +452,8 @@ def test_the_sdks_base_url_variable_is_honoured_when_base_url_is_unset(
 
     config = dataclasses.replace(completer_config(server), base_url="")
     environ = {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.base_url}
-    answer = OpenAICompleter(config, environ=environ).complete(PROMPT)
+    with OpenAICompleter(config, environ=environ) as client:
+        answer = client.complete(PROMPT)
     assert answer.text and len(server.requests) == 1
     old = os.environ.get("OPENAI_BASE_URL")
     os.environ["OPENAI_BASE_URL"] = server.base_url
@@ -478,8 +481,9 @@ def test_an_endpoint_that_cannot_work_is_permanent_and_recall_says_so(
     server.plan(cannot)
     config = dataclasses.replace(Config(), completer=completer_config(server),
                                  embed=dataclasses.replace(Config().embed, backend="openai"))
-    with pytest.raises(BackendMisconfigured, match="must be created with embedding=True"):
-        OpenAIEmbedder(config, environ={"OPENAI_API_KEY": KEY}).embed(["hello"])
+    with (pytest.raises(BackendMisconfigured, match="must be created with embedding=True"),
+          OpenAIEmbedder(config, environ={"OPENAI_API_KEY": KEY}) as embedder):
+        embedder.embed(["hello"])
     assert len(server.requests) == 1
 
     db = tmp_path / "memory.db"
@@ -494,3 +498,22 @@ def test_an_endpoint_that_cannot_work_is_permanent_and_recall_says_so(
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and "cannot do this as configured" in lines[0], result.output
+
+
+def test_closing_a_memory_hangs_up_on_the_server(db: Path, server: FakeOpenAI) -> None:
+    """A Memory with an embedder over the API closes its pooled connection when it is
+    closed, not whenever the garbage collector gets to it."""
+    from dreamd.memory import Memory
+
+    chat_file(db, sessions=2)
+    config = dataclasses.replace(llm_config(db, server), embed=dataclasses.replace(
+        Config().embed, backend="openai", model="test-embed"))
+    memory = Memory(db, config=config)
+    memory.remember("s9", "user", "My sister Ana moved to Porto last spring.", embed=True)
+    assert memory.recall("where does my sister live", k=3)
+    assert server.connections == 1  # kept alive between calls
+    memory.close()
+    deadline = time.monotonic() + 5
+    while server.connections and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert server.connections == 0

@@ -80,9 +80,9 @@ def pass_against(tmp_path: Path, *plan: str) -> tuple[PassResult, list[str], lis
                                      facts=FactsConfig(producer="offline"))
         server.plan(*plan)
         store = open_sqlite(config)
-        completer = OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"})
-        result = run_pass(store, config, HashingEmbedder(), completer, trigger="test",
-                          force=True)
+        with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"}) as completer:
+            result = run_pass(store, config, HashingEmbedder(), completer, trigger="test",
+                              force=True)
         gists = [r[0] for r in store.conn.execute("SELECT content FROM summaries")]
         failures = [r[0] for r in store.conn.execute(
             "SELECT last_error FROM dreamd_failures WHERE job = 'summarize'")]

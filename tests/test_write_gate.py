@@ -94,6 +94,7 @@ def test_the_openai_backend_holds_no_share_while_it_waits(plan: list[str]) -> No
             assert worker.is_alive() and not result
         worker.join(5)
     finally:
+        client.close()
         server.stop()
     assert drained < 0.05, drained
     assert result and result[0].text

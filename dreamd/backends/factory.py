@@ -41,3 +41,11 @@ def embedder_model_name(config: Config) -> str:
     from dreamd.backends.local import MODEL_ID
 
     return MODEL_ID
+
+
+def release(*backends: object) -> None:
+    """Close what the backends hold open (a network backend's connections)."""
+    for backend in backends:
+        close = getattr(backend, "close", None)
+        if close is not None:
+            close()

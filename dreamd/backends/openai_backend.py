@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import numpy as np
 import openai
@@ -275,6 +275,16 @@ class OpenAICompleter:
         return Completion(text=text, backend=self.name, model=model, tokens_in=tokens_in,
                           tokens_out=tokens_out)
 
+    def close(self) -> None:
+        """Close the pooled connections to the server."""
+        self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 class OpenAIEmbedder:
     """Vectors from /v1/embeddings, stored under "openai:<model>" and never mixed."""
@@ -313,3 +323,13 @@ class OpenAIEmbedder:
         vectors = vectors / np.maximum(norms, 1e-12)
         self._dim = self._dim or int(vectors.shape[1])
         return vectors
+
+    def close(self) -> None:
+        """Close the pooled connections to the server."""
+        self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from dreamd.backends.factory import make_embedder
+from dreamd.backends.factory import make_embedder, release
 from dreamd.backends.protocols import Embedder
 from dreamd.config import Config
 from dreamd.config import load as load_config
@@ -90,12 +90,13 @@ class Memory:
         else:
             self.store = open_store(self.config, create=create, path=path)
         self._embedder = embedder
+        self._made: Embedder | None = None  # what close() releases (not the caller's)
         self._indexes: Indexes | None = None
 
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            self._embedder = make_embedder(self.config)
+            self._embedder = self._made = make_embedder(self.config)
         return self._embedder
 
     @property
@@ -111,6 +112,7 @@ class Memory:
 
     @serialized
     def close(self) -> None:
+        release(self._made)
         self.store.close()
 
     @serialized

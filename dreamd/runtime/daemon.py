@@ -20,7 +20,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dreamd import config as cfg
-from dreamd.backends.factory import make_backends
+from dreamd.backends.factory import make_backends, release
 from dreamd.backends.local import LocalEmbedder
 from dreamd.dream.cycle import PassResult, run_pass
 from dreamd.dream.workers import Claims
@@ -167,6 +167,7 @@ class Runner:
         self.store: Any = None
         self.claims: Claims | None = None  # a worker's leases on a shared store
         self.last: PassResult | None = None
+        self.backends: tuple[object, ...] = ()
 
     def start(self) -> None:
         self.flags.install()
@@ -200,6 +201,7 @@ class Runner:
 
     def set_backends(self, config: cfg.Config) -> None:
         embedder, self.completer = make_backends(config, self.flags.stop)
+        self.backends = (embedder, self.completer)  # a pass may still use those replaced
         if self.claims is not None and isinstance(embedder, LocalEmbedder):
             # Workers on one machine share its cores (embed.threads 0 only).
             self.claims.on_neighbours = embedder.share
@@ -221,6 +223,7 @@ class Runner:
         exit_now(EXIT_OK)
 
     def close(self) -> None:
+        release(*self.backends)
         if self.claims is not None:
             self.claims.stop()
         if self.store is not None:
