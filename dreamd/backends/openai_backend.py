@@ -232,7 +232,24 @@ def client(base_url: str, config: CompleterConfig, environ: dict[str, str] | Non
     )
 
 
-class OpenAICompleter:
+class _Connected:
+    """A backend holding a pool of connections to the server: close() (or leaving a
+    `with` block) hangs up, rather than whenever the garbage collector gets to it."""
+
+    _client: Any
+
+    def close(self) -> None:
+        """Close the pooled connections to the server."""
+        self._client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class OpenAICompleter(_Connected):
     name = "openai"
 
     def __init__(self, config: CompleterConfig, environ: dict[str, str] | None = None,
@@ -275,18 +292,8 @@ class OpenAICompleter:
         return Completion(text=text, backend=self.name, model=model, tokens_in=tokens_in,
                           tokens_out=tokens_out)
 
-    def close(self) -> None:
-        """Close the pooled connections to the server."""
-        self._client.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class OpenAIEmbedder:
+class OpenAIEmbedder(_Connected):
     """Vectors from /v1/embeddings, stored under "openai:<model>" and never mixed."""
 
     def __init__(self, config: Config, environ: dict[str, str] | None = None,
@@ -323,13 +330,3 @@ class OpenAIEmbedder:
         vectors = vectors / np.maximum(norms, 1e-12)
         self._dim = self._dim or int(vectors.shape[1])
         return vectors
-
-    def close(self) -> None:
-        """Close the pooled connections to the server."""
-        self._client.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
