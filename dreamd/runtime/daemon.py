@@ -201,7 +201,9 @@ class Runner:
 
     def set_backends(self, config: cfg.Config) -> None:
         embedder, self.completer = make_backends(config, self.flags.stop)
-        self.backends = (embedder, self.completer)  # a pass may still use those replaced
+        # Closed when the runner closes. Those a reload replaces are left to the collector:
+        # a pass may still be using them.
+        self.backends = (embedder, self.completer)
         if self.claims is not None and isinstance(embedder, LocalEmbedder):
             # Workers on one machine share its cores (embed.threads 0 only).
             self.claims.on_neighbours = embedder.share
@@ -223,13 +225,13 @@ class Runner:
         exit_now(EXIT_OK)
 
     def close(self) -> None:
-        release(*self.backends)
         if self.claims is not None:
             self.claims.stop()
         if self.store is not None:
             self.store.close()
         if self.lock is not None:
             self.lock.release()
+        release(*self.backends)
 
     def should_stop(self) -> bool:
         self.health.beat()  # called between items: the pass is making progress
