@@ -24,8 +24,8 @@ demo: install
 test: install
 	$(BIN)/ruff check dreamd tests bench
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n 4 -m "not heavy"
-	$(BIN)/python -m pytest -m heavy
+	$(BIN)/python -m pytest -n 4 -m "not heavy" --durations=10
+	$(BIN)/python -m pytest -m heavy --durations=5
 
 bench: install
 	$(BIN)/python -m bench.run

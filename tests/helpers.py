@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -177,15 +178,31 @@ def notify_socket(tmp_path: Path) -> socket.socket:
     return sock
 
 
-def messages(sock: socket.socket, seconds: float) -> list[tuple[float, str]]:
-    out = []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+def messages_until(sock: socket.socket, done: Callable[[list[tuple[float, str]]], bool],
+                   timeout: float = 60.0) -> list[tuple[float, str]]:
+    """The notify messages until `done` holds for them (a condition, not a clock: a busy
+    machine only makes it take longer); raises if it never does within `timeout`."""
+    out: list[tuple[float, str]] = []
+    deadline = time.monotonic() + timeout
+    while not done(out):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not seen within {timeout} s: {[m for _, m in out][-20:]}")
         try:
             out.append((time.monotonic(), sock.recv(4096).decode()))
         except TimeoutError:
-            continue
-    return out
+            out.append((time.monotonic(), ""))  # a tick, so `done` can judge silences
+    return [(t, m) for t, m in out if m]
+
+
+def silent_for(seconds: float,
+               message: str = "WATCHDOG=1") -> Callable[[list[tuple[float, str]]], bool]:
+    """A `done` for messages_until: `message` has not come for `seconds`."""
+    def done(seen: list[tuple[float, str]]) -> bool:
+        if not seen:
+            return False
+        last = max((t for t, m in seen if m == message), default=seen[0][0])
+        return seen[-1][0] - last >= seconds
+    return done
 
 
 PRIOR_ART_DDL = """

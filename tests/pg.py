@@ -63,7 +63,7 @@ class PgServer:
         command = [str(self.bin / tool), *args]
         if self.user is not None:
             command = ["runuser", "-u", self.user, "--", *command]
-        subprocess.run(command, check=True, capture_output=True, timeout=120)
+        subprocess.run(command, check=True, capture_output=True, timeout=600)
 
     def url(self, database: str = "postgres", user: str = "postgres",
             password: str | None = None) -> str:

@@ -113,7 +113,7 @@ def test_read_only_file_is_refused(tmp_path: Path) -> None:
             pytest.skip("root cannot be dropped without setpriv (util-linux)")
         command = [setpriv, "--reuid=65534", "--regid=65534", "--clear-groups", *command]
         probe = subprocess.run([*command, "--version"], capture_output=True, env=env,
-                               cwd="/", timeout=60)
+                               cwd="/", timeout=300)
         if probe.returncode != 0:
             pytest.skip("the unprivileged user cannot run dreamd from this checkout (a "
                         "directory above it is closed to others); run as a non-root user")
@@ -127,7 +127,7 @@ def test_read_only_file_is_refused(tmp_path: Path) -> None:
         db.chmod(0o444)
         before = files_digest(where)
         run = subprocess.run([*command, "--db", str(db), "--force"], capture_output=True,
-                             text=True, env=env, cwd=ROOT, timeout=60)
+                             text=True, env=env, cwd=ROOT, timeout=300)
         assert run.returncode == 2, run.stderr
         assert run.stderr.strip().splitlines()[-1] == \
             f"Error: {db} is read-only: dreamd needs to write its derived memory"

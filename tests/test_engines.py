@@ -298,16 +298,17 @@ def test_new_turns_wake_a_worker_through_notify(pg_server: Any) -> None:
         assert app.value("SELECT COUNT(*) FROM dreamd_runs") == 1  # nothing new: asleep
         status = subprocess.run([sys.executable, "-m", "dreamd", "--db", url, "status"],
                                 capture_output=True, text=True, env=dreamd_env(), cwd=ROOT,
-                                timeout=60)
+                                timeout=300)
         assert "1 worker: " in status.stdout and f"pid {proc.pid} (0 leases" in status.stdout
         app.say("ana-1", [("user", "We adopted a puppy called Nora today.")])
+        # Asleep for 30 minutes otherwise: a pass within two means the turn woke it.
         noticed = time.monotonic()
-        while app.value(runs) < 2 and time.monotonic() - noticed < 25:
+        while app.value(runs) < 2 and time.monotonic() - noticed < 120:
             time.sleep(0.1)
-        assert app.value(runs) == 2 and time.monotonic() - noticed < 10
+        assert app.value(runs) == 2
     finally:
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=60)
+        out, _ = proc.communicate(timeout=300)
         app.close()
     assert proc.returncode == 0 and "listen_failed" not in out
 
@@ -390,7 +391,7 @@ def test_workers_on_one_machine_share_its_cores(pg_server: Any) -> None:
     try:
         assert second.here == 2
         # The first worker hears of the second at its early second beat (about 1 s on).
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while first.here < 2 and time.monotonic() < deadline:
             time.sleep(0.05)
         assert told[0] == 1 and told[-1] == 2 and first.here == 2, told

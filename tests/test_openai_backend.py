@@ -91,7 +91,7 @@ def test_hang_past_every_timeout_is_bounded_by_the_call_deadline(server: FakeOpe
         started = time.monotonic()
         with pytest.raises(BackendUnavailable):
             client.complete(PROMPT)
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - started < 4  # one 5 s hang alone would be more
 
 
 def test_missing_usage_is_estimated(server: FakeOpenAI) -> None:
@@ -106,6 +106,8 @@ def test_breaker_opens_after_consecutive_failures_and_closes_after_cooldown(
 ) -> None:
     with completer(server, retries=0, breaker_failures=3,
                    breaker_cooldown_seconds=1.0) as client:
+        now = [0.0]
+        client.breaker.clock = lambda: now[0]  # the cool-down passes when the test says
         server.plan("500", "500", "500")
         for _ in range(3):
             with pytest.raises(BackendUnavailable):
@@ -115,7 +117,7 @@ def test_breaker_opens_after_consecutive_failures_and_closes_after_cooldown(
         with pytest.raises(BreakerOpen):
             client.complete(PROMPT)
         assert len(server.requests) == calls  # no call while open
-        time.sleep(1.05)
+        now[0] += 1.05
         assert client.breaker.state == "half-open"
         assert client.complete(PROMPT).text
         assert client.breaker.state == "closed"
@@ -322,13 +324,10 @@ def test_a_pool_of_workers_summarizes_concurrently(db: Path) -> None:
             config, completer=dataclasses.replace(config.completer, workers=8,
                                                   read_timeout_seconds=2))
         store = open_sqlite(config)
-        started = time.monotonic()
         result = llm_pass(store, config, fake)
-        elapsed = time.monotonic() - started
         job = next(j for j in result.jobs if j.job == "summarize")
         assert job.done == 8
-        assert job.seconds < 8 * 0.2 * 0.6, job.seconds  # calls overlapped
-        assert elapsed < 8 * 0.2 + 5 * 0.2 + 1
+        assert job.seconds < 8 * 0.2, job.seconds  # calls overlapped: one by one is 1.6 s
         store.close()
     finally:
         fake.stop()
@@ -348,7 +347,7 @@ def test_api_key_never_reaches_logs_status_or_the_database(tmp_path: Path,
         add_turns(sqlite3.connect(db, isolation_level=None), "s1", ["new", "turns"])
         for args in (["--force"], ["status"], ["status", "--json"], ["show", "--json"]):
             run = subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), *args],
-                                 env=env, cwd=ROOT, capture_output=True, text=True, timeout=60)
+                                 env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
             outputs.append(run.stdout + run.stderr)
     assert any("authentication failed" in o for o in outputs)  # the 401 case was exercised
     assert all(KEY not in o for o in outputs)
@@ -513,7 +512,7 @@ def test_closing_a_memory_hangs_up_on_the_server(db: Path, server: FakeOpenAI) -
     assert memory.recall("where does my sister live", k=3)
     assert server.connections == 1  # kept alive between calls
     memory.close()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 30
     while server.connections and time.monotonic() < deadline:
         time.sleep(0.02)
     assert server.connections == 0

@@ -40,7 +40,7 @@ def test_the_chat_app_example_runs_and_reads_the_daemons_config(tmp_path: Path) 
              "print('SELF', 'How I am' in block.text)\n"
              "print('EXPORT', document['format'])\n")
     run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env,
-                         capture_output=True, text=True, timeout=120)
+                         capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     assert "SELF True" in run.stdout, run.stdout
     assert "EXPORT dreamd-export/1" in run.stdout

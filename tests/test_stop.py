@@ -69,10 +69,10 @@ def test_sigterm_with_every_call_hung_exits_0_within_the_grace(
     calls = chat_calls(hanging)
     signalled = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=300)
     took = time.monotonic() - signalled
     assert proc.returncode == 0, err[-2000:]
-    assert took <= GRACE + 2, took
+    assert took <= GRACE + 5, took  # the grace, and a busy machine's exit
     assert chat_calls(hanging) == calls  # no new call and no retry after the signal
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT COUNT(*) FROM summaries").fetchone() == (0,)
@@ -89,7 +89,7 @@ def test_a_slow_answer_inside_its_deadline_keeps_the_watchdog_fed(tmp_path: Path
     pings never stop (a stuck pass going silent is tested in test_daemon)."""
     import itertools
 
-    from tests.helpers import messages, notify_socket
+    from tests.helpers import messages_until, notify_socket
 
     slow = FakeOpenAI(delay=3.0).start()
     db = tmp_path / "memory.db"
@@ -102,13 +102,16 @@ def test_a_slow_answer_inside_its_deadline_keeps_the_watchdog_fed(tmp_path: Path
          str(llm_config(tmp_path, slow, grace=None)), "--loop", "600"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        seen = messages(sock, 8.0)
+        ready = messages_until(sock, lambda seen: any("READY=1" in m for _, m in seen))
+        # From READY until the pass has waited through two whole slow answers and is
+        # inside a third: however long a busy machine takes, the pings never stop.
+        seen = messages_until(sock, lambda _: chat_calls(slow) >= 3, timeout=600)
+        end = time.monotonic()
         pings = [t for t, m in seen if m == "WATCHDOG=1"]
-        assert chat_calls(slow) >= 2  # the pass was inside slow calls the whole time
-        assert len(pings) >= 10
-        # pings every 0.5 s; a gap under 1.5 s leaves systemd (2 s) satisfied even on a busy
-        # machine, where the old pass went silent for 2.5 s
-        assert max(b - a for a, b in itertools.pairwise(pings)) < 1.5, pings
+        marks = [ready[-1][0], *pings, end]
+        # pings every 0.5 s; never a gap systemd (2 s here) would act on, where the old
+        # pass went silent for 2.5 s inside one answer
+        assert max(b - a for a, b in itertools.pairwise(marks)) < 2.0, (marks, pings)
     finally:
         proc.kill()
         proc.communicate(timeout=30)
@@ -135,9 +138,9 @@ def test_sigterm_during_a_hung_embedding_call_on_the_pass_thread(
     assert hanging.requests and hanging.requests[0]["path"].endswith("/embeddings")
     signalled = time.monotonic()
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=300)
     assert proc.returncode == 0, err[-2000:]
-    assert time.monotonic() - signalled <= GRACE + 2
+    assert time.monotonic() - signalled <= GRACE + 5
     assert len(hanging.requests) == 1  # no retry after the signal
     assert '"event": "stop_grace_over"' in out
     conn = sqlite3.connect(db)

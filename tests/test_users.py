@@ -358,7 +358,7 @@ class HalfForgotten:
 
     def dreamd(self, *args: str) -> str:
         run = subprocess.run([*self.command, *args], env=self.env, cwd=ROOT, text=True,
-                             capture_output=True, timeout=120)
+                             capture_output=True, timeout=600)
         assert run.returncode == 0, run.stderr
         return run.stdout
 
@@ -481,7 +481,7 @@ def test_export_lists_every_row_of_the_user(db: Path) -> None:
 
 def run_cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=600)
 
 
 def test_cli_forget_export_and_bad_input(db: Path, tmp_path: Path) -> None:

@@ -33,6 +33,12 @@ class Gate:
         self._busy = 0
         self._closed = False
 
+    @property
+    def busy(self) -> int:
+        """How many workers hold a share (compute) now."""
+        with self._cond:
+            return self._busy
+
     def _enter(self) -> None:
         with self._cond:
             self._cond.wait_for(lambda: not self._closed)
