@@ -13,12 +13,24 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, add_turns, big_file, chat_texts, dreamd_env, wait_for
+from tests.helpers import (
+    ROOT,
+    add_turns,
+    big_file,
+    chat_texts,
+    dreamd_env,
+    query,
+    wait_for,
+)
+
+
+def runs(db: Path) -> int:
+    """Passes begun (0 before the first dreamd has made its tables)."""
+    return query(db, "SELECT COUNT(*) FROM dreamd_runs", 0) or 0
 
 
 def turns(db: Path) -> int:
-    with sqlite3.connect(db, timeout=30) as look:
-        return int(look.execute("SELECT COUNT(*) FROM exchanges").fetchone()[0])
+    return query(db, "SELECT COUNT(*) FROM exchanges", 0) or 0
 
 
 def test_live_writer_during_a_force_pass(tmp_path: Path) -> None:
@@ -84,7 +96,11 @@ def test_kill_9_at_random_moments_then_one_clean_pass(tmp_path: Path) -> None:
         proc = subprocess.Popen([sys.executable, "-m", "dreamd", "--db", str(db), "--force"],
                                 cwd=ROOT, env=dreamd_env(), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.15, 0.8))
+        # A random moment of its pass, counted from the pass's start: a busy machine can
+        # take longer than that to start a process, and a kill before the pass is no test.
+        began = runs(db)
+        wait_for(lambda: runs(db) > began or proc.poll() is not None, 120)  # noqa: B023
+        time.sleep(rng.uniform(0.0, 0.6))
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1

@@ -140,14 +140,15 @@ def test_killing_workers_mid_claim_loses_nothing(pg_server: Any, tmp_path: Path)
                 [sys.executable, "-m", "dreamd", "--db", url, "--force"],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 env=dreamd_env(**env), cwd=ROOT)
-            # A random moment of its pass, once it holds users (or has finished).
-            deadline = time.monotonic() + rng.uniform(0.8, 2.0)
-            held = 0
-            while time.monotonic() < deadline or (not held and victim.poll() is None
-                                                  and time.monotonic() < deadline + 3):
-                held = app.value("SELECT COUNT(*) FROM dreamd_leases WHERE worker LIKE ? "
-                                 "AND expires_at > now()", (f"%:{victim.pid}:%",))
-                time.sleep(0.02)
+            # A random moment of its pass, once it holds users (or has finished): counted
+            # from its first lease, since a busy machine may take seconds to start it.
+            def holding(pid: int = victim.pid) -> int:
+                return int(app.value("SELECT COUNT(*) FROM dreamd_leases WHERE worker LIKE ? "
+                                     "AND expires_at > now()", (f"%:{pid}:%",)))
+
+            wait_for(lambda: holding() > 0 or victim.poll() is not None, 120)  # noqa: B023
+            time.sleep(rng.uniform(0.0, 1.2))
+            held = holding()
             killed_holding += bool(held) and victim.poll() is None
             victim.send_signal(signal.SIGKILL)
             victim.wait()
