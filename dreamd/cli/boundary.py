@@ -4,8 +4,11 @@ memory file, and the terminal's progress line."""
 from __future__ import annotations
 
 import math
+import os
+import signal
+import sys
 import time
-from typing import Any
+from typing import Any, NoReturn
 
 import click
 
@@ -28,9 +31,29 @@ def one_line(exc: click.UsageError) -> str:
     return f"{exc.format_message()} (see '{command} --help')"
 
 
+def pipe_closed() -> NoReturn:
+    """The reader closed our stdout (`dreamd sessions | head`): its choice, not an error.
+    Nothing more can reach it, and the interpreter's last flush must not try again, so
+    stdout goes to /dev/null; the exit is the one a shell reports for a process ended by
+    SIGPIPE (141), as `yes | head` ends."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    sys.exit(128 + signal.SIGPIPE)
+
+
 class Dreamd(click.Group):
     """The one error boundary: whatever a command raises reaches the user as one line
     with its exit code, never as a traceback."""
+
+    def main(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().main(*args, **kwargs)
+        finally:
+            try:  # what is still buffered goes out now, where a closed pipe can be caught
+                sys.stdout.flush()
+            except BrokenPipeError:
+                pipe_closed()
 
     def make_context(self, info_name: str | None, args: list[str],
                      parent: click.Context | None = None, **extra: Any) -> click.Context:
@@ -46,6 +69,8 @@ class Dreamd(click.Group):
             raise fail(one_line(exc)) from None
         except (click.exceptions.Exit, click.ClickException, click.Abort):
             raise
+        except BrokenPipeError:
+            pipe_closed()
         except DreamdError as exc:
             raise fail(str(exc), exc.exit_code) from None
         except Exception as exc:
