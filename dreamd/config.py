@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from dreamd.errors import ConfigError
+from dreamd.store.url import is_url, shown
 
 DEFAULT_DB = "~/.local/share/dreamd/memory.db"
-PG_SCHEMES = ("postgresql://", "postgres://")
 
 
 def _check(kind: str, **limits: Any) -> dict[str, Any]:
@@ -211,7 +211,7 @@ class Config:
     def store_url(self) -> str | None:
         """The PostgreSQL URL memory lives at, or None for the SQLite file at `db`. A store
         named by --db or DREAMD_DB wins over `[store] url`."""
-        if self.db.startswith(PG_SCHEMES):
+        if is_url(self.db):
             return self.db
         if self.store.url and self.db == DEFAULT_DB:
             return self.store.url
@@ -223,8 +223,6 @@ class Config:
         password."""
         if self.store_url is None:
             return str(self.db_path)
-        from dreamd.store.postgres import shown
-
         return shown(self.store_url)
 
 
@@ -422,7 +420,7 @@ def load(
 
 def check(config: Config) -> Config:
     """Rules that span keys."""
-    if config.store.url and not config.store.url.startswith(PG_SCHEMES):
+    if config.store.url and not is_url(config.store.url):
         raise ConfigError(f"store.url must be a PostgreSQL URL (postgresql://…), "
                           f"not {config.store.url.split('://')[0]!r}")
     s = config.schedule

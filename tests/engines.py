@@ -8,7 +8,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from dreamd.store.pg_schema import CORE_TABLES as PG_CORE_TABLES
-from dreamd.store.postgres import is_url, translate
+from dreamd.store.postgres import translate
+from dreamd.store.url import is_url
 
 
 class App:

@@ -19,7 +19,8 @@ from dreamd.backends.factory import make_backends
 from dreamd.config import Config, EmbedConfig, StoreConfig
 from dreamd.dream.cycle import run_pass
 from dreamd.memory.api import Memory
-from dreamd.store.postgres import PgStore, is_url
+from dreamd.store.postgres import PgStore
+from dreamd.store.url import is_url
 from tests.engines import App
 from tests.helpers import dreamd_env
 

@@ -3,11 +3,11 @@ of a readable size. (A job added by one spec and one registration: test_cycle.)"
 
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
-from tests.helpers import (
-    ROOT,
-)
+from tests.helpers import ROOT
 
 PACKAGE = ROOT / "dreamd"
 ABOVE_STORE = [p for p in PACKAGE.rglob("*.py") if "store" not in p.relative_to(PACKAGE).parts]
@@ -31,3 +31,41 @@ def test_modules_are_readable_sizes() -> None:
     assert max(sizes.values()) <= 500, max(sizes.items(), key=lambda kv: kv[1])
     top = [p.name for p in PACKAGE.iterdir() if p.name not in ("__pycache__", "py.typed")]
     assert len(top) <= 16, sorted(top)
+
+
+def imports_of(path: Path, modules: set[str]) -> set[str]:
+    """The dreamd modules a module imports, at its top or inside a function alike (a
+    deferred import hides a cycle, it does not remove one)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("dreamd"):
+            for alias in node.names:  # `from dreamd.cli import render` is the submodule
+                sub = f"{node.module}.{alias.name}"
+                found.add(sub if sub in modules else node.module)
+        elif isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.startswith("dreamd"))
+    return found
+
+
+def test_no_import_cycle_between_modules() -> None:
+    modules = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+               for p in PACKAGE.rglob("*.py")}
+    graph = {name: sorted(imports_of(path, set(modules)) & modules.keys() - {name})
+             for name, path in modules.items()}
+    cycles = []
+    state: dict[str, int] = {}
+
+    def visit(name: str, trail: list[str]) -> None:
+        state[name] = 1
+        for dep in graph[name]:
+            if state.get(dep) == 1:
+                cycles.append(" -> ".join([*trail[trail.index(dep):], dep]))
+            elif dep not in state:
+                visit(dep, [*trail, dep])
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name, [name])
+    assert cycles == []
+    assert len(graph) > 60 and graph["dreamd.config"]  # the walk found the package

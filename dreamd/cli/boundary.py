@@ -15,7 +15,7 @@ import click
 from dreamd import config as cfg
 from dreamd.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, DreamdError
 from dreamd.runtime import log as logging_
-from dreamd.store.interface import engine_failure
+from dreamd.store.failure import engine_failure
 
 
 def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> click.ClickException:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from dreamd.errors import StoreBusy, StoreError
-from dreamd.store.interface import WriteLockTimes, engine_failure
+from dreamd.store.interface import WriteLockTimes
 
 # The WAL-reset bug (sqlite.org/wal.html#walresetbug) can corrupt a WAL database when
 # two connections write and checkpoint at the same moment — exactly dreamd's setting.
@@ -146,10 +146,22 @@ def _check_sqlite_file(path: Path) -> None:
         raise StoreError(f"{path} cannot be read: permission denied")
 
 
+def sqlite_failure(exc: BaseException) -> StoreError | None:
+    """sqlite3's exception as dreamd's error (None when it is not one): a lock held past
+    the busy timeout is `StoreBusy`, anything else a `StoreError` with its words."""
+    if not isinstance(exc, sqlite3.Error):
+        return None
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return StoreBusy(f"the memory file stayed locked by another process past the busy "
+                         f"timeout ({text}); try again")
+    return StoreError(f"the memory file: {text}")
+
+
 def _opening_error(path: Path, exc: sqlite3.DatabaseError) -> StoreError:
     if "file is not a database" in str(exc):
         return StoreError(f"{path} is not an SQLite database file")
-    failure = engine_failure(exc)
+    failure = sqlite_failure(exc)
     if isinstance(failure, StoreBusy):
         return failure
     return StoreError(f"{path} cannot be opened as an SQLite database: {exc}")

@@ -3,8 +3,8 @@
 Above `dreamd.store`, code opens a `Store`, takes a `Conn` from `read()` or `write()` and
 hands it to the named functions of `dreamd.store.queries`; it never runs a statement of
 its own, never sees an engine's row type and never names an engine's exceptions (it asks
-`engine_failure`). SQLite (`connect.SqliteStore`) is the embedded engine; a second engine
-implements this Protocol and the same named functions.
+`store.failure.engine_failure`). SQLite (`connect.SqliteStore`) is the embedded engine; a
+second engine implements this Protocol and the same named functions.
 """
 
 from __future__ import annotations
@@ -13,8 +13,6 @@ from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
-
-from dreamd.errors import DreamdError, StoreBusy, StoreError
 
 
 class Cursor(Protocol):
@@ -99,27 +97,6 @@ def _engine_errors() -> tuple[type[Exception], ...]:
 
 
 ENGINE_ERRORS = _engine_errors()
-
-
-def engine_failure(exc: BaseException) -> DreamdError | None:
-    """A store engine's exception as dreamd's own error (None when it is not one): a lock
-    held past the busy timeout is `StoreBusy`, anything else the engine raised a
-    `StoreError` with its words."""
-    if not isinstance(exc, ENGINE_ERRORS):
-        return None
-    if engine_of_error(exc) == "postgresql":
-        from dreamd.store.postgres import engine_failure as pg_failure
-
-        return pg_failure(exc)
-    text = str(exc)
-    if "locked" in text or "busy" in text:
-        return StoreBusy(f"the memory file stayed locked by another process past the busy "
-                         f"timeout ({text}); try again")
-    return StoreError(f"the memory file: {text}")
-
-
-def engine_of_error(exc: BaseException) -> str:
-    return "sqlite" if type(exc).__module__.startswith("sqlite3") else "postgresql"
 
 
 def engine_of(conn: Conn) -> str:

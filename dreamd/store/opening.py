@@ -19,10 +19,12 @@ from dreamd.store.connect import (
     has_wal_reset_bug,
     sqlite_version,
 )
-from dreamd.store.interface import Store, engine_failure
+from dreamd.store.failure import engine_failure
+from dreamd.store.interface import Store
 from dreamd.store.migrations import migrate, require_current
-from dreamd.store.postgres import PgStore, is_url
+from dreamd.store.postgres import PgStore
 from dreamd.store.postgres import connect as pg_connect
+from dreamd.store.url import is_url
 
 _warned = False
 

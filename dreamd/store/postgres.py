@@ -26,36 +26,19 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
 
-from dreamd.config import PG_SCHEMES
 from dreamd.errors import StoreBusy, StoreError
 from dreamd.store.interface import WriteLockTimes
+from dreamd.store.url import shown
 
 if TYPE_CHECKING:
     import psycopg
-
-SCHEMES = PG_SCHEMES
 
 # The key of the transaction-scoped advisory lock that serializes dreamd's writes.
 WRITE_LOCK_KEY = 0x64726561  # "drea"
 
 # What the migration's trigger NOTIFYs on when the app inserts turns.
 CHANNEL = "dreamd_turns"
-
-
-def is_url(target: str) -> bool:
-    return target.startswith(SCHEMES)
-
-
-def shown(url: str) -> str:
-    """The URL as a person may see it: never a password."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 _MARKS = re.compile(r"'(?:[^']|'')*'|\?(\d*)|%")
