@@ -22,7 +22,7 @@ demo: install
 	$(BIN)/dreamd --db $(DEMO_DB) --config examples/demo.toml status --runs 1
 
 test: install
-	$(BIN)/ruff check dreamd tests bench
+	$(BIN)/ruff check dreamd tests bench testkit
 	$(BIN)/mypy
 	$(BIN)/python -m pytest -n 4 -m "not heavy" --durations=10
 	$(BIN)/python -m pytest -m heavy --durations=5

@@ -40,7 +40,7 @@ from dreamd.models import Turn
 from dreamd.runtime.log import configure
 from dreamd.store.migrations import CORE_TABLES
 from dreamd.store.opening import open_store
-from tests.openai_server import FakeOpenAI
+from testkit.openai_server import FakeOpenAI
 
 START = datetime(2025, 3, 1, tzinfo=UTC)
 
@@ -128,7 +128,7 @@ class ServerProcess:
     request handling does not share dreamd's interpreter."""
 
     def __init__(self, delay: float) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "tests.openai_server", str(delay)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "testkit.openai_server", str(delay)],
                                      stdout=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
         self.base_url = self.proc.stdout.readline().strip()

@@ -7,7 +7,7 @@ same way. `--completer openai` fills the tiers through the OpenAI API path inste
 the local test server's deterministic answers (this shows the path works end to end; its
 figures say nothing about a real model's).
 demo: the shipped sample conversations, one full pass; the profile (and the current facts)
-judged against tests/remembered.py, the hand-written list of what a friend would keep and
+judged against testkit/remembered.py, the hand-written list of what a friend would keep and
 of lines no profile may hold: precision, recall, never-lines.
 LongMemEval_S: each question against its own haystack (imported into a fresh file, one
 full pass), session-level recall_any@5/@10 and NDCG@10, overall and per question type.
@@ -44,8 +44,8 @@ from dreamd.store import app_file
 from dreamd.store import queries as q
 from dreamd.store.opening import open_store
 from dreamd.text import STOPWORDS
-from tests.openai_server import FakeOpenAI
-from tests.remembered import judged
+from testkit.openai_server import FakeOpenAI
+from testkit.remembered import judged
 
 _WORDS = re.compile(r"\w+")
 DATA = Path(__file__).parent.parent.parent / "shared" / "data"
@@ -95,7 +95,7 @@ def consolidated(db: Path, sessions: list[Any], embedder: LocalEmbedder,
 
 def demo(embedder: LocalEmbedder, backend: Backend) -> None:
     """The shipped sample: the profile and the current facts against what a friend would
-    keep (tests/remembered.py)."""
+    keep (testkit/remembered.py)."""
     with tempfile.TemporaryDirectory() as tmp:
         memory = consolidated(Path(tmp) / "m.db", [], embedder, backend,
                               user=UserConfig(name="Sam"))

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.generate import generate
-from tests.pg import PgServer
+from testkit.pg import PgServer
 
 OUT = Path(__file__).resolve().parent / "out"
 ROOT = Path(__file__).resolve().parent.parent

@@ -34,7 +34,7 @@ def pg_server() -> Iterator[Any]:
     """A real PostgreSQL server for this test process. Without its binaries the tests
     that need it are skipped on a developer's machine and fail in CI (CI=true), which
     installs them."""
-    from tests.pg import PgServer, bindir
+    from testkit.pg import PgServer, bindir
 
     if bindir() is None:
         message = ("PostgreSQL server binaries not found (Debian: apt install "

@@ -27,7 +27,7 @@ from dreamd.store.connect import SqliteStore
 from dreamd.store.interface import Store
 from dreamd.store.migrations import CORE_TABLES
 from dreamd.store.opening import open_store
-from tests.openai_server import FakeOpenAI
+from testkit.openai_server import FakeOpenAI
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 

@@ -16,8 +16,8 @@ from dreamd.ids import narrative_id, profile_id
 from dreamd.memory.forget import Scope, forget
 from dreamd.models import Fact
 from dreamd.store import queries as q
+from testkit.remembered import judged
 from tests.helpers import RecordingCompleter, add_turns, make_chat_file, open_sqlite
-from tests.remembered import judged
 
 SAID = "2026-07-12T20:15:00+00:00"  # a Sunday
 
@@ -234,8 +234,8 @@ def test_with_an_llm_the_same_tier_is_filled_by_structured_extraction(tmp_path: 
     import dataclasses
 
     from dreamd.backends.openai_backend import OpenAICompleter
+    from testkit.openai_server import FakeOpenAI
     from tests.helpers import KEY, completer_config
-    from tests.openai_server import FakeOpenAI
 
     server = FakeOpenAI().start()
     db = tmp_path / "m.db"
@@ -265,8 +265,8 @@ def test_an_llm_that_answers_junk_twice_stores_no_fact(tmp_path: Path) -> None:
 
     from dreamd.backends.hashing import HashingEmbedder
     from dreamd.backends.openai_backend import OpenAICompleter
+    from testkit.openai_server import FakeOpenAI
     from tests.helpers import KEY, completer_config
-    from tests.openai_server import FakeOpenAI
 
     server = FakeOpenAI().start()
     db = tmp_path / "m.db"

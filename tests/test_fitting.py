@@ -15,6 +15,7 @@ from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.dream.cycle import run_pass
 from dreamd.ids import narrative_id, profile_id
 from dreamd.store import queries as q
+from testkit.openai_server import FakeOpenAI
 from tests.helpers import (
     KEY,
     add_turns,
@@ -23,7 +24,6 @@ from tests.helpers import (
     make_chat_file,
     open_sqlite,
 )
-from tests.openai_server import FakeOpenAI
 
 WINDOW = 2048
 

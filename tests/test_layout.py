@@ -69,3 +69,16 @@ def test_no_import_cycle_between_modules() -> None:
             visit(name, [name])
     assert cycles == []
     assert len(graph) > 60 and graph["dreamd.config"]  # the walk found the package
+
+
+def test_bench_never_imports_the_tests() -> None:
+    """Benchmarks share test support through testkit/, never through tests/."""
+    offenders = [str(p.relative_to(ROOT)) for p in (ROOT / "bench").rglob("*.py")
+                 if {m.split(".")[0] for m in imports_of_any(p)} & {"tests"}]
+    assert offenders == []
+
+
+def imports_of_any(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    return ({a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+            | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module})

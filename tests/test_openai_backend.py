@@ -30,6 +30,7 @@ from dreamd.errors import (
 )
 from dreamd.runtime.log import get_logger
 from dreamd.store.connect import SqliteStore as Store
+from testkit.openai_server import FakeOpenAI
 from tests.helpers import (
     KEY,
     PROMPT,
@@ -42,7 +43,6 @@ from tests.helpers import (
     make_chat_file,
     open_sqlite,
 )
-from tests.openai_server import FakeOpenAI
 
 ROOT = Path(__file__).parent.parent
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from testkit.openai_server import FakeOpenAI
 from tests.helpers import ROOT, big_file, dreamd_env
-from tests.openai_server import FakeOpenAI
 
 GRACE = 4.0
 

@@ -14,6 +14,7 @@ from dreamd.config import FactsConfig
 from dreamd.dream.cycle import PassResult, run_pass
 from dreamd.dream.prompts import era_prompt, reflect_prompt, summary_prompt
 from dreamd.models import Prompt
+from testkit.openai_server import FakeOpenAI
 from tests.helpers import (
     add_turns,
     chat_texts,
@@ -22,7 +23,6 @@ from tests.helpers import (
     make_chat_file,
     open_sqlite,
 )
-from tests.openai_server import FakeOpenAI
 
 NAMES = {"user": "Sam", "agent": "Wren"}
 TURNS = [f"user: {t}" for t in chat_texts(0, 8)]

@@ -15,8 +15,8 @@ from dreamd.config import CompleterConfig
 from dreamd.dream.jobs.base import Budget, JobContext
 from dreamd.dream.jobs.pool import run_items
 from dreamd.models import Completion, Prompt
+from testkit.openai_server import FakeOpenAI
 from tests.helpers import PROMPT, completer, config_for, open_sqlite, wait_for
-from tests.openai_server import FakeOpenAI
 
 
 class NetworkCompleter:

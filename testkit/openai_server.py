@@ -251,7 +251,7 @@ class FakeOpenAI:
 
 
 def main() -> None:
-    """Serve in a process of its own: `python -m tests.openai_server DELAY [PAD]`.
+    """Serve in a process of its own: `python -m testkit.openai_server DELAY [PAD]`.
 
     Prints the base URL on the first line, then serves until killed.
     """
