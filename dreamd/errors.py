@@ -7,6 +7,7 @@ EXIT_BAD_INPUT = 2  # bad input or config: one line, nothing written
 EXIT_ALREADY_RUNNING = 3  # another dreamd holds the memory file
 EXIT_BUSY = 4  # the memory file stayed locked by another process past the busy timeout
 EXIT_INTERNAL = 70  # a bug in dreamd (EX_SOFTWARE): one line, please report it
+EXIT_PIPE_CLOSED = 141  # the reader closed stdout (`| head`): 128 + SIGPIPE, as a shell says
 
 
 class DreamdError(Exception):

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import math
 import os
-import signal
 import sys
 import time
 from typing import Any, NoReturn
@@ -13,7 +12,7 @@ from typing import Any, NoReturn
 import click
 
 from dreamd import config as cfg
-from dreamd.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, DreamdError
+from dreamd.errors import EXIT_BAD_INPUT, EXIT_INTERNAL, EXIT_PIPE_CLOSED, DreamdError
 from dreamd.runtime import log as logging_
 from dreamd.store.failure import engine_failure
 
@@ -39,7 +38,7 @@ def pipe_closed() -> NoReturn:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-    sys.exit(128 + signal.SIGPIPE)
+    sys.exit(EXIT_PIPE_CLOSED)
 
 
 class Dreamd(click.Group):
