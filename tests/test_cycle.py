@@ -20,6 +20,7 @@ from dreamd.dream.keys import space
 from dreamd.models import Completion, Prompt
 from dreamd.store import queries as q
 from dreamd.store.connect import SqliteStore as Store
+from dreamd.store.interface import Conn
 from dreamd.store.interface import Store as AnyStore
 from dreamd.store.opening import open_store
 from tests.engines import App
@@ -53,7 +54,7 @@ def demo_store(db: Path):
     store.close()
 
 
-def last_turns(conn: sqlite3.Connection) -> dict[str, int]:
+def last_turns(conn: Conn) -> dict[str, int]:
     return dict(conn.execute("SELECT session_id, MAX(id) FROM exchanges GROUP BY session_id"))
 
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from dreamd.cli.commands import main
+from dreamd.store.connect import has_wal_reset_bug, sqlite_version
+from dreamd.store.sqlite_driver import SYSTEM, library_version
 from tests.helpers import add_turns, chat_texts, dreamd_env
 
 READ_ONLY = [
@@ -54,9 +58,13 @@ def test_a_file_dreamd_never_touched_stays_as_it_was(tmp_path: Path, args: list[
     result = invoke(db, *args)
     assert digest(db) == before
     if args == ["status"]:  # status says what waits for the first pass
+        bundled, system = library_version(), library_version(SYSTEM)
         assert result.exit_code == 0, result.output
         assert result.output.splitlines() == [
             f"memory file  {db}",
+            f"sqlite       {bundled} (bundled); the system's {system}" + (
+                ", which a Python app's sqlite3 runs, has the WAL-reset bug: see the README "
+                "for the app's side" if has_wal_reset_bug(sqlite_version(SYSTEM)) else ""),
             "dreamd has not run on this file yet: 6 turns in 1 session wait for its first "
             f"pass (dreamd --db {db} --force)"]
     elif args == ["status", "--json"]:
@@ -96,15 +104,19 @@ def test_a_busy_file_is_its_own_error(tmp_path: Path) -> None:
     db = tmp_path / "memory.db"
     app_file(db).close()
     assert invoke(db, "--force").exit_code == 0  # dreamd puts the file in WAL mode
-    holder = sqlite3.connect(db, isolation_level=None)
-    holder.execute("PRAGMA journal_mode=DELETE")  # as if the app had switched it back
-    holder.execute("BEGIN EXCLUSIVE")
+    # The app is another process (in this one, a second copy of SQLite would not see
+    # its lock: test_sqlite_library).
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sqlite3, sys; c = sqlite3.connect(sys.argv[1], "
+         "isolation_level=None); c.execute('PRAGMA journal_mode=DELETE'); "  # as if the app
+         "c.execute('BEGIN EXCLUSIVE'); print('held', flush=True); sys.stdin.read()",  # had
+         str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # switched back
     try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
         result = CliRunner().invoke(main, ["--db", str(db), "status"],
                                     env=dreamd_env(DREAMD_STORE__BUSY_TIMEOUT_MS="300"))
     finally:
-        holder.execute("ROLLBACK")
-        holder.close()
+        holder.communicate("", timeout=60)
     assert result.exit_code == 4, result.output
     assert result.output.startswith("Error: the memory file stayed locked by another process")
     assert len(result.output.strip().splitlines()) == 1

@@ -10,6 +10,7 @@ import pytest
 
 from dreamd.errors import StoreError
 from dreamd.runtime.log import get_logger
+from dreamd.store import sqlite_driver as driver
 from dreamd.store.connect import SqliteStore as Store
 from dreamd.store.connect import connect, has_wal_reset_bug
 from dreamd.store.migrations import MIGRATIONS, migrate
@@ -139,9 +140,12 @@ def test_wal_reset_bug_versions(version: tuple[int, int, int], affected: bool) -
 
 def test_write_is_begin_immediate(opened) -> None:
     """A write takes the write lock at BEGIN: a second writer waits, no upgrade deadlock."""
-    other = sqlite3.connect(opened.path, isolation_level=None, timeout=0.05)
-    with opened.write(), pytest.raises(sqlite3.OperationalError, match="locked"):
+    # Another connection on the same library (another process's would do as well; a
+    # second library in this process would not see the lock: test_sqlite_library).
+    other = driver.open_file(str(opened.path), busy_timeout_ms=50, library=opened.library)
+    with opened.write(), pytest.raises(driver.Error) as busy:
         other.execute("BEGIN IMMEDIATE")
+    assert driver.is_busy(busy.value), busy.value
     other.execute("BEGIN IMMEDIATE")
     other.execute("ROLLBACK")
     other.close()

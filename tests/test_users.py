@@ -25,6 +25,7 @@ from dreamd.memory.api import Memory
 from dreamd.memory.export import export_user
 from dreamd.memory.forget import Scope, forget
 from dreamd.store.connect import SqliteStore as Store
+from dreamd.store.interface import Conn
 from dreamd.store.opening import open_store
 from tests.engines import App
 from tests.helpers import RecordingCompleter, config_for, make_chat_file, open_sqlite
@@ -281,7 +282,7 @@ def test_forget_before_a_date_trims_and_re_summarizes(db: Path) -> None:
     app.close()
 
 
-def dump(conn: sqlite3.Connection) -> dict[str, list[tuple[object, ...]]]:
+def dump(conn: Conn) -> dict[str, list[tuple[object, ...]]]:
     queries = {
         "exchanges": "SELECT id, session_id, content FROM exchanges ORDER BY id",
         "tally": "SELECT * FROM dreamd_sessions ORDER BY session_id",
@@ -423,7 +424,7 @@ def test_forget_dry_run_changes_nothing(db: Path) -> None:
     app.close()
 
 
-def rows_of(conn: sqlite3.Connection, user: str) -> dict[str, set[Any]]:
+def rows_of(conn: Conn, user: str) -> dict[str, set[Any]]:
     """Every row the file holds for `user`, found independently of dreamd.export."""
     sessions = {s for (s,) in conn.execute("SELECT id FROM sessions WHERE user_id = ?", (user,))}
     marks = ",".join("?" * len(sessions))

@@ -113,7 +113,7 @@ def status(obj: dict[str, Any], as_json: bool, runs: int) -> None:
 
     from dreamd.backends.factory import embedder_model_name
     from dreamd.cli import report
-    from dreamd.cli.render import render_status
+    from dreamd.cli.render import render_before_first_pass, render_status
     from dreamd.errors import NotMigrated
 
     try:
@@ -122,11 +122,7 @@ def status(obj: dict[str, Any], as_json: bool, runs: int) -> None:
     except NotMigrated:  # a file dreamd has not run on: what waits for it is still news
         data = read_existing(obj, lambda store, config: report.before_first_pass(store),
                              read_only=True, current=False)
-        click.echo(json.dumps(data, indent=2) if as_json else
-                   f"memory file  {data['db']}\n"
-                   f"dreamd has not run on this file yet: {plural(data['turns'], 'turn')} in "
-                   f"{plural(data['sessions'], 'session')} wait for its first pass (dreamd "
-                   f"--db {data['db']} --force)")
+        click.echo(json.dumps(data, indent=2) if as_json else render_before_first_pass(data))
         return
     click.echo(json.dumps(data, indent=2, default=str) if as_json else render_status(data))
 

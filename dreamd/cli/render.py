@@ -15,6 +15,33 @@ def _drives(drives: dict[str, float] | None) -> str:
     return "  ".join(f"{k} {v:.2f}" for k, v in drives.items())
 
 
+def _store_lines(data: dict[str, Any]) -> tuple[str, str]:
+    """Where memory lives, and the engine that keeps it."""
+    if "sqlite" in data:
+        return f"memory file  {data['db']}", _sqlite_line(data["sqlite"])
+    return (f"memory       {data['db']}", f"postgresql   {data['postgresql']['version']}")
+
+
+def _sqlite_line(sqlite: dict[str, Any]) -> str:
+    """The SQLite dreamd runs, and what it knows of the app's (the system's library)."""
+    line = f"sqlite       {sqlite['version']} ({sqlite.get('library', 'bundled')})"
+    if sqlite["wal_reset_bug"]:
+        line += " — has the WAL-reset bug (README: SQLite's WAL-reset bug)"
+    system = sqlite.get("system")
+    if system and sqlite.get("library") != "system":
+        line += f"; the system's {system['version']}" + (
+            ", which a Python app's sqlite3 runs, has the WAL-reset bug: see the README for "
+            "the app's side" if system["wal_reset_bug"] else "")
+    return line
+
+
+def render_before_first_pass(data: dict[str, Any]) -> str:
+    where, engine = _store_lines(data)
+    return (f"{where}\n{engine}\ndreamd has not run on this file yet: "
+            f"{_n(data['turns'], 'turn')} in {_n(data['sessions'], 'session')} wait for its "
+            f"first pass (dreamd --db {data['db']} --force)")
+
+
 def render_status(data: dict[str, Any]) -> str:
     b = data["backlog"]
     daemon = data.get("daemon") or {}
@@ -30,14 +57,7 @@ def render_status(data: dict[str, Any]) -> str:
             f"{w['heartbeat_age']:.0f} s ago)" for w in data["workers"])
     else:
         running = "no worker has sent a heartbeat lately"
-    if "sqlite" in data:
-        where = f"memory file  {data['db']}"
-        engine = f"sqlite       {data['sqlite']['version']}" + (
-            " — has the WAL-reset bug: run dreamd and the app on a fixed SQLite (README)"
-            if data["sqlite"]["wal_reset_bug"] else "")
-    else:
-        where = f"memory       {data['db']}"
-        engine = f"postgresql   {data['postgresql']['version']}"
+    where, engine = _store_lines(data)
     out = [
         where,
         f"daemon       {running}",

@@ -58,8 +58,8 @@ def before_first_pass(store: Store) -> dict[str, Any]:
     """All `status` can say of a file dreamd has not set up: what waits for it."""
     with store.read() as conn:
         turns, sessions = q.raw_counts(conn)
-    return {"db": store.where, "dreamd_has_run": False, "turns": turns,
-            "sessions": sessions}
+    return {"db": store.where, store.engine: store.facts(), "dreamd_has_run": False,
+            "turns": turns, "sessions": sessions}
 
 
 def backends(config: Config, embed_model: str) -> dict[str, str]:

@@ -55,6 +55,7 @@ from dreamd.models import Fact
 from dreamd.store import queries as q
 from dreamd.store.interface import Store
 from dreamd.store.opening import open_readonly, open_store
+from dreamd.store.sqlite_driver import LIBRARIES
 
 T = TypeVar("T")
 
@@ -78,17 +79,25 @@ class Memory:
 
     def __init__(self, path: str | Path, *, config: Config | None = None,
                  embedder: Embedder | None = None, create: bool = True,
-                 read_only: bool = False) -> None:
+                 read_only: bool = False, sqlite: str = "system") -> None:
         """`read_only` opens the file without migrating or writing anything (recall,
-        context and export work; remember and forget do not)."""
+        context and export work; remember and forget do not).
+
+        `sqlite` is the SQLite library a memory file is opened on: "system" (Python's
+        `sqlite3`, which the app's own connections run: two copies of SQLite in one
+        process would not see each other's locks) or "bundled" (dreamd's, without the
+        WAL-reset bug: for an app that writes only through this Memory, or whose own
+        connections run on apsw too). See the README, "SQLite's WAL-reset bug"."""
+        if sqlite not in LIBRARIES:
+            raise ValueError(f"sqlite must be one of {', '.join(LIBRARIES)}, got {sqlite!r}")
         # Without a config, the same one the daemon and the CLI read: $DREAMD_CONFIG,
         # then DREAMD_* variables; `path` names the file.
         self.config = config or load_config(None, db=str(path))
         self._lock = threading.RLock()
         if read_only:
-            self.store: Store = open_readonly(self.config, path=path)
+            self.store: Store = open_readonly(self.config, path=path, library=sqlite)
         else:
-            self.store = open_store(self.config, create=create, path=path)
+            self.store = open_store(self.config, create=create, path=path, library=sqlite)
         self._embedder = embedder
         self._made: Embedder | None = None  # what close() releases (not the caller's)
         self._indexes: Indexes | None = None

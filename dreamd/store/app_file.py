@@ -4,10 +4,10 @@ plain text. For the demo (which stands in for a chat app) and nothing of dreamd'
 from __future__ import annotations
 
 import contextlib
-import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
+from dreamd.store import sqlite_driver as driver
 from dreamd.store.interface import Conn
 from dreamd.store.migrations import CORE_TABLES
 
@@ -16,10 +16,10 @@ from dreamd.store.migrations import CORE_TABLES
 def created(path: Path, mark: str | None = None) -> Iterator[Conn]:
     """A new file with the core tables, in WAL mode; `mark` names a table that says who
     made it. Yields the app's connection (autocommit) and closes it."""
-    conn = sqlite3.connect(path, isolation_level=None)
+    conn = driver.open_file(str(path), busy_timeout_ms=5000)
     try:
-        conn.execute("PRAGMA journal_mode=WAL")
-        conn.executescript(CORE_TABLES)
+        conn.execute("PRAGMA journal_mode=WAL").fetchall()
+        conn.execute(CORE_TABLES)  # apsw runs every statement of a script
         if mark is not None:
             conn.execute(f'CREATE TABLE "{mark}" (made_at TEXT NOT NULL)')
             conn.execute(f"INSERT INTO \"{mark}\" VALUES (datetime('now'))")
@@ -31,13 +31,14 @@ def created(path: Path, mark: str | None = None) -> Iterator[Conn]:
 def has_mark(path: Path, mark: str) -> bool:
     """Whether the file at `path` carries the table `mark` (read-only, never creating)."""
     try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error:
+        conn = driver.open_file(f"{path.resolve().as_uri()}?mode=ro", busy_timeout_ms=5000,
+                                read_only=True)
+    except driver.Error:
         return False
     try:
         return conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
                             (mark,)).fetchone() is not None
-    except sqlite3.Error:
+    except driver.Error:
         return False
     finally:
         conn.close()

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 from dreamd.errors import StoreBusy, StoreError
+from dreamd.store import sqlite_driver as driver
 from dreamd.store.interface import WriteLockTimes
+from dreamd.store.sqlite_driver import BUNDLED, SYSTEM, Raw
 
 # The WAL-reset bug (sqlite.org/wal.html#walresetbug) can corrupt a WAL database when
 # two connections write and checkpoint at the same moment — exactly dreamd's setting.
@@ -21,8 +22,8 @@ _WAL_RESET_FIXED = (3, 51, 3)
 _WAL_RESET_BACKPORTS = ((3, 44, 6), (3, 50, 7))
 
 
-def sqlite_version() -> tuple[int, int, int]:
-    major, minor, patch = (int(p) for p in sqlite3.sqlite_version.split(".")[:3])
+def sqlite_version(library: str = BUNDLED) -> tuple[int, int, int]:
+    major, minor, patch = (int(p) for p in driver.library_version(library).split(".")[:3])
     return major, minor, patch
 
 
@@ -34,11 +35,12 @@ def has_wal_reset_bug(version: tuple[int, int, int]) -> bool:
 
 
 class SqliteStore:
-    """The embedded engine: one sqlite3 connection with dreamd's rules attached.
+    """The embedded engine: one SQLite connection with dreamd's rules attached.
 
-    Autocommit mode (isolation_level=None) so that no transaction is ever opened
-    implicitly; writes go through `write()`, which is BEGIN IMMEDIATE: a deferred
-    transaction that later upgrades to a write fails at once with SQLITE_BUSY,
+    No transaction is ever opened implicitly (see `sqlite_driver`, which also says why
+    dreamd's processes run the bundled library and a `Memory` the system's); writes go
+    through `write()`, which is BEGIN IMMEDIATE: a deferred transaction that later
+    upgrades to a write fails at once with SQLITE_BUSY,
     whatever the busy timeout, while IMMEDIATE waits its turn behind the chat app.
     """
 
@@ -51,8 +53,14 @@ class SqliteStore:
 
     engine = "sqlite"
 
-    def __init__(self, conn: sqlite3.Connection, path: Path, read_only: bool = False) -> None:
+    def __init__(self, conn: Raw, path: Path, read_only: bool = False,
+                 library: str = BUNDLED) -> None:
         self.conn = conn
+        self.library = library
+        # On an affected library (a Memory's, in the app's process) dreamd's code runs no
+        # checkpoint of its own: the race is a checkpoint's, and the daemon's checkpoints
+        # run the bundled library (forget's purge is the one exception, asked for).
+        self.checkpoints = not has_wal_reset_bug(sqlite_version(library))
         self.path = path
         self.where = str(path)
         self.read_only = read_only
@@ -64,7 +72,7 @@ class SqliteStore:
         return self.conn.in_transaction
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[sqlite3.Connection]:
+    def write(self) -> Iterator[Raw]:
         """A short BEGIN IMMEDIATE transaction: commit on success, roll back on error."""
         if self.conn.in_transaction:
             raise StoreError("internal: nested write transaction")
@@ -85,7 +93,7 @@ class SqliteStore:
             self.settle()
 
     @contextlib.contextmanager
-    def read(self) -> Iterator[sqlite3.Connection]:
+    def read(self) -> Iterator[Raw]:
         """A read transaction, so several SELECTs see one snapshot; closed on exit."""
         if self.conn.in_transaction:
             raise StoreError("internal: nested read transaction")
@@ -103,7 +111,10 @@ class SqliteStore:
 
     def settle(self) -> None:
         """Copy what it can of the WAL into the database without waiting for anyone:
-        keeps the WAL bounded and never blocks the chat app's writes."""
+        keeps the WAL bounded and never blocks the chat app's writes. (Not on an affected
+        library: see `checkpoints`.)"""
+        if not self.checkpoints:
+            return
         self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
         self._checkpointed = time.monotonic()
 
@@ -124,8 +135,10 @@ class SqliteStore:
         return busy == 0
 
     def facts(self) -> dict[str, object]:
-        return {"version": sqlite3.sqlite_version,
-                "wal_reset_bug": has_wal_reset_bug(sqlite_version())}
+        return {"version": driver.library_version(self.library), "library": self.library,
+                "wal_reset_bug": has_wal_reset_bug(sqlite_version(self.library)),
+                "system": {"version": driver.library_version(SYSTEM),
+                           "wal_reset_bug": has_wal_reset_bug(sqlite_version(SYSTEM))}}
 
     def close(self) -> None:
         self.conn.close()
@@ -133,7 +146,7 @@ class SqliteStore:
 
 
 def _check_sqlite_file(path: Path) -> None:
-    """Refuse a directory or an unreadable file before sqlite3 touches it.
+    """Refuse a directory or an unreadable file before SQLite touches it.
 
     The file itself is never opened here: closing any descriptor of a file drops every
     fcntl() lock this process holds on it, SQLite's included — a chat app that opens a
@@ -147,19 +160,19 @@ def _check_sqlite_file(path: Path) -> None:
 
 
 def sqlite_failure(exc: BaseException) -> StoreError | None:
-    """sqlite3's exception as dreamd's error (None when it is not one): a lock held past
+    """SQLite's exception as dreamd's error (None when it is not one): a lock held past
     the busy timeout is `StoreBusy`, anything else a `StoreError` with its words."""
-    if not isinstance(exc, sqlite3.Error):
+    if not isinstance(exc, driver.Error):
         return None
     text = str(exc)
-    if "locked" in text or "busy" in text:
+    if driver.is_busy(exc):
         return StoreBusy(f"the memory file stayed locked by another process past the busy "
                          f"timeout ({text}); try again")
     return StoreError(f"the memory file: {text}")
 
 
-def _opening_error(path: Path, exc: sqlite3.DatabaseError) -> StoreError:
-    if "file is not a database" in str(exc):
+def _opening_error(path: Path, exc: BaseException) -> StoreError:
+    if driver.is_not_a_database(exc):
         return StoreError(f"{path} is not an SQLite database file")
     failure = sqlite_failure(exc)
     if isinstance(failure, StoreBusy):
@@ -167,7 +180,8 @@ def _opening_error(path: Path, exc: sqlite3.DatabaseError) -> StoreError:
     return StoreError(f"{path} cannot be opened as an SQLite database: {exc}")
 
 
-def connect_readonly(path: str | Path, busy_timeout_ms: int = 5000) -> SqliteStore:
+def connect_readonly(path: str | Path, busy_timeout_ms: int = 5000,
+                     library: str = BUNDLED) -> SqliteStore:
     """Open the memory file for reading only: no migration, no journal-mode change, no
     checkpoint on close — the file stays byte-identical. (On a WAL file that has no -wal
     and -shm beside it, SQLite creates them, empty, as any reader does.)"""
@@ -177,16 +191,15 @@ def connect_readonly(path: str | Path, busy_timeout_ms: int = 5000) -> SqliteSto
     _check_sqlite_file(path)
     uri = f"{path.resolve().as_uri()}?mode=ro"
     try:
-        conn = sqlite3.connect(uri, uri=True, isolation_level=None,
-                               timeout=busy_timeout_ms / 1000, check_same_thread=False)
-        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        conn = driver.open_file(uri, busy_timeout_ms, read_only=True, library=library)
         conn.execute("PRAGMA schema_version").fetchone()  # reads the header: is it SQLite?
-    except sqlite3.DatabaseError as exc:
+    except driver.Error as exc:
         raise _opening_error(path, exc) from None
-    return SqliteStore(conn, path, read_only=True)
+    return SqliteStore(conn, path, read_only=True, library=library)
 
 
-def connect(path: str | Path, busy_timeout_ms: int = 5000, create: bool = False) -> SqliteStore:
+def connect(path: str | Path, busy_timeout_ms: int = 5000, create: bool = False,
+            library: str = BUNDLED) -> SqliteStore:
     """Open the memory file with the contract: busy timeout, autocommit, WAL verified.
 
     With `create`, a missing file (and its directory) is created and put in WAL mode;
@@ -211,18 +224,18 @@ def connect(path: str | Path, busy_timeout_ms: int = 5000, create: bool = False)
             f"directory {path.parent} is not writable: SQLite keeps the -wal and -shm files there"
         )
     try:
-        conn = sqlite3.connect(
-            str(path), isolation_level=None, timeout=busy_timeout_ms / 1000, check_same_thread=False
-        )
-        conn.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+        conn = driver.open_file(str(path), busy_timeout_ms, library=library)
         mode = conn.execute("PRAGMA journal_mode").fetchone()[0]
         if mode != "wal":
             mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=OFF")
-    except sqlite3.DatabaseError as exc:
+        conn.execute("PRAGMA secure_delete=ON")
+        if has_wal_reset_bug(sqlite_version(library)):
+            conn.execute("PRAGMA wal_autocheckpoint=0")
+    except driver.Error as exc:
         raise _opening_error(path, exc) from None
     if str(mode).lower() != "wal":
         conn.close()
         raise StoreError(f"{path} could not be put in WAL mode (journal_mode is {mode!r})")
-    return SqliteStore(conn, path)
+    return SqliteStore(conn, path, library=library)

@@ -87,13 +87,13 @@ class Store(Protocol):
 
 # The engines' own exception classes, for code that must tell a store fault from a bug.
 def _engine_errors() -> tuple[type[Exception], ...]:
-    import sqlite3
+    from dreamd.store.sqlite_driver import Error
 
     try:
         import psycopg
     except ImportError:  # PostgreSQL is an optional extra
-        return (sqlite3.Error,)
-    return (sqlite3.Error, psycopg.Error)
+        return Error
+    return (*Error, psycopg.Error)
 
 
 ENGINE_ERRORS = _engine_errors()

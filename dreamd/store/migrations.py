@@ -8,14 +8,15 @@ its own vectors per model in dreamd_* tables.
 
 from __future__ import annotations
 
-import sqlite3
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from dreamd.errors import NotMigrated, StoreError
 from dreamd.ids import DEFAULT_USER
+from dreamd.store import sqlite_driver as driver
 from dreamd.store.connect import SqliteStore
+from dreamd.store.interface import Conn
 
 CORE_TABLES = """
 CREATE TABLE IF NOT EXISTS exchanges (
@@ -159,12 +160,12 @@ CREATE INDEX dreamd_summaries_month ON summaries(user_id, dreamd_month, dreamd_s
 """
 
 
-def _core(conn: sqlite3.Connection) -> None:
+def _core(conn: Conn) -> None:
     for statement in _statements(CORE_TABLES):
         conn.execute(statement)
 
 
-def _dreamd_base(conn: sqlite3.Connection) -> None:
+def _dreamd_base(conn: Conn) -> None:
     for statement in _statements(_DREAMD_TABLES):
         conn.execute(statement)
     for table, column, decl in _CORE_COLUMNS:
@@ -189,12 +190,12 @@ CREATE INDEX dreamd_runs_started ON dreamd_runs(started_at);
 """
 
 
-def _llm_bookkeeping(conn: sqlite3.Connection) -> None:
+def _llm_bookkeeping(conn: Conn) -> None:
     for statement in _statements(_LLM_BOOKKEEPING):
         conn.execute(statement)
 
 
-def _lexical(conn: sqlite3.Connection) -> None:
+def _lexical(conn: Conn) -> None:
     # A full-text index of turns for lexical recall (BM25), kept by dreamd's embed job;
     # rowid = exchanges.id. Porter stemming: "running" finds "run".
     conn.execute(
@@ -206,10 +207,10 @@ def _lexical(conn: sqlite3.Connection) -> None:
 class Migration:
     version: int
     name: str
-    apply: Callable[[sqlite3.Connection], None]
+    apply: Callable[[Conn], None]
 
 
-def _per_user(conn: sqlite3.Connection) -> None:
+def _per_user(conn: Conn) -> None:
     """Eras keyed by (user, month); provenance columns on the per-user tiers.
 
     SQLite cannot change a primary key in place, so eras is rebuilt with every column it
@@ -233,7 +234,7 @@ def _per_user(conn: sqlite3.Connection) -> None:
     conn.execute("CREATE INDEX dreamd_summaries_recent ON summaries(dreamd_seq)")
 
 
-def _rekey_eras(conn: sqlite3.Connection) -> None:
+def _rekey_eras(conn: Conn) -> None:
     """dreamd's own references to an era (its vector, stored LLM output, failure record)
     keyed by month alone become `default|month`: before per-user eras every era was the
     default user's, built or not (a month whose era failed has a failure record and no
@@ -248,13 +249,13 @@ def _rekey_eras(conn: sqlite3.Connection) -> None:
         conn.execute(f"DELETE FROM {table} WHERE {unkeyed}")
 
 
-def _write_lock(conn: sqlite3.Connection) -> None:
+def _write_lock(conn: Conn) -> None:
     conn.execute("ALTER TABLE dreamd_runs ADD COLUMN write_lock TEXT")
     # Migration 5 as first shipped re-keyed only the months that had an era row.
     _rekey_eras(conn)
 
 
-def _keyed_words(conn: sqlite3.Connection) -> None:
+def _keyed_words(conn: Conn) -> None:
     """The words index holds each turn's key with its neighbours (key scheme 2) instead of
     "role: content": the old rows go at once, the embed job rebuilds the index in the
     background, and until then lexical recall sees only what it has rebuilt — never the
@@ -292,12 +293,12 @@ CREATE INDEX dreamd_fact_sources_turn ON dreamd_fact_sources(exchange_id);
 """
 
 
-def _facts(conn: sqlite3.Connection) -> None:
+def _facts(conn: Conn) -> None:
     for statement in _statements(_FACTS):
         conn.execute(statement)
 
 
-def _facts_per_session(conn: sqlite3.Connection) -> None:
+def _facts_per_session(conn: Conn) -> None:
     """How far the facts job has read, per session instead of one mark for the file, so
     that workers that each hold some users read those users' turns for facts."""
     conn.execute("ALTER TABLE dreamd_sessions ADD COLUMN facts_id INTEGER NOT NULL DEFAULT 0")
@@ -315,7 +316,7 @@ def _facts_per_session(conn: sqlite3.Connection) -> None:
                  "WHERE last_id > facts_id")
 
 
-def _queues(conn: sqlite3.Connection) -> None:
+def _queues(conn: Conn) -> None:
     """What changed, queued where it happens, so sensing and the owner check cost what
     changed rather than what the file holds: users whose tiers may be behind their gists
     (dreamd queues them with the gist), and sessions rows the app added or moved (a
@@ -352,7 +353,7 @@ def _statements(script: str) -> list[str]:
     return [s.strip() for s in "\n".join(lines).split(";") if s.strip()]
 
 
-def _columns(conn: sqlite3.Connection, table: str) -> set[str]:
+def _columns(conn: Conn, table: str) -> set[str]:
     return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
 
 
@@ -407,7 +408,7 @@ def migrate(store: SqliteStore, upto: int | None = None) -> list[int]:
                 continue
             try:
                 migration.apply(conn)
-            except sqlite3.DatabaseError as exc:
+            except driver.Error as exc:
                 raise StoreError(
                     f"migration {migration.version} ({migration.name}) failed: {exc}"
                 ) from None

@@ -6,13 +6,13 @@ return as an `interface.Store`."""
 
 from __future__ import annotations
 
-import sqlite3
 from pathlib import Path
 
 from dreamd.config import DEFAULT_DB, Config
 from dreamd.errors import StoreError
 from dreamd.logger import Logger
 from dreamd.store import pg_schema
+from dreamd.store import sqlite_driver as driver
 from dreamd.store.connect import (
     connect,
     connect_readonly,
@@ -24,6 +24,7 @@ from dreamd.store.interface import Store
 from dreamd.store.migrations import migrate, require_current
 from dreamd.store.postgres import PgStore
 from dreamd.store.postgres import connect as pg_connect
+from dreamd.store.sqlite_driver import BUNDLED
 from dreamd.store.url import is_url
 
 _warned = False
@@ -36,11 +37,11 @@ def check_sqlite(log: Logger) -> None:
         return
     _warned = True
     version = sqlite_version()
-    log.info("sqlite_library", version=sqlite3.sqlite_version)
+    log.info("sqlite_library", version=driver.library_version())
     if has_wal_reset_bug(version):
         log.warning(
             "sqlite_wal_reset_bug",
-            version=sqlite3.sqlite_version,
+            version=driver.library_version(),
             detail="this SQLite can corrupt a WAL file when two processes write and "
             "checkpoint at once; run on 3.51.3+, 3.50.7+ or 3.44.6+ (see README)",
         )
@@ -76,9 +77,11 @@ def _migrated_pg(store: PgStore) -> Store:
     return store
 
 
-def open_store(config: Config, create: bool = True, path: str | Path | None = None) -> Store:
+def open_store(config: Config, create: bool = True, path: str | Path | None = None,
+               library: str = BUNDLED) -> Store:
     """Open (creating where allowed) and migrate the configured memory store — or `path`,
-    which a program names (a file's directories are created with it)."""
+    which a program names (a file's directories are created with it). A file is opened
+    on the SQLite `library` (see `sqlite_driver`)."""
     url = _url(config, path)
     if url is not None:
         return _migrated_pg(pg_connect(url, config.store.schema,
@@ -87,10 +90,10 @@ def open_store(config: Config, create: bool = True, path: str | Path | None = No
         path = config.db_path
         if create:
             ensure_directory(config)
-    store = connect(path, config.store.busy_timeout_ms, create=create)
+    store = connect(path, config.store.busy_timeout_ms, create=create, library=library)
     try:
         migrate(store)
-    except sqlite3.DatabaseError as exc:
+    except driver.Error as exc:
         store.close()
         raise StoreError(f"{path}: {exc}") from None
     except BaseException:
@@ -99,8 +102,8 @@ def open_store(config: Config, create: bool = True, path: str | Path | None = No
     return store
 
 
-def open_readonly(config: Config, current: bool = True, path: str | Path | None = None
-                  ) -> Store:
+def open_readonly(config: Config, current: bool = True, path: str | Path | None = None,
+                  library: str = BUNDLED) -> Store:
     """Open the configured memory file (or `path`) for reading only: nothing is migrated
     or written, and (with `current`) a file dreamd has not set up yet is named as such."""
     url = _url(config, path)
@@ -115,7 +118,7 @@ def open_readonly(config: Config, current: bool = True, path: str | Path | None 
                 raise
         return pg
     store = connect_readonly(config.db_path if path is None else path,
-                             config.store.busy_timeout_ms)
+                             config.store.busy_timeout_ms, library=library)
     if not current:
         return store
     try:
