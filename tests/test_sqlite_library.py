@@ -144,7 +144,7 @@ def test_a_memory_on_an_affected_library_leaves_checkpoints_to_dreamd(db: Path) 
             "PRAGMA wal_autocheckpoint").fetchone()[0] == (0 if affected else 1000)
         daemon = open_store(config_for(db))  # another dreamd connection, the bundled library
         try:
-            busy, frames, copied = daemon.conn.execute(  # type: ignore[attr-defined]
+            _busy, frames, copied = daemon.conn.execute(  # type: ignore[attr-defined]
                 "PRAGMA wal_checkpoint(PASSIVE)").fetchone()
         finally:
             daemon.close()
