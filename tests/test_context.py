@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from dreamd.config import Config, EmbedConfig
 from dreamd.dream.cycle import run_pass
 from dreamd.memory.api import Memory
 from dreamd.memory.context import TIERS, build
-from tests.helpers import RecordingCompleter, make_chat_file
+from tests.helpers import TOPICS, RecordingCompleter, add_turns, make_chat_file
 
 ORDER = [name for name, _, _ in TIERS]
 
@@ -74,3 +76,32 @@ def test_context_query_picks_relevant_gists(demo_memory: Memory) -> None:
                                   budget=2000)
     gists = dict(context.sections)["gists"]
     assert any("marathon" in g for g in gists)
+
+
+def test_an_era_of_one_conversation_is_not_headed_twice(tmp_path: Path) -> None:
+    """An era is stored as "2026-03: 1 conversation." and its points; the context block
+    names the month once per point and leaves the count out (it read
+    "2026-03: 2026-03: 1 conversation.")."""
+    db = tmp_path / "m.db"
+    conn = make_chat_file(db)
+    for month, topic in enumerate(TOPICS[:3], start=1):
+        add_turns(conn, f"m{month}", [f"I spent the weekend {topic}.", "How did it go?",
+                                      f"Really well, {topic} is my new thing."],
+                  start=datetime(2026, month, 10, 9, 0, tzinfo=UTC))
+    add_turns(conn, "now", ["What have I been up to this year?"],
+              start=datetime(2026, 4, 2, 9, 0, tzinfo=UTC))
+    conn.close()
+    embedder = HashingEmbedder()
+    memory = Memory(db, config=Config(db=str(db), embed=EmbedConfig(backend="hashing")),
+                    embedder=embedder)
+    try:
+        run_pass(memory.store, memory.config, embedder,
+                 RecordingCompleter(memory.store, embedder), trigger="test", force=True)
+        eras = dict(memory.context("now", query="weekend", budget=4000).sections)["eras"]
+    finally:
+        memory.close()
+    assert eras
+    for line in eras:
+        month, _, point = line.partition(": ")
+        assert re.fullmatch(r"2026-0[1-3]", month), line
+        assert not re.match(r"(\d{4}-\d{2}: )?\d+ conversations?\.$", point), line

@@ -360,7 +360,17 @@ def _best_eras(eras: dict[str, str], vectors: dict[str, bytes], query: np.ndarra
     if not months:
         return []
     scores = np.stack([np.frombuffer(vectors[m], dtype=np.float32) for m in months]) @ query
-    return [f"{months[i]}: {line}" for i in top_k(scores, k) for line in _bullets(eras[months[i]])]
+    return [f"{months[i]}: {line}" for i in top_k(scores, k)
+            for line in _era_points(months[i], eras[months[i]])]
+
+
+def _era_points(month: str, text: str) -> list[str]:
+    """An era's points without its own heading ("2026-03: 1 conversation."): the context
+    names the month on every point."""
+    lines = _lines(text)
+    if lines and lines[0].startswith(f"{month}:"):
+        lines = lines[1:]
+    return _bullets("\n".join(lines)) if lines else []
 
 
 def _bullets(text: str) -> list[str]:
