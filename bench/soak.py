@@ -83,7 +83,7 @@ def soak(minutes: float = 3.0, rate: float = 200.0) -> int:
     print(f"soak: {minutes:g} min; the app (system SQLite {library_version(SYSTEM)}, automatic "
           f"checkpoint on) wrote {len(written['ids']):,} turns ({len(written['errors'])} "
           f"errors); dreamd (SQLite {library_version()}) began {passes} passes, "
-          f"{kills} killed with SIGKILL")
+          f"{kills} killed with SIGKILL; the app's INSERT p99 {p99(written['latencies']):.2f} ms")
     print(f"soak: final pass exit {final.returncode}; integrity_check {integrity}; "
           f"{stored:,} turns stored; rows lost: {lost}; problems: {found or 'none'}")
     ok = final.returncode == 0 and not found and not written["errors"]
@@ -94,6 +94,11 @@ def soak(minutes: float = 3.0, rate: float = 200.0) -> int:
     else:
         print(f"soak: the file is kept at {db}")
     return 0 if ok else 1
+
+
+def p99(latencies: list[float]) -> float:
+    ordered = sorted(latencies)
+    return ordered[int(len(ordered) * 0.99)] * 1000 if ordered else 0.0
 
 
 def ids_in(db: Path) -> set[int]:
