@@ -102,6 +102,6 @@ def test_an_era_of_one_conversation_is_not_headed_twice(tmp_path: Path) -> None:
         memory.close()
     assert eras
     for line in eras:
-        month, _, point = line.partition(": ")
-        assert re.fullmatch(r"2026-0[1-3]", month), line
+        named, _, point = line.partition(": ")
+        assert re.fullmatch(r"2026-0[1-3]", named), line
         assert not re.match(r"(\d{4}-\d{2}: )?\d+ conversations?\.$", point), line
