@@ -384,7 +384,7 @@ def test_workers_on_one_machine_share_its_cores(pg_server: Any) -> None:
     config = Config(db=url)
     stores = [open_store(config) for _ in range(2)]
     assert all(isinstance(s, PgStore) for s in stores)
-    first, second = (Claims(s, config) for s in stores)  # type: ignore[arg-type]
+    first, second = (Claims(s, config) for s in stores)
     told: list[int] = []
     first.on_neighbours = told.append
     first.start()

@@ -11,9 +11,11 @@ from tests.helpers import ROOT
 
 PACKAGE = ROOT / "dreamd"
 ABOVE_STORE = [p for p in PACKAGE.rglob("*.py") if "store" not in p.relative_to(PACKAGE).parts]
-# What only an SQLite engine would say: its module, statements, its full-text syntax.
+# What only an engine would say, or code that asks which engine it holds: an engine's
+# store class, module or driver. (Above the store, code asks a Store what it can do.)
 ENGINE_WORDS = re.compile(r"\bimport sqlite3\b|sqlite3\.|\.execute(many)?\(|\bMATCH\b|"
-                          r"\bbm25\b|\browid\b|PRAGMA")
+                          r"\bbm25\b|\browid\b|PRAGMA|\bPgStore\b|\bSqliteStore\b|"
+                          r"\bapsw\b|\bpsycopg\b|store\.(postgres|connect|sqlite_driver)\b")
 
 
 def test_nothing_above_the_store_knows_the_engine() -> None:

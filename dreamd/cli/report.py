@@ -16,7 +16,6 @@ from dreamd.store import queries as q
 from dreamd.store.erasure import pending as pending_forget
 from dreamd.store.interface import Store
 from dreamd.store.leases import workers as lease_workers
-from dreamd.store.postgres import PgStore
 
 
 def status(store: Store, config: Config, embed_model: str, now: datetime,
@@ -32,7 +31,7 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
         waiting, most = q.backlog_by_user(conn)
     holder = holder_of(Path(store.where)) if store.engine == "sqlite" else None
     workers = ([w.__dict__ for w in lease_workers(store, 3 * config.workers.lease_seconds)]
-               if isinstance(store, PgStore) else None)
+               if store.shared else None)
     return {
         "db": store.where,
         store.engine: store.facts(),

@@ -13,25 +13,23 @@ from dreamd.errors import DreamdError
 from dreamd.logger import Logger, silent
 from dreamd.store import leases
 from dreamd.store import queries as q
-from dreamd.store.interface import ENGINE_ERRORS
-from dreamd.store.postgres import PgStore
-from dreamd.store.postgres import connect as pg_connect
+from dreamd.store.interface import ENGINE_ERRORS, Store
 
 STORE_FAULTS: tuple[type[Exception], ...] = (DreamdError, *ENGINE_ERRORS)
 
 
 class Claims:
-    """One worker's leases on a PostgreSQL store, kept alive by a heartbeat thread on a
+    """One worker's leases on a shared store, kept alive by a heartbeat thread on a
     connection of its own."""
 
-    def __init__(self, store: PgStore, config: Config, log: Logger | None = None) -> None:
+    def __init__(self, store: Store, config: Config, log: Logger | None = None) -> None:
         self.store = store
         self.config = config
         self.log = log or silent()
         self.worker = leases.new_worker_id()
         self.seconds = config.workers.lease_seconds
         self._stop = threading.Event()
-        self._beat: PgStore | None = None
+        self._beat: Store | None = None
         self._thread: threading.Thread | None = None
         # Told, on every beat, how many live workers share this machine (the local
         # model divides the cores between them).
@@ -39,8 +37,7 @@ class Claims:
         self.here = 1  # live workers on this machine at the last beat
 
     def start(self) -> None:
-        self._beat = pg_connect(self.store.url, self.store.schema,
-                                self.config.store.busy_timeout_ms)
+        self._beat = leases.own_connection(self.store, self.config.store.busy_timeout_ms)
         self._heartbeat()
         self._thread = threading.Thread(target=self._run, name="dreamd-heartbeat",
                                         daemon=True)

@@ -55,7 +55,6 @@ from dreamd.models import Fact
 from dreamd.store import queries as q
 from dreamd.store.interface import Store
 from dreamd.store.opening import open_readonly, open_store
-from dreamd.store.sqlite_driver import LIBRARIES
 
 T = TypeVar("T")
 
@@ -87,9 +86,7 @@ class Memory:
         `sqlite3`, which the app's own connections run: two copies of SQLite in one
         process would not see each other's locks) or "bundled" (dreamd's, without the
         WAL-reset bug: for an app that writes only through this Memory, or whose own
-        connections run on apsw too). See the README, "SQLite's WAL-reset bug"."""
-        if sqlite not in LIBRARIES:
-            raise ValueError(f"sqlite must be one of {', '.join(LIBRARIES)}, got {sqlite!r}")
+        connections run dreamd's library too). See the README, "SQLite's WAL-reset bug"."""
         # Without a config, the same one the daemon and the CLI read: $DREAMD_CONFIG,
         # then DREAMD_* variables; `path` names the file.
         self.config = config or load_config(None, db=str(path))

@@ -34,7 +34,6 @@ from dreamd.store import queries as q
 from dreamd.store.interface import ENGINE_ERRORS
 from dreamd.store.leases import end_orphaned_runs
 from dreamd.store.opening import check_sqlite, ensure_directory, open_brief, open_store
-from dreamd.store.postgres import PgStore, listen_for_turns
 
 
 class Flags:
@@ -187,7 +186,7 @@ class Runner:
                 self.lock.release()
                 raise
             check_sqlite(self.log)  # once per start, not on every command
-        if isinstance(self.store, PgStore):
+        if self.store.shared:
             self.claims = Claims(self.store, self.config, self.log)
             self.claims.start()
             crashed = end_orphaned_runs(self.store, 2 * self.config.workers.lease_seconds)
@@ -333,17 +332,11 @@ class Daemon:
     def start_listening(self) -> float:
         """On PostgreSQL, new turns wake the daemon through LISTEN/NOTIFY, and it looks
         for them itself only every 30 s; on SQLite it looks every second."""
-        url = self.config.store_url
-        if url is None:
-            return 1.0
-        stop = self.runner.flags.stop
-        threading.Thread(
-            target=listen_for_turns, name="dreamd-listen", daemon=True,
-            args=(url, self.runner.flags.wake, stop,
-                  lambda error: self.log.warning("listen_failed", error=error,
-                                                 detail="looking every 30 s meanwhile")),
-        ).start()
-        return 30.0
+        listening = self.runner.store.listen(
+            self.runner.flags.wake, self.runner.flags.stop,
+            lambda error: self.log.warning("listen_failed", error=error,
+                                           detail="looking every 30 s meanwhile"))
+        return 30.0 if listening else 1.0
 
     def watch_turns(self) -> None:
         """New turns since the last pass sensed its backlog bring the next pass forward

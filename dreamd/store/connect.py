@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from dreamd.errors import StoreBusy, StoreError
@@ -34,6 +35,10 @@ def has_wal_reset_bug(version: tuple[int, int, int]) -> bool:
     return not any(version[:2] == fix[:2] and version >= fix for fix in _WAL_RESET_BACKPORTS)
 
 
+# A forget merges the words index this many pages a transaction: each step is short.
+MERGE_PAGES = 50
+
+
 class SqliteStore:
     """The embedded engine: one SQLite connection with dreamd's rules attached.
 
@@ -52,6 +57,7 @@ class SqliteStore:
     CHECKPOINT_EVERY = 0.2
 
     engine = "sqlite"
+    shared = False  # one dreamd at a time: the instance lock (runtime.lock)
 
     def __init__(self, conn: Raw, path: Path, read_only: bool = False,
                  library: str = BUNDLED) -> None:
@@ -139,6 +145,25 @@ class SqliteStore:
                 "wal_reset_bug": has_wal_reset_bug(sqlite_version(self.library)),
                 "system": {"version": driver.library_version(SYSTEM),
                            "wal_reset_bug": has_wal_reset_bug(sqlite_version(SYSTEM))}}
+
+    def merge_words(self) -> bool:
+        # FTS5: a delta of total_changes under 2 means the merge found nothing left to do
+        # ...
+        before = self.conn.total_changes
+        self.conn.execute("INSERT INTO dreamd_fts (dreamd_fts, rank) VALUES ('merge', ?)",
+                          (-MERGE_PAGES,))
+        if self.conn.total_changes - before >= 2:
+            return True
+        # ... then `optimize`, nearly free by now, makes sure it is one segment.
+        self.conn.execute("INSERT INTO dreamd_fts (dreamd_fts) VALUES ('optimize')")
+        return False
+
+    def vacuum(self, tables: Sequence[str]) -> None:
+        self.conn.execute("VACUUM")
+
+    def listen(self, wake: threading.Event, stop: threading.Event,
+               on_error: Callable[[str], None]) -> bool:
+        return False  # the caller's own look is one indexed read
 
     def close(self) -> None:
         self.conn.close()

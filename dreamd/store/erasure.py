@@ -8,20 +8,16 @@ transaction, so a forget cut short is finished by the next pass or forget
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from dreamd.errors import StoreError
 from dreamd.store import queries as q
-from dreamd.store.connect import SqliteStore
+from dreamd.store.connect import MERGE_PAGES
 from dreamd.store.interface import Conn, Store
-from dreamd.store.postgres import PgStore, quoted_name
 
 STEP = 500  # turns looked at per deleting transaction: ~35-55 us a turn of write lock
-MERGE_PAGES = 50  # full-text index pages merged per transaction: under ~10 ms
+__all__ = ["MERGE_PAGES", "STEP", "finish_pending", "vacuum"]
 JOURNAL, JOURNAL_SESSIONS = "forget_pending", "forget_sessions"
 
 
@@ -61,27 +57,12 @@ def survey(conn: Conn, user: str, session: str | None, before: str | None
     return cuts, months
 
 
-@contextlib.contextmanager
-def secure(store: Store) -> Iterator[None]:
-    """SQLite overwrites what it deletes while this lasts (`secure_delete`), so erased
-    text leaves the file's free pages too. PostgreSQL's dead rows go at VACUUM."""
-    if not isinstance(store, SqliteStore):
-        yield
-        return
-    was = store.conn.execute("PRAGMA secure_delete").fetchone()[0]
-    store.conn.execute("PRAGMA secure_delete = ON")
-    try:
-        yield
-    finally:
-        store.conn.execute(f"PRAGMA secure_delete = {int(was)}")
-
-
 def open_journal(store: Store, user: str, before: str | None, agent_id: str,
                  sessions: list[str], months: set[str], upto: int) -> list[str] | None:
     """Drop what was derived from the sessions and open the journal, in one transaction.
     Returns the tiers dropped, or None when another journal is open (nothing changed)."""
     job = {"user": user, "before": before, "upto": upto, "next": 0, "after": 0}
-    with secure(store), store.write() as conn:
+    with store.write() as conn:
             if q.get_state(conn, JOURNAL) is not None:
                 return None
             for session in sessions:
@@ -160,43 +141,27 @@ def finish_pending(store: Store, step: int = STEP) -> bool:
     with store.read() as conn:
         if q.get_state(conn, JOURNAL) is None:
             return False
-    with secure(store):
-        while True:
-            with store.write() as conn:
-                raw = q.get_state(conn, JOURNAL)
-                if raw is None:  # another dreamd finished it
-                    break
-                # "1": a journal of the first release, whose turns went in one transaction.
-                job = json.loads(raw) if raw != "1" else None
-                sessions = json.loads(q.get_state(conn, JOURNAL_SESSIONS) or "[]")
-                if job is not None and job["next"] < len(sessions):
-                    _delete_step(conn, job, sessions, step)
-                    q.set_state(conn, JOURNAL, json.dumps(job))
-                    continue
-                if isinstance(store, SqliteStore) and _merge_words(store):
-                    continue
-                conn.execute("DELETE FROM dreamd_state WHERE key IN (?, ?)",
-                             (JOURNAL, JOURNAL_SESSIONS))
+    while True:
+        with store.write() as conn:
+            raw = q.get_state(conn, JOURNAL)
+            if raw is None:  # another dreamd finished it
                 break
+            # "1": a journal of the first release, whose turns went in one transaction.
+            job = json.loads(raw) if raw != "1" else None
+            sessions = json.loads(q.get_state(conn, JOURNAL_SESSIONS) or "[]")
+            if job is not None and job["next"] < len(sessions):
+                _delete_step(conn, job, sessions, step)
+                q.set_state(conn, JOURNAL, json.dumps(job))
+                continue
+            if store.merge_words():
+                continue
+            conn.execute("DELETE FROM dreamd_state WHERE key IN (?, ?)",
+                         (JOURNAL, JOURNAL_SESSIONS))
+            break
     # The WAL still holds the forgotten pages' old images: empty it if nobody is using
     # the file right now (the forget command then tries again, waiting its turn).
     store.purge_log(wait=False)
     return True
-
-
-def _merge_words(store: SqliteStore) -> bool:
-    """Inside a write: merge the words index's segments a few pages at a time, so no
-    old segment keeps an erased turn's words; True while there is more to merge."""
-    conn = store.conn
-    # FTS5: a delta of total_changes under 2 means the merge found nothing left to do ...
-    before = conn.total_changes
-    conn.execute("INSERT INTO dreamd_fts (dreamd_fts, rank) VALUES ('merge', ?)",
-                 (-MERGE_PAGES,))
-    if conn.total_changes - before >= 2:
-        return True
-    # ... then `optimize`, nearly free by now, makes sure it is one segment.
-    conn.execute("INSERT INTO dreamd_fts (dreamd_fts) VALUES ('optimize')")
-    return False
 
 
 # The tables a forget deletes from, which PostgreSQL's VACUUM clears of dead rows.
@@ -206,15 +171,5 @@ ERASED_TABLES = ("exchanges", "sessions", "summaries", "profile", "eras", "narra
 
 
 def vacuum(store: Store) -> None:
-    """SQLite: rewrite the whole file, so no stale copy of a deleted row survives in a
-    live page. PostgreSQL: VACUUM the tables a forget deletes from, which frees the
-    erased rows' space for reuse (the server's log keeps their images until it recycles
-    its segments)."""
-    if isinstance(store, SqliteStore):
-        store.conn.execute("VACUUM")
-    elif isinstance(store, PgStore):
-        for table in ERASED_TABLES:
-            # VACUUM runs outside a transaction: the table is named with its schema.
-            store.fresh().execute(f"VACUUM {quoted_name(store.schema)}.{table}")
-    else:
-        raise StoreError(f"internal: no vacuum for the {store.engine} engine")
+    """Leave no stale copy of a forgotten row in live storage (see `Store.vacuum`)."""
+    store.vacuum(ERASED_TABLES)

@@ -9,9 +9,10 @@ second engine implements this Protocol and the same named functions.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from threading import Event
 from typing import Any, Protocol
 
 
@@ -66,6 +67,10 @@ class Store(Protocol):
     where: str  # what to show a person: the file's path or the server's URL (no password)
     read_only: bool
     lock_times: WriteLockTimes
+    # What the engine can do, so that no caller asks which engine it is:
+    # several dreamd processes share it, each claiming users under leases
+    # (dreamd.store.leases); False: one dreamd at a time, under the instance lock.
+    shared: bool
 
     @property
     def in_transaction(self) -> bool: ...
@@ -82,6 +87,16 @@ class Store(Protocol):
         """Leave no copy of erased rows in the write-ahead log; True when none is left."""
     def facts(self) -> dict[str, Any]:
         """The engine's version and known faults, for `status`."""
+    def merge_words(self) -> bool:
+        """Inside a write: merge a step of the words index, so no old part of it keeps an
+        erased turn's words; True while there is more to merge (PostgreSQL: nothing to
+        merge, its index drops an entry with the row)."""
+    def vacuum(self, tables: Sequence[str]) -> None:
+        """Outside a transaction: leave no stale copy of a deleted row in live storage
+        (SQLite rewrites the whole file; PostgreSQL vacuums `tables`)."""
+    def listen(self, wake: Event, stop: Event, on_error: Callable[[str], None]) -> bool:
+        """Set `wake` whenever the app writes turns, until `stop` is set, from a thread of
+        its own; False when the engine cannot tell (then the caller looks itself)."""
     def close(self) -> None: ...
 
 

@@ -20,6 +20,8 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from dreamd.errors import StoreError
+from dreamd.store.interface import Store
 from dreamd.store.postgres import PgStore
 
 SCHEMA = """
@@ -50,15 +52,27 @@ def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-def _tx(store: PgStore, sql: str, params: Any) -> list[tuple[Any, ...]]:
+def _pg(store: Store) -> PgStore:
+    if not isinstance(store, PgStore):
+        raise StoreError(f"internal: leases on a store that is not shared ({store.engine})")
+    return store
+
+
+def own_connection(store: Store, busy_timeout_ms: int) -> Store:
+    """A connection of its own to the same shared store: a heartbeat that must not wait
+    for the pass's transactions."""
+    return _pg(store).another(busy_timeout_ms)
+
+
+def _tx(store: Store, sql: str, params: Any) -> list[tuple[Any, ...]]:
     """One statement in a transaction of its own (not behind dreamd's write lock: a
     claim must not wait for another worker's write)."""
-    with store.transaction() as conn:
+    with _pg(store).transaction() as conn:
         cur = conn.raw.execute(sql, params)
         return [tuple(r) for r in cur.fetchall()] if cur.description else []
 
 
-def claim(store: PgStore, worker: str, keys: list[str], limit: int, seconds: float
+def claim(store: Store, worker: str, keys: list[str], limit: int, seconds: float
           ) -> list[str]:
     """Up to `limit` of `keys` that nobody holds (or whose lease ran out), now held by
     `worker` for `seconds`; the longest unclaimed first."""
@@ -77,7 +91,7 @@ def claim(store: PgStore, worker: str, keys: list[str], limit: int, seconds: flo
     return sorted(str(r[0]) for r in rows)
 
 
-def release(store: PgStore, worker: str, keys: list[str]) -> None:
+def release(store: Store, worker: str, keys: list[str]) -> None:
     if keys:
         _tx(store, "UPDATE dreamd_leases SET worker = NULL, expires_at = '-infinity' "
             "WHERE key = ANY(%s) AND worker = %s", (keys, worker))
@@ -89,7 +103,7 @@ class Beat:
     here: int  # live workers on its machine, itself included
 
 
-def heartbeat(store: PgStore, worker: str, seconds: float) -> Beat:
+def heartbeat(store: Store, worker: str, seconds: float) -> Beat:
     """Extend `worker`'s unexpired leases and note it is alive; returns the leases held
     and how many live workers (a heartbeat within `seconds`) share its machine. (A lease
     that ran out stays out: another worker may hold it now.)"""
@@ -107,7 +121,7 @@ def heartbeat(store: PgStore, worker: str, seconds: float) -> Beat:
     return Beat(held, max(1, int(here[0][0])))
 
 
-def leave(store: PgStore, worker: str) -> None:
+def leave(store: Store, worker: str) -> None:
     """A worker stopping: its leases and its row go."""
     _tx(store, "UPDATE dreamd_leases SET worker = NULL, expires_at = '-infinity' "
         "WHERE worker = %s", (worker,))
@@ -123,10 +137,10 @@ class WorkerRow:
     started_at: str
 
 
-def workers(store: PgStore, stale_after: float) -> list[WorkerRow]:
+def workers(store: Store, stale_after: float) -> list[WorkerRow]:
     """Workers that sent a heartbeat within `stale_after` seconds, with the leases they
     hold now."""
-    with store.read() as conn:
+    with _pg(store).read() as conn:
         rows = conn.raw.execute(
             "SELECT w.host, w.pid, (SELECT COUNT(*) FROM dreamd_leases l WHERE l.worker = "
             "w.worker AND l.expires_at > now()), "
@@ -136,7 +150,7 @@ def workers(store: PgStore, stale_after: float) -> list[WorkerRow]:
     return [WorkerRow(str(r[0]), int(r[1]), int(r[2]), float(r[3]), str(r[4])) for r in rows]
 
 
-def end_orphaned_runs(store: PgStore, stale_after: float) -> int:
+def end_orphaned_runs(store: Store, stale_after: float) -> int:
     """Passes still marked running whose worker sent no heartbeat for `stale_after`
     seconds: their process is gone. Marks them crashed; returns how many."""
     rows = _tx(store,

@@ -24,7 +24,7 @@ from dreamd.store.interface import Store
 from dreamd.store.migrations import migrate, require_current
 from dreamd.store.postgres import PgStore
 from dreamd.store.postgres import connect as pg_connect
-from dreamd.store.sqlite_driver import BUNDLED
+from dreamd.store.sqlite_driver import BUNDLED, LIBRARIES
 from dreamd.store.url import is_url
 
 _warned = False
@@ -58,6 +58,11 @@ def ensure_directory(config: Config) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
 
 
+def _check_library(library: str) -> None:
+    if library not in LIBRARIES:
+        raise ValueError(f"sqlite must be one of {', '.join(LIBRARIES)}, got {library!r}")
+
+
 def _url(config: Config, path: str | Path | None) -> str | None:
     if path is not None:
         return str(path) if is_url(str(path)) else None
@@ -82,6 +87,7 @@ def open_store(config: Config, create: bool = True, path: str | Path | None = No
     """Open (creating where allowed) and migrate the configured memory store — or `path`,
     which a program names (a file's directories are created with it). A file is opened
     on the SQLite `library` (see `sqlite_driver`)."""
+    _check_library(library)
     url = _url(config, path)
     if url is not None:
         return _migrated_pg(pg_connect(url, config.store.schema,
@@ -106,6 +112,7 @@ def open_readonly(config: Config, current: bool = True, path: str | Path | None 
                   library: str = BUNDLED) -> Store:
     """Open the configured memory file (or `path`) for reading only: nothing is migrated
     or written, and (with `current`) a file dreamd has not set up yet is named as such."""
+    _check_library(library)
     url = _url(config, path)
     if url is not None:
         pg = pg_connect(url, config.store.schema, config.store.busy_timeout_ms,

@@ -22,8 +22,9 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -134,6 +135,7 @@ class PgStore:
     """The PostgreSQL engine: one psycopg connection with dreamd's rules attached."""
 
     engine = "postgresql"
+    shared = True  # workers on many machines, each claiming users (dreamd.store.leases)
 
     def __init__(self, raw: psycopg.Connection[Any], url: str, schema: str,
                  read_only: bool = False,
@@ -265,6 +267,26 @@ class PgStore:
     def facts(self) -> dict[str, object]:
         return {"version": self.raw.info.parameter_status("server_version") or "unknown",
                 "schema": self.schema}
+
+    def merge_words(self) -> bool:
+        return False  # a GIN index drops an entry with its row: no segments to merge
+
+    def vacuum(self, tables: Sequence[str]) -> None:
+        """Frees the erased rows' space for reuse (the server's log keeps their images
+        until it recycles its segments)."""
+        for table in tables:
+            # VACUUM runs outside a transaction: the table is named with its schema.
+            self.fresh().execute(f"VACUUM {quoted_name(self.schema)}.{table}")
+
+    def listen(self, wake: threading.Event, stop: threading.Event,
+               on_error: Callable[[str], None]) -> bool:
+        threading.Thread(target=listen_for_turns, name="dreamd-listen", daemon=True,
+                         args=(self.url, wake, stop, on_error)).start()
+        return True
+
+    def another(self, busy_timeout_ms: int) -> PgStore:
+        """A connection of its own to the same database and schema."""
+        return connect(self.url, self.schema, busy_timeout_ms)
 
     def close(self) -> None:
         self.raw.close()
