@@ -63,7 +63,7 @@ def soak(minutes: float = 3.0, rate: float = 200.0) -> int:
                                 stderr=subprocess.DEVNULL)
         while passes_begun(db) == began and proc.poll() is None:
             time.sleep(0.05)
-        time.sleep(rng.uniform(0.0, 3.0))  # a random moment of the pass
+        time.sleep(rng.uniform(0.0, 1.0))  # a random moment of the pass
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1

@@ -39,10 +39,19 @@ def unembedded_ids(conn: Conn, model: str, after: int, upto: int, limit: int,
 
 def count_unembedded(conn: Conn, model: str, after: int, upto: int,
                      users: list[str] | None = None) -> int:
+    """The turns in the range, less those with a vector: two range scans. (A NOT EXISTS
+    probe per turn seeks the vectors' key, and a vector's row is longer than a key page
+    keeps in place: each probe step read the whole row, 560 bytes from the file on a
+    SQLite built with direct overflow reads — 2.7 million reads in a 10,000-turn pass.)"""
     join, where, params = _scope(users)
-    return int(conn.execute(
-        f"SELECT COUNT(*) FROM exchanges e {join}WHERE e.id > ? AND e.id <= ? {where}"
-        f"AND {_vector_missing()}", (after, upto, *params, model)).fetchone()[0])
+    turns = conn.execute(
+        f"SELECT COUNT(*) FROM exchanges e {join}WHERE e.id > ? AND e.id <= ? {where}",
+        (after, upto, *params)).fetchone()[0]
+    embedded = conn.execute(
+        "SELECT COUNT(*) FROM dreamd_exchange_vectors v JOIN exchanges e "
+        f"ON e.id = v.exchange_id {join}WHERE v.model = ? AND v.exchange_id > ? "
+        f"AND v.exchange_id <= ? {where}", (model, after, upto, *params)).fetchone()[0]
+    return int(turns) - int(embedded)
 
 
 def _unindexed(conn: Conn) -> str:
