@@ -41,8 +41,10 @@ from dreamd.memory.api import Memory
 from dreamd.memory.importers import parse_locomo, parse_longmemeval, write_sessions
 from dreamd.runtime.log import configure
 from dreamd.store import app_file
-from dreamd.store import queries as q
+from dreamd.store.facts import facts_of
 from dreamd.store.opening import open_store
+from dreamd.store.tiers import profile_row
+from dreamd.store.turns import turns_by_id
 from dreamd.text import STOPWORDS
 from testkit.openai_server import FakeOpenAI
 from testkit.remembered import judged
@@ -100,8 +102,8 @@ def demo(embedder: LocalEmbedder, backend: Backend) -> None:
         memory = consolidated(Path(tmp) / "m.db", [], embedder, backend,
                               user=UserConfig(name="Sam"))
         with memory.store.read() as conn:
-            profile = q.profile_row(conn, profile_id(DEFAULT_USER))
-            facts = q.facts_of(conn, DEFAULT_USER, current_only=True)
+            profile = profile_row(conn, profile_id(DEFAULT_USER))
+            facts = facts_of(conn, DEFAULT_USER, current_only=True)
         memory.close()
     print(judged(profile.content if profile else "").line(f"demo {backend.name} profile"))
     print(judged("\n".join(f"- {f.statement}" for f in facts)).line(
@@ -165,8 +167,8 @@ def in_facts(memory: Memory, question: dict[str, Any]) -> tuple[float, float]:
     they are only in a fact since replaced (an old value shown as the answer)."""
     words = set(_WORDS.findall(str(question["answer"]).lower())) - STOPWORDS
     with memory.store.read() as conn:
-        facts = q.facts_of(conn, DEFAULT_USER)
-        profile = q.profile_row(conn, profile_id(DEFAULT_USER))
+        facts = facts_of(conn, DEFAULT_USER)
+        profile = profile_row(conn, profile_id(DEFAULT_USER))
     current = " ".join([f.statement for f in facts if f.current]
                        + [profile.content if profile else ""]).lower()
     replaced = " ".join(f.statement for f in facts if not f.current).lower()
@@ -206,7 +208,7 @@ def locomo_scores(path: Path, embedder: LocalEmbedder,
                                   backend)
             ids = dia_ids(memory, conv)
             with memory.store.read() as conn:
-                turns = q.turns_by_id(conn, list(ids.values()))
+                turns = turns_by_id(conn, list(ids.values()))
             texts = {i: t.content for i, t in turns.items()}
             shown = {i: dated(t.content, t.created_at) for i, t in turns.items()}
             for qa in conv["qa"]:

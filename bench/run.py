@@ -420,10 +420,13 @@ def bench_forget() -> None:
     from dreamd.dream.jobs.embed import INDEX_CHUNK, words_rows
     from dreamd.memory.forget import MERGE_PAGES, STEP, Scope, forget
     from dreamd.runtime.log import configure
-    from dreamd.store import queries as q
     from dreamd.store.connect import WriteLockTimes
     from dreamd.store.opening import open_store
+    from dreamd.store.pending import settle_words_watermark
+    from dreamd.store.state import to_blob
     from dreamd.store.tally import sync_tally
+    from dreamd.store.turns import max_exchange_id
+    from dreamd.store.vectors import ids_after, index_texts, with_neighbours
 
     class EachHold(WriteLockTimes):
         def __init__(self) -> None:
@@ -440,17 +443,17 @@ def bench_forget() -> None:
     generate(db, 200_000, 4_000, users=20, months=12)
     store = open_store(Config(db=str(db)))
     sync_tally(store)
-    vector = q.to_blob(np.ones(384, dtype=np.float32))
+    vector = to_blob(np.ones(384, dtype=np.float32))
     with store.write() as conn:
-        top = q.max_exchange_id(conn)
+        top = max_exchange_id(conn)
         conn.executemany("INSERT INTO dreamd_exchange_vectors VALUES ('m', ?, ?)",
                          ((i, vector) for i in range(1, top + 1)))
     for after in range(0, top, INDEX_CHUNK):  # as the embed job builds it: the index's
         with store.read() as conn:            # segments then have the shape a pass leaves
-            turns = q.with_neighbours(conn, q.ids_after(conn, after, INDEX_CHUNK, top))
+            turns = with_neighbours(conn, ids_after(conn, after, INDEX_CHUNK, top))
         with store.write() as conn:
-            q.index_texts(conn, words_rows(turns))
-            q.settle_words_watermark(conn, turns[-1][0].id)
+            index_texts(conn, words_rows(turns))
+            settle_words_watermark(conn, turns[-1][0].id)
     store.purge_log()
     holds = store.lock_times = EachHold()
     started = time.perf_counter()

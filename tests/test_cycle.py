@@ -18,11 +18,11 @@ from dreamd.config import Config, EmbedConfig, JobsConfig, PassConfig, Summarize
 from dreamd.dream.cycle import run_pass
 from dreamd.dream.keys import space
 from dreamd.models import Completion, Prompt
-from dreamd.store import queries as q
 from dreamd.store.connect import SqliteStore as Store
 from dreamd.store.interface import Conn
 from dreamd.store.interface import Store as AnyStore
 from dreamd.store.opening import open_store
+from dreamd.store.runbook import recent_runs
 from tests.engines import App
 from tests.helpers import (
     T0,
@@ -159,7 +159,7 @@ def test_a_pass_records_how_long_it_held_the_write_lock(demo_store: Store) -> No
     lock = result.write_lock
     assert lock["writes"] > gists  # one write per saved gist, and more
     assert lock["held_ms"] >= lock["longest_ms"] > 0
-    assert q.recent_runs(demo_store.conn, 1)[0]["write_lock"] == lock
+    assert recent_runs(demo_store.conn, 1)[0]["write_lock"] == lock
     # A write kept open is counted in full, a rolled-back one too.
     with demo_store.write():
         time.sleep(0.05)

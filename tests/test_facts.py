@@ -15,7 +15,10 @@ from dreamd.dream.facts import MAX_CHARS, extract, profile_from
 from dreamd.ids import narrative_id, profile_id
 from dreamd.memory.forget import Scope, forget
 from dreamd.models import Fact
-from dreamd.store import queries as q
+from dreamd.store import runbook
+from dreamd.store.facts import facts_of
+from dreamd.store.pending import count_unread
+from dreamd.store.tiers import narrative_row, profile_row
 from testkit.remembered import judged
 from tests.helpers import RecordingCompleter, add_turns, make_chat_file, open_sqlite
 
@@ -128,7 +131,7 @@ def pass_over(db: Path, config: Config) -> None:
 def facts_in(db: Path, config: Config) -> list[Fact]:
     store = open_sqlite(config)
     with store.read() as conn:
-        facts = q.facts_of(conn, "default")
+        facts = facts_of(conn, "default")
     store.close()
     return facts
 
@@ -156,8 +159,8 @@ def test_a_newer_fact_replaces_the_older_one_about_the_same_thing(tmp_path: Path
     # The profile holds what is true now; the narrative says what changed.
     store = open_sqlite(config)
     with store.read() as conn:
-        profile = q.profile_row(conn, profile_id("default"))
-        narrative = q.narrative_row(conn, narrative_id("default"))
+        profile = profile_row(conn, profile_id("default"))
+        narrative = narrative_row(conn, narrative_id("default"))
     store.close()
     assert profile is not None and narrative is not None
     assert "Lisbon" in profile.content and "Porto" not in profile.content
@@ -191,8 +194,8 @@ def test_the_demo_profile_is_what_a_friend_would_remember(tmp_path: Path) -> Non
     pass_over(db, config)
     store = open_sqlite(config)
     with store.read() as conn:
-        profile = q.profile_row(conn, profile_id("default"))
-        narrative = q.narrative_row(conn, narrative_id("default"))
+        profile = profile_row(conn, profile_id("default"))
+        narrative = narrative_row(conn, narrative_id("default"))
     store.close()
     assert profile is not None and narrative is not None
     # The narrative tells what changed lately: Sam's move into the new flat, the new role.
@@ -280,8 +283,8 @@ def test_an_llm_that_answers_junk_twice_stores_no_fact(tmp_path: Path) -> None:
     with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY}) as client:
         result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
     with store.read() as conn:
-        failures = q.failures(conn, "facts")
-        unread = q.count_unread(conn)
+        failures = runbook.failures(conn, "facts")
+        unread = count_unread(conn)
     store.close()
     server.stop()
     facts = next(j for j in result.jobs if j.job == "facts")

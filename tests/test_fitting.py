@@ -14,7 +14,8 @@ from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.dream.cycle import run_pass
 from dreamd.ids import narrative_id, profile_id
-from dreamd.store import queries as q
+from dreamd.store import runbook
+from dreamd.store.tiers import eras_for_user, narrative_row, profile_row
 from testkit.openai_server import FakeOpenAI
 from tests.helpers import (
     KEY,
@@ -56,10 +57,10 @@ def llm_pass(db: Path, server: FakeOpenAI, **completer: object) -> tuple[object,
     with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY}) as client:
         result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
     with store.read() as conn:
-        profile = q.profile_row(conn, profile_id("default"))
-        narrative = q.narrative_row(conn, narrative_id("default"))
-        eras = q.eras_for_user(conn, "default")
-        failures = q.failures(conn)
+        profile = profile_row(conn, profile_id("default"))
+        narrative = narrative_row(conn, narrative_id("default"))
+        eras = eras_for_user(conn, "default")
+        failures = runbook.failures(conn)
     store.close()
     assert result.outcome == "ok", (result.jobs, failures)
     assert profile is not None and narrative is not None and len(eras) == 4
@@ -89,8 +90,8 @@ def test_a_server_that_counts_tokens_its_own_way_gets_the_part_halved(
     with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY}) as client:
         result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
     with store.read() as conn:
-        profile = q.profile_row(conn, profile_id("default"))
-        failures = q.failures(conn)
+        profile = profile_row(conn, profile_id("default"))
+        failures = runbook.failures(conn)
     store.close()
     assert result.outcome == "ok" and failures == [], (result.jobs, failures)
     assert profile is not None and profile.content.startswith("- PROFILE")

@@ -84,3 +84,29 @@ def imports_of_any(path: Path) -> set[str]:
     tree = ast.parse(path.read_text())
     return ({a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
             | {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module})
+
+
+# The store's modules that hold queries both engines run; each engine's own SQL lives
+# with it (connect, sqlite_sql, migrations; postgres, pg_sql, pg_schema, leases).
+SHARED_QUERIES = ["turns", "tiers", "vectors", "facts", "pending", "queues", "runbook",
+                  "state", "tally", "provenance", "erasure"]
+ASKS_THE_ENGINE = re.compile(r"\.engine\b|engine_of|\"(postgresql|sqlite)\"|"
+                             r"isinstance\([^)]*(Pg|Sqlite)\w*\)|\bPRAGMA\b|\bMATCH\b")
+
+
+def test_no_shared_query_module_asks_which_engine_it_is_on() -> None:
+    offenders = [f"{name}.py:{n}: {line.strip()}"
+                 for name in SHARED_QUERIES
+                 for n, line in enumerate((PACKAGE / "store" / f"{name}.py").read_text()
+                                          .splitlines(), 1)
+                 if ASKS_THE_ENGINE.search(line)]
+    assert offenders == []
+
+
+def test_no_module_re_exports_the_store_as_one_namespace() -> None:
+    """Callers import the module that owns a query (there was a barrel, store.queries)."""
+    assert not (PACKAGE / "store" / "queries.py").exists()
+    users = [p for p in (*PACKAGE.rglob("*.py"), *ROOT.glob("tests/*.py"),
+                         *ROOT.glob("bench/*.py")) if p.name != "test_layout.py"
+             and ("store.queries" in p.read_text() or "import queries" in p.read_text())]
+    assert users == []

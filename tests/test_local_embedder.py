@@ -117,7 +117,7 @@ def test_a_change_replaces_the_fact_it_is_about_and_no_other(
 
     from dreamd.config import Config, UserConfig
     from dreamd.dream.cycle import run_pass
-    from dreamd.store import queries as q
+    from dreamd.store.facts import facts_of
     from dreamd.store.opening import open_store
     from tests.helpers import add_turns, make_chat_file
 
@@ -134,7 +134,7 @@ def test_a_change_replaces_the_fact_it_is_about_and_no_other(
     run_pass(store, config, embedder, ExtractiveCompleter(embedder), trigger="test",
              force=True, clock=lambda: t0 + timedelta(days=60))
     with store.read() as conn:
-        facts = {f.statement: f for f in q.facts_of(conn, "default")}
+        facts = {f.statement: f for f in facts_of(conn, "default")}
     store.close()
     coffee = next(f for s, f in facts.items() if "coffee every morning" in s)
     tea = next(f for s, f in facts.items() if "switched to tea" in s)

@@ -190,7 +190,7 @@ def test_quiet_by_default_and_progress_at_a_steady_pace(tmp_path: Path) -> None:
 
 
 def test_retry_releases_quarantined_items_and_status_says_how(tmp_path: Path) -> None:
-    from dreamd.store import queries as q
+    from dreamd.store.runbook import record_failure
     from tests.helpers import config_for
 
     db = tmp_path / "memory.db"
@@ -198,7 +198,7 @@ def test_retry_releases_quarantined_items_and_status_says_how(tmp_path: Path) ->
     store = open_sqlite(config_for(db))
     with store.write() as conn:
         for item in ("b1", "c1"):
-            q.record_failure(conn, "summarize", item, "InputRejected: the server rejected it",
+            record_failure(conn, "summarize", item, "InputRejected: the server rejected it",
                              "2026-03-01T00:00:00+00:00", "2026-03-01T01:00:00+00:00", True)
     store.close()
     shown = run(db, "status").output

@@ -18,8 +18,8 @@ import pytest
 
 from dreamd.config import Config, EmbedConfig
 from dreamd.memory.api import Memory
-from dreamd.store import queries as q
 from dreamd.store.opening import open_store
+from dreamd.store.state import get_state, set_state
 from tests.engines import App
 from tests.helpers import dreamd_env, wait_for
 
@@ -51,16 +51,16 @@ def test_store_reopens_between_transactions_never_inside_one(pg_server: Any) -> 
         pg_server.restart()
         assert store.settle_turns() == 0
         with store.write() as conn:
-            q.set_state(conn, "before", "1")
+            set_state(conn, "before", "1")
         with pytest.raises(psycopg.OperationalError), store.write() as conn:
-            q.set_state(conn, "torn", "1")
+            set_state(conn, "torn", "1")
             pg_server.admin("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                             "WHERE application_name = 'dreamd'")
-            q.set_state(conn, "after", "1")
+            set_state(conn, "after", "1")
         with store.read() as conn:
-            assert q.get_state(conn, "before") == "1"
-            assert q.get_state(conn, "torn") is None
-            assert q.get_state(conn, "after") is None
+            assert get_state(conn, "before") == "1"
+            assert get_state(conn, "torn") is None
+            assert get_state(conn, "after") is None
     finally:
         store.close()
 

@@ -18,7 +18,9 @@ from dreamd.dream.jobs.registry import JOBS, Registry
 from dreamd.dream.keys import Said, context_text, in_names, turn_key
 from dreamd.memory.api import Memory, scope_of
 from dreamd.memory.recall import named, query_words
-from dreamd.store import queries as q
+from dreamd.store.facts import facts_of
+from dreamd.store.turns import add_turn
+from dreamd.store.vectors import search_words
 from tests.helpers import RecordingCompleter
 
 SUNDAY = date(2023, 5, 7)
@@ -129,7 +131,7 @@ def memory_of(db: Path, sessions: dict[str, list[tuple[str, str]]],
         for session, turns in sessions.items():
             at = (starts or {}).get(session, at)
             for speaker, text in turns:
-                q.add_turn(conn, session, speaker, text, at.isoformat())
+                add_turn(conn, session, speaker, text, at.isoformat())
                 at += timedelta(minutes=1)
         for session, user in (users or {}).items():  # as the app files them
             conn.execute("INSERT INTO sessions (id, name, created_at, user_id) "
@@ -207,8 +209,8 @@ def test_another_users_words_never_crowd_a_user_out(tmp_path: Path) -> None:
                                            **crowd},
                        users={"a1": "alice", **{s: "bob" for s in crowd}})
     with memory.store.read() as conn:
-        [alice] = q.search_words(conn, ["saxophone"], 5, ["alice"])
-        bobs = q.search_words(conn, ["saxophone"], 5, ["bob"])
+        [alice] = search_words(conn, ["saxophone"], 5, ["alice"])
+        bobs = search_words(conn, ["saxophone"], 5, ["bob"])
     assert len(bobs) == 5 and alice not in bobs
     assert [h.content for h in memory.recall("saxophone", k=3, users=["alice"])] == [
         "I started saxophone lessons"]
@@ -271,7 +273,7 @@ def test_the_user_s_own_name_in_a_first_person_question_finds_their_news(
                 ("assistant", "Welcome, Sam! How is the new job, Sam?"),
                 ("user", "Good. My manager is Rui, he is kind."),
                 ("assistant", "Lucky you.")]):
-            q.add_turn(conn, "s", role, text, (T0 + timedelta(minutes=n)).isoformat())
+            add_turn(conn, "s", role, text, (T0 + timedelta(minutes=n)).isoformat())
     run_pass(memory.store, memory.config, memory.embedder, RecordingCompleter(memory.store),
              trigger="test", force=True)
     assert memory.as_keyed("Who is my manager?", ["default"]) == "Who is user's manager?"
@@ -296,7 +298,7 @@ def test_a_fact_lifts_the_turn_it_came_from(tmp_path: Path,
                                "Max.")]})
     query = "ana adopted a puppy called Nora"
     with memory.store.read() as conn:
-        facts = [f.statement for f in q.facts_of(conn, "default")]
+        facts = [f.statement for f in facts_of(conn, "default")]
     assert any("adopted a puppy called Nora" in f for f in facts), facts
     assert ranked(memory, query, words_too=False)[0].startswith("Long day")
     monkeypatch.setattr(recall, "FACT_WEIGHT", 0.0)  # the same recall without facts
@@ -313,12 +315,12 @@ def test_a_fact_said_again_later_lifts_the_later_turn_too(tmp_path: Path) -> Non
     index.refresh()
     assert len(index.turns) == 1
     with memory.store.write() as conn:
-        later = q.add_turn(conn, "s2", "ana", "I adopted a puppy called Nora.",
+        later = add_turn(conn, "s2", "ana", "I adopted a puppy called Nora.",
                            (T0 + timedelta(days=3)).isoformat())
     run_pass(memory.store, memory.config, memory.embedder,
              RecordingCompleter(memory.store), trigger="test", force=True)
     with memory.store.read() as conn:
-        facts = q.facts_of(conn, "default")
+        facts = facts_of(conn, "default")
     assert len(facts) == 1 and later in facts[0].sources, facts  # the same fact, said again
     memory.recall("puppy Nora", k=3)
     assert later in index.turns.tolist() and len(index.turns) == 2

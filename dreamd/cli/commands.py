@@ -281,14 +281,14 @@ def retry(obj: dict[str, Any], job: str | None, item: str | None) -> None:
       dreamd --db ~/chat/memory.db retry summarize s-42  one session's gist
     """
     from dreamd.dream.jobs.registry import JOBS
-    from dreamd.store import queries as q
+    from dreamd.store.runbook import release_failures
 
     if job is not None and job not in JOBS.names:
         raise fail(f"no job {job!r}; the jobs are {', '.join(JOBS.names)}")
 
     def release(store: Any, config: Any) -> int:
         with store.write() as conn:
-            return int(q.release_failures(conn, job, item))
+            return int(release_failures(conn, job, item))
 
     released = read_existing(obj, release, read_only=False)
     what = f"job {job!r}" + (f" item {item!r}" if item else "") if job else "every job"

@@ -12,10 +12,20 @@ from dreamd.dream.sensing import read_backlog
 from dreamd.ids import narrative_id, profile_id, self_state_id
 from dreamd.memory.users import require_user
 from dreamd.runtime.lock import holder_of
-from dreamd.store import queries as q
 from dreamd.store.erasure import pending as pending_forget
 from dreamd.store.interface import Store
 from dreamd.store.leases import workers as lease_workers
+from dreamd.store.runbook import failures, recent_runs
+from dreamd.store.state import get_state
+from dreamd.store.tiers import (
+    eras_for_user,
+    gists_for_user,
+    narrative_row,
+    profile_row,
+    self_state,
+    tier_sources,
+)
+from dreamd.store.turns import backlog_by_user, newest_turn_id, raw_counts, tally_watermark
 
 
 def status(store: Store, config: Config, embed_model: str, now: datetime,
@@ -23,12 +33,12 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
     """Backlog, drives, the last passes with each job's reason, failures and quarantine."""
     backlog = read_backlog(store, config, now, embed_model)
     with store.read() as conn:
-        unfolded = max(0, q.newest_turn_id(conn) - q.tally_watermark(conn))
-        recent = q.recent_runs(conn, runs)
-        fails = q.failures(conn)
+        unfolded = max(0, newest_turn_id(conn) - tally_watermark(conn))
+        recent = recent_runs(conn, runs)
+        fails = failures(conn)
         forget = pending_forget(conn)
-        next_pass = q.get_state(conn, "next_pass_at")
-        waiting, most = q.backlog_by_user(conn)
+        next_pass = get_state(conn, "next_pass_at")
+        waiting, most = backlog_by_user(conn)
     holder = holder_of(Path(store.where)) if store.engine == "sqlite" else None
     workers = ([w.__dict__ for w in lease_workers(store, 3 * config.workers.lease_seconds)]
                if store.shared else None)
@@ -56,7 +66,7 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
 def before_first_pass(store: Store) -> dict[str, Any]:
     """All `status` can say of a file dreamd has not set up: what waits for it."""
     with store.read() as conn:
-        turns, sessions = q.raw_counts(conn)
+        turns, sessions = raw_counts(conn)
     return {"db": store.where, store.engine: store.facts(), "dreamd_has_run": False,
             "turns": turns, "sessions": sessions}
 
@@ -89,12 +99,12 @@ def memory(store: Store, config: Config, gists: int = 5, user: str | None = None
     with store.read() as conn:
         if named:
             require_user(conn, user)
-        all_gists = q.gists_for_user(conn, user)
-        profile = q.profile_row(conn, profile_id(user))
-        eras = q.eras_for_user(conn, user)
-        narrative = q.narrative_row(conn, narrative_id(user))
-        state = q.self_state(conn, self_state_id(config.agent.id, user))
-        made_by = q.tier_sources(conn, user, profile_id(user), narrative_id(user))
+        all_gists = gists_for_user(conn, user)
+        profile = profile_row(conn, profile_id(user))
+        eras = eras_for_user(conn, user)
+        narrative = narrative_row(conn, narrative_id(user))
+        state = self_state(conn, self_state_id(config.agent.id, user))
+        made_by = tier_sources(conn, user, profile_id(user), narrative_id(user))
     latest = sorted(all_gists, key=lambda g: g.last_exchange_id)[-gists:]
     return {
         "user": user,

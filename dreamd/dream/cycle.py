@@ -18,10 +18,12 @@ from dreamd.dream.sensing import read_backlog, sync_owners
 from dreamd.dream.workers import Claims
 from dreamd.logger import Logger, silent
 from dreamd.models import BacklogStats, Drives, JobResult, JobSpec
-from dreamd.store import queries as q
 from dreamd.store.erasure import finish_pending
 from dreamd.store.interface import Store, WriteLockTimes
+from dreamd.store.runbook import finish_run, start_run, tokens_since
+from dreamd.store.state import get_state
 from dreamd.store.tally import sync_tally
+from dreamd.store.tiers import save_self_state, self_state, settle_tier_queue
 
 # Drives are rewritten into the self-state only when one moved by more than this, so
 # an idle pass leaves the memory file untouched.
@@ -49,14 +51,14 @@ class PassResult:
 
 def read_drives(store: Store, agent_id: str) -> Drives:
     with store.read() as conn:
-        state = q.self_state(conn, agent_id)
+        state = self_state(conn, agent_id)
     return Drives.from_dict(state[0].get("drives") if state else None)
 
 
 def save_drives(store: Store, agent_id: str, drives: Drives, now: str) -> bool:
     """Mirror the levels into the self-state (the chat app renders them) if they moved."""
     with store.read() as conn:
-        state = q.self_state(conn, agent_id)
+        state = self_state(conn, agent_id)
     data, updated_at = state if state else ({}, None)
     old = Drives.from_dict(data.get("drives"))
     if state and all(
@@ -65,7 +67,7 @@ def save_drives(store: Store, agent_id: str, drives: Drives, now: str) -> bool:
     ) and "drives" in data:
         return False
     with store.write() as conn:
-        return q.save_self_state(conn, agent_id, {**data, "drives": drives.as_dict()}, now,
+        return save_self_state(conn, agent_id, {**data, "drives": drives.as_dict()}, now,
                                  updated_at)
 
 
@@ -104,20 +106,20 @@ def run_pass(
     now = clock()
     store.lock_times = WriteLockTimes()
     with store.write() as conn:
-        run_id = q.start_run(conn, trigger, os.getpid(), now.isoformat(),
+        run_id = start_run(conn, trigger, os.getpid(), now.isoformat(),
                              claims.worker if claims else None)
     budget = Budget(config.pass_.max_seconds, config.pass_.max_items, stop)
     ctx = JobContext(store, config, embedder, completer, budget, force=force, clock=clock,
                      log=log, progress=progress, tasks=jobs.by_task())
     with store.read() as conn:
         midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
-        ctx.tokens.before_today = q.tokens_since(conn, midnight.isoformat())
+        ctx.tokens.before_today = tokens_since(conn, midnight.isoformat())
     try:
         sync_tally(store)
         sync_owners(store, config.agent.id)
         finish_pending(store)
         with store.read() as conn:
-            ctx.epoch = q.get_state(conn, "vector_epoch", "0")
+            ctx.epoch = get_state(conn, "vector_epoch", "0")
         previous = read_drives(store, config.agent.id)
         stats_before = read_backlog(store, config, now, embedder.model)
         ctx.horizon = stats_before.max_exchange_id
@@ -132,13 +134,13 @@ def run_pass(
         save_drives(store, config.agent.id, drives_after, clock().isoformat())
     except BaseException as exc:
         with store.write() as conn:
-            q.finish_run(conn, run_id, ended_at=clock().isoformat(), outcome="error",
+            finish_run(conn, run_id, ended_at=clock().isoformat(), outcome="error",
                          error=f"{type(exc).__name__}: {exc}"[:500])
         raise
     outcome = outcome_of(results, stop(), budget, stats_after)
     write_lock = store.lock_times.as_dict()
     with store.write() as conn:
-        q.finish_run(
+        finish_run(
             conn, run_id, ended_at=clock().isoformat(), outcome=outcome,
             drives_before=drives_before.as_dict(), drives_after=drives_after.as_dict(),
             stats_before=stats_before.as_dict(), stats_after=stats_after.as_dict(),
@@ -200,7 +202,7 @@ def settle_queue(ctx: JobContext, users: list[str] | None) -> None:
     """Users whose tiers are now all current leave the queue sensing reads."""
     if not ctx.invalidated and not ctx.stopped():
         with ctx.store.write() as conn:
-            q.settle_tier_queue(conn, users)
+            settle_tier_queue(conn, users)
 
 
 # Jobs over every user's memory at once: they run under the agent's lease.

@@ -8,12 +8,26 @@ from typing import Any
 from dreamd.config import Config
 from dreamd.dream.keys import space
 from dreamd.models import BacklogStats
-from dreamd.store import queries as q
+from dreamd.store import tiers
+from dreamd.store import turns as turns_sql
 from dreamd.store.interface import Conn, Store
+from dreamd.store.pending import count_unembedded
+from dreamd.store.queues import owner_changes, tier_queue, unqueue_owners
+from dreamd.store.state import iso_utc
+from dreamd.store.tiers import gists_past_profile, reflection_marks, rehome_session
+from dreamd.store.turns import (
+    DirtyTotals,
+    TallyRow,
+    counts_after,
+    new_exchange_groups,
+    session_totals,
+    tally_rows,
+)
+from dreamd.store.vectors import embed_watermark
 
 
 def is_idle(last_at: str, cutoff: datetime) -> bool:
-    """The tally keeps times as ISO UTC text (queries.iso_utc), so they compare as text."""
+    """The tally keeps times as ISO UTC text (state.iso_utc), so they compare as text."""
     return last_at <= cutoff.astimezone(UTC).isoformat()
 
 
@@ -25,22 +39,22 @@ def sync_owners(store: Store, agent_id: str, chunk: int = 500) -> int:
     Only the sessions rows the app added or moved since the last look are compared (a
     trigger on `sessions` queues them), `chunk` to a short write. Returns sessions moved."""
     with store.read() as conn:
-        if not q.owner_changes(conn, 1)[1]:
+        if not owner_changes(conn, 1)[1]:
             return 0  # nothing queued: an idle pass writes nothing
     moved = 0
     while True:
         with store.write() as conn:
-            changes, looked = q.owner_changes(conn, chunk)
+            changes, looked = owner_changes(conn, chunk)
             for session_id, user_id in changes:
-                moved += q.rehome_session(conn, session_id, user_id, agent_id)
-            q.unqueue_owners(conn, looked)
+                moved += rehome_session(conn, session_id, user_id, agent_id)
+            unqueue_owners(conn, looked)
         if len(looked) < chunk:
             return moved
 
 
-def with_unfolded(totals: q.DirtyTotals, tally: dict[str, q.TallyRow],
+def with_unfolded(totals: DirtyTotals, tally: dict[str, TallyRow],
                   groups: list[tuple[Any, ...]], ripe_after: int, idle_before: str
-                  ) -> tuple[q.DirtyTotals, int]:
+                  ) -> tuple[DirtyTotals, int]:
     """The tally's totals as they will be once `groups` (turns it has not counted yet)
     are folded in, and how many of those sessions are new to it. Pure."""
     dirty, unsummarized, ripe, idle_ripe, idle_turns = (
@@ -58,25 +72,25 @@ def with_unfolded(totals: q.DirtyTotals, tally: dict[str, q.TallyRow],
         before: tuple[int, ...] = (0, 0, 0, 0, 0)
         if row is None:
             new_sessions += 1
-            row = q.TallyRow(0, 0, 0, "")
+            row = TallyRow(0, 0, 0, "")
         elif row.turns > row.summarized_turns:  # counted as dirty already
             before = share(row.turns, row.summarized_turns, row.summarized_id, row.last_at)
         after = share(row.turns + turns, row.summarized_turns, row.summarized_id,
-                      max(row.last_at, q.iso_utc(last_at)))
+                      max(row.last_at, iso_utc(last_at)))
         dirty, unsummarized, ripe, idle_ripe, idle_turns = (
             a + n - b for a, n, b in zip((dirty, unsummarized, ripe, idle_ripe, idle_turns),
                                          after, before, strict=True))
-    return q.DirtyTotals(dirty, unsummarized, ripe, idle_ripe, idle_turns), new_sessions
+    return DirtyTotals(dirty, unsummarized, ripe, idle_ripe, idle_turns), new_sessions
 
 
 def tier_backlog(conn: Conn, users: list[str] | None) -> tuple[int, int, int]:
     """Gists newer than their user's profile, stale eras, stale narratives: of the queued
     users (of `users`) only, whose tiers may be behind (the rest are current)."""
     newer_than_profile = stale = narratives = 0
-    for user in q.tier_queue(conn, users):
-        newer_than_profile += q.gists_past_profile(conn, user)
-        stale += len(q.stale_months(conn, user))
-        narratives += q.narrative_stale(conn, user)
+    for user in tier_queue(conn, users):
+        newer_than_profile += gists_past_profile(conn, user)
+        stale += len(tiers.stale_months(conn, user))
+        narratives += tiers.narrative_stale(conn, user)
     return newer_than_profile, stale, narratives
 
 
@@ -84,9 +98,9 @@ def since_reflection(conn: Conn, config: Config, embedded: int | None = None
                      ) -> dict[str, Any]:
     """What the agent has not reflected on yet, over every user (reflect is the agent's),
     and with an embed watermark, how many turns wait past it: one count for all."""
-    marks = q.reflection_marks(conn, config.agent.id)
+    marks = reflection_marks(conn, config.agent.id)
     after = [marks.exchange_id] if embedded is None else [marks.exchange_id, embedded]
-    turns, gists = q.counts_after(conn, after, marks.seq)
+    turns, gists = counts_after(conn, after, marks.seq)
     found = {"turns_since_reflection": turns[0], "gists_since_reflection": gists,
              "last_reflection_at": marks.at}
     return found if embedded is None else {**found, "unembedded_turns": turns[1]}
@@ -106,15 +120,15 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
     cutoff = now - timedelta(minutes=config.summarize.idle_minutes)
     idle_before = cutoff.astimezone(UTC).isoformat()
     with store.read() as conn:
-        totals = q.session_totals(conn, config.summarize.after, idle_before)
+        totals = session_totals(conn, config.summarize.after, idle_before)
         dirty = totals.dirty
-        marks = q.marks(conn, space(embed_model))
+        marks = turns_sql.marks(conn, space(embed_model))
         max_id, counted = marks.newest, marks.tallied
         new_sessions = 0
         limit = max_id if upto is None else min(max_id, upto)
         if limit > counted:
-            groups = q.new_exchange_groups(conn, counted, limit)
-            tally = q.tally_rows(conn, [g[0] for g in groups])
+            groups = new_exchange_groups(conn, counted, limit)
+            tally = tally_rows(conn, [g[0] for g in groups])
             dirty, new_sessions = with_unfolded(dirty, tally, groups, config.summarize.after,
                                                 idle_before)
         newer_than_profile, stale, narratives = tier_backlog(conn, None)
@@ -142,9 +156,9 @@ def scoped_backlog(store: Store, config: Config, now: datetime, embed_model: str
     idle_before = cutoff.astimezone(UTC).isoformat()
     model = space(embed_model)
     with store.read() as conn:
-        max_id = q.max_exchange_id(conn)
+        max_id = turns_sql.max_exchange_id(conn)
         limit = max_id if upto is None else min(max_id, upto)
-        totals = q.session_totals(conn, config.summarize.after, idle_before, users)
+        totals = session_totals(conn, config.summarize.after, idle_before, users)
         dirty = totals.dirty
         newer_than_profile, stale, narratives = tier_backlog(conn, users)
         return BacklogStats(
@@ -154,7 +168,7 @@ def scoped_backlog(store: Store, config: Config, now: datetime, embed_model: str
             idle_ripe=dirty.idle_ripe,
             unsummarized_turns=dirty.unsummarized,
             idle_ripe_turns=dirty.idle_ripe_turns,
-            unembedded_turns=q.count_unembedded(conn, model, q.embed_watermark(conn, model),
+            unembedded_turns=count_unembedded(conn, model, embed_watermark(conn, model),
                                                 limit, users),
             turns_without_facts=totals.unread,
             gists_newer_than_profile=newer_than_profile,

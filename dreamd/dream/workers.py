@@ -12,8 +12,8 @@ from dreamd.dream.keys import space
 from dreamd.errors import DreamdError
 from dreamd.logger import Logger, silent
 from dreamd.store import leases
-from dreamd.store import queries as q
 from dreamd.store.interface import ENGINE_ERRORS, Store
+from dreamd.store.pending import users_with_work
 
 STORE_FAULTS: tuple[type[Exception], ...] = (DreamdError, *ENGINE_ERRORS)
 
@@ -75,7 +75,7 @@ class Claims:
     def waiting(self, embed_model: str) -> list[str]:
         """The users with work when the pass began (its horizon fixes what work it does)."""
         with self.store.read() as conn:
-            return q.users_with_work(conn, space(embed_model))
+            return users_with_work(conn, space(embed_model))
 
     def users(self, waiting: list[str]) -> tuple[str, ...]:
         """Claim up to `workers.batch_users` of `waiting` that nobody else holds."""

@@ -52,9 +52,21 @@ from dreamd.memory.recall import (
     top_k,
 )
 from dreamd.models import Fact
-from dreamd.store import queries as q
+from dreamd.store import facts as facts_sql
+from dreamd.store.facts import facts_of
 from dreamd.store.interface import Store
 from dreamd.store.opening import open_readonly, open_store
+from dreamd.store.state import to_blob
+from dreamd.store.tiers import eras_for_user, gist_texts, narrative_row, profile_row, self_state
+from dreamd.store.turns import (
+    add_turn,
+    last_turns,
+    session_owner,
+    sessions_of,
+    sessions_of_turns,
+    turns_by_id,
+)
+from dreamd.store.vectors import put_turn_vector, search_words, vector_of
 
 T = TypeVar("T")
 
@@ -146,11 +158,11 @@ class Memory:
         vector = None
         if embed:
             said = Said(role, content, when)  # whom it speaks to is not known yet
-            vector = q.to_blob(self.embedder.embed([vector_key(said)])[0])
+            vector = to_blob(self.embedder.embed([vector_key(said)])[0])
         with self.store.write() as conn:
-            exchange_id = q.add_turn(conn, session_id, role, content, when)
+            exchange_id = add_turn(conn, session_id, role, content, when)
             if vector is not None:
-                q.put_turn_vector(conn, space(self.embedder.model), exchange_id, vector)
+                put_turn_vector(conn, space(self.embedder.model), exchange_id, vector)
         return exchange_id
 
     @serialized
@@ -190,7 +202,7 @@ class Memory:
         words: dict[int, float] = {}
         if words_too and (terms := query_words(query)):
             with self.store.read() as conn:
-                words = q.search_words(conn, terms, CANDIDATES, users, DEFAULT_USER in users)
+                words = search_words(conn, terms, CANDIDATES, users, DEFAULT_USER in users)
             words = {i: s for i, s in words.items() if i in self._within(words, allowed)}
         period = asked_period(asked, datetime.now(UTC).date())
         late: dict[int, float] = {}
@@ -204,7 +216,7 @@ class Memory:
         spread = (float(finite.mean()), float(finite.std())) if len(finite) else None
         fused = fuse(vector, words, spread, late)
         with self.store.read() as conn:
-            turns = q.turns_by_id(conn, list(fused))
+            turns = turns_by_id(conn, list(fused))
         fused = boosted(fused, turns, named(query))
         fused = in_period(fused, turns, period, asked)
         ranked = sorted((i for i in fused if i in turns), key=lambda i: -fused[i])[:k]
@@ -241,17 +253,17 @@ class Memory:
         """
         agent = self.config.agent.id
         with self.store.read() as conn:
-            user = q.session_owner(conn, session)
-            turns = q.last_turns(conn, session, recent)
-            agent_state = q.self_state(conn, agent)
-            state = q.self_state(conn, self_state_id(agent, user))
-            profile = q.profile_row(conn, profile_id(user))
-            narrative = q.narrative_row(conn, narrative_id(user))
-            eras = {m: c for m, c, _ in q.eras_for_user(conn, user)}
-            era_vectors = {month: blob for month in eras if (blob := q.vector_of(
+            user = session_owner(conn, session)
+            turns = last_turns(conn, session, recent)
+            agent_state = self_state(conn, agent)
+            state = self_state(conn, self_state_id(agent, user))
+            profile = profile_row(conn, profile_id(user))
+            narrative = narrative_row(conn, narrative_id(user))
+            eras = {m: c for m, c, _ in eras_for_user(conn, user)}
+            era_vectors = {month: blob for month in eras if (blob := vector_of(
                 conn, space(self.embedder.model), "era", era_key(user, month))) is not None}
-            facts = q.facts_of(conn, user)
-            fact_vectors = q.fact_vectors(conn, space(self.embedder.model),
+            facts = facts_of(conn, user)
+            fact_vectors = facts_sql.fact_vectors(conn, space(self.embedder.model),
                                           [f.id for f in facts])
         if query is None:
             query = next((c for r, c, _ in reversed(turns) if r == USER_ROLE), "")
@@ -280,7 +292,7 @@ class Memory:
         if not best:
             return []
         with self.store.read() as conn:
-            rows = q.gist_texts(conn, best)
+            rows = gist_texts(conn, best)
         return [_shortened(" / ".join(_lines(rows[s])), GIST_CHARS) for s in best if s in rows]
 
     def _allowed(self, users: list[str], session: str | None) -> Callable[[str], bool]:
@@ -288,16 +300,16 @@ class Memory:
         session no table has heard of yet belongs to the default user)."""
         with self.store.read() as conn:
             if DEFAULT_USER in users:
-                others = q.sessions_of(conn, users, others=True)
-                mine = q.sessions_of(conn, users)
+                others = sessions_of(conn, users, others=True)
+                mine = sessions_of(conn, users)
                 return lambda s: (session is None or s == session) and (
                     s in mine or s not in others)
-            mine = q.sessions_of(conn, users)
+            mine = sessions_of(conn, users)
         return lambda s: (session is None or s == session) and s in mine
 
     def _within(self, ids: dict[int, float], allowed: Callable[[str], bool]) -> set[int]:
         with self.store.read() as conn:
-            rows = q.sessions_of_turns(conn, list(ids))
+            rows = sessions_of_turns(conn, list(ids))
         return {i for i, session in rows if allowed(session)}
 
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from dreamd.store import queries as q
+from dreamd.store.facts import fact_vectors, facts_after, facts_by_id, sources_added
 from dreamd.store.interface import Store
+from dreamd.store.state import get_state
+from dreamd.store.vectors import gist_vector_rows
 
 
 class GistIndex:
@@ -26,10 +28,10 @@ class GistIndex:
 
     def refresh(self) -> None:
         with self.store.read() as conn:
-            epoch = q.get_state(conn, "vector_epoch", "0")
+            epoch = get_state(conn, "vector_epoch", "0")
             if epoch != self.epoch:  # dreamd deleted gists: start again
                 self.epoch, self.seq, self.vectors = epoch, 0, {}
-            rows = q.gist_vector_rows(conn, self.space, self.user_id, self.seq)
+            rows = gist_vector_rows(conn, self.space, self.user_id, self.seq)
         for session_id, seq, blob in rows:
             self.vectors[session_id] = np.frombuffer(blob, dtype=np.float32)
             self.seq = max(self.seq, int(seq))
@@ -68,19 +70,19 @@ class FactIndex:
 
     def refresh(self) -> None:
         with self.store.read() as conn:
-            epoch = q.get_state(conn, "vector_epoch", "0")
+            epoch = get_state(conn, "vector_epoch", "0")
             if epoch != self.epoch:  # dreamd forgot something: start again
                 self._reset(epoch)
             # Turns that said a known fact again join it (the facts job reads turns in
             # order, so theirs are newer than any source read before).
-            again = q.sources_added(conn, self.user_id, self.last_id, self.last_turn) \
+            again = sources_added(conn, self.user_id, self.last_id, self.last_turn) \
                 if self.last_id else []
             # A fact is written before the pass embeds it: one read without a vector
             # waits, and is read again (as it stands then) once its vector is stored.
-            blobs = q.fact_vectors(conn, self.space, self.waiting) if self.waiting else {}
-            ready = q.facts_by_id(conn, list(blobs))
-            new = q.facts_after(conn, self.user_id, self.last_id)
-            blobs |= q.fact_vectors(conn, self.space, [f.id for f in new]) if new else {}
+            blobs = fact_vectors(conn, self.space, self.waiting) if self.waiting else {}
+            ready = facts_by_id(conn, list(blobs))
+            new = facts_after(conn, self.user_id, self.last_id)
+            blobs |= fact_vectors(conn, self.space, [f.id for f in new]) if new else {}
         # (Every pair held has a turn up to last_turn: these are new.)
         pairs = [(self.row_of[f], t) for f, t in again if f in self.row_of]
         kept = [f for f in [*ready, *new] if f.id in blobs and f.sources]

@@ -15,7 +15,7 @@ from typing import Any
 from dreamd import __version__
 from dreamd.ids import era_key, narrative_id, profile_id, self_state_id
 from dreamd.memory.users import require_user
-from dreamd.store import queries as q
+from dreamd.store.facts import facts_of
 from dreamd.store.interface import Store
 from dreamd.store.provenance import (
     gist_record,
@@ -24,6 +24,8 @@ from dreamd.store.provenance import (
     tier_record,
     vector_models_of,
 )
+from dreamd.store.tiers import era_seqs, self_state
+from dreamd.store.turns import sessions_of
 
 FORMAT = "dreamd-export/1"
 
@@ -32,7 +34,7 @@ def export_user(store: Store, user: str, agent_id: str) -> dict[str, Any]:
     """The whole document for `user`, read in one consistent snapshot."""
     with store.read() as conn:
         require_user(conn, user)
-        sessions = sorted(q.sessions_of(conn, [user]))
+        sessions = sorted(sessions_of(conn, [user]))
         profile = tier_record(conn, "profile", "id = ?", (profile_id(user),), "content, updated_at")
         if profile is not None:
             profile["stored_llm_output"] = stored_output(conn, "profile", profile_id(user))
@@ -41,7 +43,7 @@ def export_user(store: Store, user: str, agent_id: str) -> dict[str, Any]:
         if narrative is not None:
             narrative["stored_llm_output"] = stored_output(conn, "narrative", narrative_id(user))
         eras = []
-        for month in sorted(q.era_seqs(conn, user)):
+        for month in sorted(era_seqs(conn, user)):
             era = tier_record(conn, "eras", "user_id = ? AND month = ?", (user, month),
                         "content, created_at")
             assert era is not None
@@ -49,7 +51,7 @@ def export_user(store: Store, user: str, agent_id: str) -> dict[str, Any]:
             eras.append({"month": month, **era, "vectors": vector_models_of(conn, "era", key),
                          "stored_llm_output": stored_output(conn, "eras", key)})
         state_key = self_state_id(agent_id, user)
-        state = q.self_state(conn, state_key)
+        state = self_state(conn, state_key)
         reflection = None
         if state is not None:
             data, updated_at = state
@@ -64,7 +66,7 @@ def export_user(store: Store, user: str, agent_id: str) -> dict[str, Any]:
         facts = [{"id": f.id, "subject": f.subject, "about": f.about, "statement": f.statement,
                   "valid_from": f.valid_from, "learned_at": f.learned_at,
                   "valid_to": f.valid_to, "replaced_by": f.replaced_by,
-                  "from_turns": list(f.sources)} for f in q.facts_of(conn, user)]
+                  "from_turns": list(f.sources)} for f in facts_of(conn, user)]
         return {
             "format": FORMAT,
             "dreamd_version": __version__,

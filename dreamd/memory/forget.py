@@ -36,10 +36,12 @@ from datetime import datetime
 from dreamd.errors import ConfigError
 from dreamd.memory.users import require_user
 from dreamd.store import erasure
-from dreamd.store import queries as q
 from dreamd.store.erasure import MERGE_PAGES, STEP, finish_pending
 from dreamd.store.interface import Store
+from dreamd.store.state import iso_utc
 from dreamd.store.tally import sync_tally
+from dreamd.store.tiers import tiers_present
+from dreamd.store.turns import max_exchange_id
 
 __all__ = ["MERGE_PAGES", "STEP", "Report", "Scope", "finish_pending", "forget",
            "parse_before"]
@@ -62,7 +64,7 @@ class Scope:
 
 def parse_before(text: str) -> str:
     """A --before value (a date or a timestamp) as ISO UTC text; one clear error if not."""
-    normal = q.iso_utc(text)
+    normal = iso_utc(text)
     try:
         datetime.fromisoformat(normal)
     except ValueError:
@@ -106,10 +108,10 @@ def forget(store: Store, scope: Scope, agent_id: str, *, dry_run: bool = False,
             finish_pending(store, step)  # an earlier forget first: one journal at a time
             sync_tally(store)  # the tally must know every session the user has
         with store.read() as conn:
-            upto = q.max_exchange_id(conn)
+            upto = max_exchange_id(conn)
             cuts, months = erasure.survey(conn, scope.user, scope.session, scope.before)
             if dry_run and (cuts or whole_user):
-                report.derived = q.tiers_present(conn, scope.user, agent_id, months)
+                report.derived = tiers_present(conn, scope.user, agent_id, months)
         for cut in cuts:
             report.turns += cut.turns
             (report.sessions_emptied if cut.left == 0 else report.sessions_trimmed).append(

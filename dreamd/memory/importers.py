@@ -16,8 +16,8 @@ from typing import Any
 
 from dreamd.errors import ImportFormatError, StoreError
 from dreamd.ids import DEFAULT_USER
-from dreamd.store import queries as q
 from dreamd.store.interface import Store
+from dreamd.store.turns import add_session, add_turns, app_embeds_turns, turn_keys
 
 
 @dataclass(frozen=True)
@@ -331,7 +331,7 @@ def write_sessions(store: Store, sessions: list[ImportSession],
         for index, session in enumerate(sessions):
             if session.skip:
                 continue
-            existing = q.turn_keys(conn, session.session_id)
+            existing = turn_keys(conn, session.session_id)
             if existing - {(t.role, t.content, t.created_at) for t in session.turns}:
                 # Imported before from another branch (the user edited a message since):
                 # adding this one would interleave two versions of the conversation.
@@ -341,10 +341,10 @@ def write_sessions(store: Store, sessions: list[ImportSession],
                 continue
             new += int(not existing)
             first = session.turns[0].created_at if session.turns else _iso(datetime.now(UTC))
-            q.add_session(conn, session.session_id, session.name, first, user)
+            add_session(conn, session.session_id, session.name, first, user)
             rows = [(session.session_id, t.role, t.content, t.created_at) for t in session.turns
                     if (t.role, t.content, t.created_at) not in existing]
-            q.add_turns(conn, rows)
+            add_turns(conn, rows)
             added += len(rows)
             present += len(session.turns) - len(rows)
             if index % 200 == 0:
@@ -358,7 +358,7 @@ def refuse_app_embedded(store: Store) -> None:
     and the app's recall stacks them all: a turn without one, or with a vector of another
     model, would break it, and dreamd cannot make the app's vectors."""
     with store.read() as conn:
-        app_embeds = q.app_embeds_turns(conn)
+        app_embeds = app_embeds_turns(conn)
     if app_embeds:
         raise StoreError(
             f"{store.where}: exchanges.embedding is NOT NULL here (the chat app stores its "

@@ -38,8 +38,10 @@ from dreamd.dream.dates import DATE_WORDS, Period, day_of, long_date, periods
 from dreamd.dream.keys import dated
 from dreamd.memory.evidence import FactIndex, GistIndex
 from dreamd.models import Turn
-from dreamd.store import queries as q
 from dreamd.store.interface import Store
+from dreamd.store.state import get_state
+from dreamd.store.turns import newest_turn_id
+from dreamd.store.vectors import embed_watermark, turn_vector_rows
 from dreamd.text import STOPWORDS
 
 VECTOR_WEIGHT, LEXICAL_WEIGHT = 0.65, 0.35
@@ -128,14 +130,14 @@ class VectorIndex:
     def _read(self, after: int, upto: int | None) -> list[tuple[int, bytes, str, str, str]]:
         users = list(self.scope.users) if self.scope.users is not None else None
         with self.store.read() as conn:
-            return q.turn_vector_rows(conn, self.space, after, upto, users,
+            return turn_vector_rows(conn, self.space, after, upto, users,
                                       self.scope.default_too)
 
     def refresh(self) -> None:
         with self.store.read() as conn:
-            epoch = q.get_state(conn, "vector_epoch", "0")
-            watermark = q.embed_watermark(conn, self.space)
-            newest = q.newest_turn_id(conn)
+            epoch = get_state(conn, "vector_epoch", "0")
+            watermark = embed_watermark(conn, self.space)
+            newest = newest_turn_id(conn)
         if epoch != self.epoch:
             self._reset(epoch)
         if watermark > self.upto:

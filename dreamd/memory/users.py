@@ -5,8 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 from dreamd.errors import UnknownUser
-from dreamd.store import queries as q
 from dreamd.store.interface import Conn, Store
+from dreamd.store.turns import (
+    known_users,
+    newest_turn_id,
+    session_counts,
+    sessions_of,
+    tally_watermark,
+)
 
 SHOWN = 20  # known users listed in an error
 
@@ -14,13 +20,13 @@ SHOWN = 20  # known users listed in an error
 def require_user(conn: Conn, user: str, session: str | None = None) -> None:
     """Refuse a user (or one of their sessions) the file does not know, naming the known
     ones: a privacy request with a typo must not quietly do nothing."""
-    known = q.known_users(conn)
+    known = known_users(conn)
     if user not in known:
         listed = ", ".join(known[:SHOWN]) + (f" and {len(known) - SHOWN} more"
                                             if len(known) > SHOWN else "")
         raise UnknownUser(f"no user {user!r} in this memory file; known users: "
                           f"{listed or 'none yet'} (dreamd users lists them)")
-    if session is not None and session not in q.sessions_of(conn, [user]):
+    if session is not None and session not in sessions_of(conn, [user]):
         raise UnknownUser(f"user {user!r} has no session {session!r} "
                           f"(dreamd sessions --user {user} lists them)")
 
@@ -31,8 +37,8 @@ def sessions(store: Store, user: str | None = None) -> dict[str, Any]:
     with store.read() as conn:
         if user is not None:
             require_user(conn, user)
-        rows = q.session_counts(conn, user)
-        uncounted = max(0, q.newest_turn_id(conn) - q.tally_watermark(conn))
+        rows = session_counts(conn, user)
+        uncounted = max(0, newest_turn_id(conn) - tally_watermark(conn))
     return {"sessions": [r.__dict__ for r in rows], "uncounted_turns": uncounted}
 
 

@@ -30,10 +30,12 @@ from dreamd.runtime.lock import InstanceLock
 from dreamd.runtime.log import LoggedProgress
 from dreamd.runtime.notify import Notifier
 from dreamd.runtime.schedule import in_quiet_hours, next_delay
-from dreamd.store import queries as q
 from dreamd.store.interface import ENGINE_ERRORS
 from dreamd.store.leases import end_orphaned_runs
 from dreamd.store.opening import check_sqlite, ensure_directory, open_brief, open_store
+from dreamd.store.runbook import end_crashed_runs, end_stopped_runs
+from dreamd.store.state import set_state
+from dreamd.store.turns import newest_turn_id
 
 
 class Flags:
@@ -136,7 +138,7 @@ def mark_interrupted(config: cfg.Config, pid: int, worker: str | None = None) ->
     store = open_brief(config)
     try:
         with store.write() as conn:
-            q.end_stopped_runs(conn, pid, datetime.now(UTC).isoformat(), worker)
+            end_stopped_runs(conn, pid, datetime.now(UTC).isoformat(), worker)
     finally:
         store.close()
 
@@ -192,7 +194,7 @@ class Runner:
             crashed = end_orphaned_runs(self.store, 2 * self.config.workers.lease_seconds)
         else:
             with self.store.write() as conn:
-                crashed = q.end_crashed_runs(conn)
+                crashed = end_crashed_runs(conn)
         if crashed:
             self.log.warning("crashed_runs_closed", runs=crashed,
                              detail="passes whose process ended mid-pass (kill -9, power loss)")
@@ -352,7 +354,7 @@ class Daemon:
             watcher = open_brief(self.config, read_only=True)
             try:
                 with watcher.read() as conn:
-                    newest = q.newest_turn_id(conn)
+                    newest = newest_turn_id(conn)
             finally:
                 watcher.close()
         except DreamdError:
@@ -421,7 +423,7 @@ class Daemon:
         # stuck work like a pass's own, so the watchdog watches it too.
         with (self.runner.health.working(), contextlib.suppress(Exception),
               self.runner.store.write() as conn):
-            q.set_state(conn, "next_pass_at", wake.astimezone(UTC).isoformat())
+            set_state(conn, "next_pass_at", wake.astimezone(UTC).isoformat())
 
     def reload(self) -> None:
         try:

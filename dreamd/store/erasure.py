@@ -12,9 +12,13 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from dreamd.store import queries as q
 from dreamd.store.connect import MERGE_PAGES
+from dreamd.store.facts import drop_facts_of_turns
 from dreamd.store.interface import Conn, Store
+from dreamd.store.state import bump_vector_epoch, get_state, iso_utc, set_state
+from dreamd.store.tiers import drop_gist, drop_tiers, era_seqs
+from dreamd.store.turns import recount_session, session_months, sessions_of
+from dreamd.store.vectors import redo_words_of, vector_models, with_neighbours, words_key
 
 STEP = 500  # turns looked at per deleting transaction: ~35-55 us a turn of write lock
 __all__ = ["MERGE_PAGES", "STEP", "finish_pending", "vacuum"]
@@ -32,13 +36,13 @@ class SessionCut:
 
 
 def _before(cutoff: str | None, created_at: str) -> bool:
-    return cutoff is None or q.iso_utc(created_at) < cutoff
+    return cutoff is None or iso_utc(created_at) < cutoff
 
 
 def survey(conn: Conn, user: str, session: str | None, before: str | None
            ) -> tuple[list[SessionCut], set[str]]:
     """Read only: the user's sessions the scope touches, and the months they span."""
-    sessions = sorted(q.sessions_of(conn, [user]))
+    sessions = sorted(sessions_of(conn, [user]))
     if session is not None:
         sessions = [s for s in sessions if s == session]
     cuts: list[SessionCut] = []
@@ -49,11 +53,11 @@ def survey(conn: Conn, user: str, session: str | None, before: str | None
         turns = sum(_before(before, at) for _, at in rows)
         if not turns and before is not None:
             continue
-        months |= q.session_months(conn, sid)
+        months |= session_months(conn, sid)
         gist = conn.execute("SELECT 1 FROM summaries WHERE session_id = ?", (sid,)).fetchone()
         cuts.append(SessionCut(sid, turns, len(rows) - turns, gist is not None))
     if session is None and before is None:
-        months |= set(q.era_seqs(conn, user))
+        months |= set(era_seqs(conn, user))
     return cuts, months
 
 
@@ -63,24 +67,24 @@ def open_journal(store: Store, user: str, before: str | None, agent_id: str,
     Returns the tiers dropped, or None when another journal is open (nothing changed)."""
     job = {"user": user, "before": before, "upto": upto, "next": 0, "after": 0}
     with store.write() as conn:
-            if q.get_state(conn, JOURNAL) is not None:
+            if get_state(conn, JOURNAL) is not None:
                 return None
             for session in sessions:
-                q.drop_gist(conn, session)
-            derived = q.drop_tiers(conn, user, agent_id, months)
-            q.bump_vector_epoch(conn)
-            q.set_state(conn, JOURNAL_SESSIONS, json.dumps(sessions))
-            q.set_state(conn, JOURNAL, json.dumps(job))
+                drop_gist(conn, session)
+            derived = drop_tiers(conn, user, agent_id, months)
+            bump_vector_epoch(conn)
+            set_state(conn, JOURNAL_SESSIONS, json.dumps(sessions))
+            set_state(conn, JOURNAL, json.dumps(job))
     return derived
 
 
 def pending(conn: Conn) -> dict[str, Any] | None:
     """An unfinished forget, as status shows it: whose, and how many sessions are left."""
-    raw = q.get_state(conn, JOURNAL)
+    raw = get_state(conn, JOURNAL)
     if raw is None:
         return None
     job: dict[str, Any] = json.loads(raw) if raw != "1" else {"user": None, "next": 0}
-    sessions = len(json.loads(q.get_state(conn, JOURNAL_SESSIONS) or "[]"))
+    sessions = len(json.loads(get_state(conn, JOURNAL_SESSIONS) or "[]"))
     return {"user": job["user"], "sessions": sessions,
             "sessions_left": max(0, sessions - int(job["next"]))}
 
@@ -91,17 +95,17 @@ def _delete_ids(conn: Conn, ids: list[int], models: list[str]) -> None:
     gone = set(ids)
     # A turn's indexed words hold its neighbours' (dreamd.dream.keys.context_text): the
     # survivors beside an erased turn are taken out of the index and indexed again.
-    beside = {i for turn, before, after in q.with_neighbours(conn, ids)
+    beside = {i for turn, before, after in with_neighbours(conn, ids)
               for i in (before.id if before else None, after.id if after else None)
               if i is not None and i not in gone}
-    q.redo_words_of(conn, sorted(beside))
-    q.drop_facts_of_turns(conn, ids)
+    redo_words_of(conn, sorted(beside))
+    drop_facts_of_turns(conn, ids)
     marks = ",".join("?" * len(ids))
     conn.execute(f"DELETE FROM exchanges WHERE id IN ({marks})", ids)
     for model in models:  # by the full key: an index seek per turn, not a scan
         conn.execute(f"DELETE FROM dreamd_exchange_vectors WHERE model = ? "
                      f"AND exchange_id IN ({marks})", (model, *ids))
-    conn.execute(f"DELETE FROM dreamd_fts WHERE {q.words_key(conn)} IN ({marks})", ids)
+    conn.execute(f"DELETE FROM dreamd_fts WHERE {words_key(conn)} IN ({marks})", ids)
 
 
 def _settle_session(conn: Conn, session: str) -> None:
@@ -111,14 +115,14 @@ def _settle_session(conn: Conn, session: str) -> None:
         conn.execute("DELETE FROM dreamd_sessions WHERE session_id = ?", (session,))
         conn.execute("DELETE FROM sessions WHERE id = ?", (session,))
     else:
-        q.recount_session(conn, session)
+        recount_session(conn, session)
 
 
 def _delete_step(conn: Conn, job: dict[str, Any], sessions: list[str],
                  step: int) -> None:
     """Inside a write: delete the next turns in scope, looking at `step` at most; move the
     journal's cursor (session index `next`, last id looked at `after`)."""
-    models = q.vector_models(conn, "dreamd_exchange_vectors")
+    models = vector_models(conn, "dreamd_exchange_vectors")
     budget = step
     while budget > 0 and job["next"] < len(sessions):
         session = sessions[job["next"]]
@@ -139,19 +143,19 @@ def finish_pending(store: Store, step: int = STEP) -> bool:
     """Carry an open forget journal to its end: delete the rest of its turns, a step per
     transaction, then merge the full-text index. Returns whether there was one."""
     with store.read() as conn:
-        if q.get_state(conn, JOURNAL) is None:
+        if get_state(conn, JOURNAL) is None:
             return False
     while True:
         with store.write() as conn:
-            raw = q.get_state(conn, JOURNAL)
+            raw = get_state(conn, JOURNAL)
             if raw is None:  # another dreamd finished it
                 break
             # "1": a journal of the first release, whose turns went in one transaction.
             job = json.loads(raw) if raw != "1" else None
-            sessions = json.loads(q.get_state(conn, JOURNAL_SESSIONS) or "[]")
+            sessions = json.loads(get_state(conn, JOURNAL_SESSIONS) or "[]")
             if job is not None and job["next"] < len(sessions):
                 _delete_step(conn, job, sessions, step)
-                q.set_state(conn, JOURNAL, json.dumps(job))
+                set_state(conn, JOURNAL, json.dumps(job))
                 continue
             if store.merge_words():
                 continue

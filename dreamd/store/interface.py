@@ -1,10 +1,14 @@
 """The store's interface: what the rest of dreamd may know about where memory lives.
 
 Above `dreamd.store`, code opens a `Store`, takes a `Conn` from `read()` or `write()` and
-hands it to the named functions of `dreamd.store.queries`; it never runs a statement of
-its own, never sees an engine's row type and never names an engine's exceptions (it asks
-`store.failure.engine_failure`). SQLite (`connect.SqliteStore`) is the embedded engine; a
-second engine implements this Protocol and the same named functions.
+hands it to the named functions of the module that owns the query (`store.turns` the
+app's tables and the tally, `store.tiers` the derived tiers, `store.vectors` vectors and
+the words index, `store.facts`, `store.pending`, `store.queues`, `store.runbook`,
+`store.state`); it never runs a statement of its own, never sees an engine's row type,
+never names an engine's exceptions (it asks `store.failure.engine_failure`) and never
+asks which engine it holds (a `Store` says what it can do). SQLite (`connect.SqliteStore`)
+is the embedded engine, PostgreSQL (`postgres.PgStore`) the shared one; the few
+statements they spell apart live with each engine behind its `Dialect`.
 """
 
 from __future__ import annotations
@@ -114,6 +118,23 @@ def _engine_errors() -> tuple[type[Exception], ...]:
 ENGINE_ERRORS = _engine_errors()
 
 
-def engine_of(conn: Conn) -> str:
-    """Which engine a transaction is on, for the few statements the two spell apart."""
-    return str(getattr(conn, "engine", "sqlite"))
+class Dialect(Protocol):
+    """The few statements the two engines spell apart, kept with their engine
+    (store/sqlite_sql.py, store/pg_sql.py); every connection carries its own."""
+
+    engine: str
+    words_key: str  # the words index's turn-id column
+
+    def column_required(self, conn: Any, table: str, column: str) -> bool: ...
+    def require_turns(self, conn: Any) -> None:
+        """Raise NotMigrated where the app's turns table is not there to read."""
+    def search_words(self, conn: Any, words: list[str], limit: int, scope: str,
+                     scope_params: tuple[str, ...]) -> dict[int, float]: ...
+    def session_totals(self, conn: Any, ripe: str, scope: str, params: tuple[str, ...],
+                       idle_before: str, ripe_after: int) -> tuple[int, list[int], int]: ...
+
+
+def dialect(conn: Conn) -> Dialect:
+    """The dialect of the engine a transaction is on."""
+    spoken: Dialect = conn.dialect  # type: ignore[attr-defined]
+    return spoken

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from dreamd.errors import StoreBusy, StoreError
 from dreamd.store.interface import WriteLockTimes
+from dreamd.store.pg_sql import POSTGRESQL
 from dreamd.store.url import shown
 
 if TYPE_CHECKING:
@@ -109,6 +110,7 @@ class PgConn:
     """One open transaction on PostgreSQL, as the store's functions use it."""
 
     engine = "postgresql"
+    dialect = POSTGRESQL
 
     def __init__(self, raw: psycopg.Connection[Any], store: PgStore) -> None:
         self.raw = raw

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from dreamd.store import queries as q
 from dreamd.store.interface import Conn
+from dreamd.store.tiers import tier_inputs
 from dreamd.store.vectors import words_key
 
 
@@ -88,7 +88,7 @@ def tier_record(conn: Conn, table: str, where: str, args: tuple[Any, ...],
                        f"WHERE {where}", args).fetchone()
     if row is None:
         return None
-    inputs = q.tier_inputs(conn, table, where, args)
+    inputs = tier_inputs(conn, table, where, args)
     raw = conn.execute(f"SELECT dreamd_inputs FROM {table} WHERE {where}", args).fetchone()[0]
     return {
         "content": row[0], "made_at": row[1], "made_by": row[2], "seq": row[3],

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 
 import numpy as np
 
-from dreamd.store.interface import Conn, Store, engine_of
+from dreamd.store.interface import Conn, Store, dialect
 
 
 def to_blob(vector: np.ndarray) -> bytes:
@@ -55,14 +55,7 @@ class Layout:
 
 def column_required(conn: Conn, table: str, column: str) -> bool:
     """Whether the table has this column and it is NOT NULL."""
-    if engine_of(conn) == "postgresql":
-        row = conn.execute(
-            "SELECT is_nullable FROM information_schema.columns WHERE table_name = ? "
-            "AND column_name = ? AND table_schema = current_schema()", (table, column)
-        ).fetchone()
-        return row is not None and row[0] == "NO"
-    rows = conn.execute(f"PRAGMA table_info({table})").fetchall()
-    return any(r[1] == column and r[3] for r in rows)
+    return dialect(conn).column_required(conn, table, column)
 
 
 def read_layout(store: Store) -> Layout:

@@ -3,8 +3,9 @@ date from new rows only (a rowid range), so sensing never scans `exchanges`."""
 
 from __future__ import annotations
 
-from dreamd.store import queries as q
+from dreamd.store import turns
 from dreamd.store.interface import Store
+from dreamd.store.turns import apply_tally, new_exchange_groups, tally_watermark
 
 TALLY_CHUNK = 50_000
 # How long a pass waits for turns committed before it began to settle (PostgreSQL: see
@@ -22,14 +23,14 @@ def sync_tally(store: Store, chunk: int = TALLY_CHUNK) -> int:
     folded = 0
     while True:
         with store.read() as conn:
-            marks = q.marks(conn)
+            marks = turns.marks(conn)
             after, newest = marks.tallied, marks.newest
             if newest <= after:
                 return folded
             upto = min(newest, after + chunk)
-            groups = q.new_exchange_groups(conn, after, upto)
+            groups = new_exchange_groups(conn, after, upto)
         with store.write() as conn:
-            if q.tally_watermark(conn) != after:
+            if tally_watermark(conn) != after:
                 continue  # another dreamd folded these rows in; read again
-            q.apply_tally(conn, groups, upto)
+            apply_tally(conn, groups, upto)
         folded += sum(g[2] for g in groups)

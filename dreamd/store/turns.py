@@ -5,12 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from dreamd.errors import NotMigrated
 from dreamd.ids import (
     DEFAULT_USER,
 )
 from dreamd.models import Turn
-from dreamd.store.interface import Conn, engine_of
+from dreamd.store.interface import Conn, dialect
 from dreamd.store.state import column_required, get_state, iso_utc, of_users, set_state
 
 
@@ -79,10 +78,7 @@ def tally_rows(conn: Conn, session_ids: list[str], chunk: int = 500
 
 def raw_counts(conn: Conn) -> tuple[int, int]:
     """Turns and sessions in the app's own table, before dreamd has a tally (one scan)."""
-    if engine_of(conn) == "postgresql" and conn.execute(
-            "SELECT to_regclass('exchanges')").fetchone()[0] is None:
-        raise NotMigrated("there is no exchanges table here: neither the chat app nor "
-                          "dreamd has set this database up (dreamd --db URL --force does)")
+    dialect(conn).require_turns(conn)
     row = conn.execute("SELECT COUNT(*), COUNT(DISTINCT session_id) FROM exchanges").fetchone()
     return int(row[0]), int(row[1])
 
@@ -181,42 +177,11 @@ class SessionTotals:
 
 def session_totals(conn: Conn, ripe_after: int, idle_before: str,
                    users: list[str] | None = None) -> SessionTotals:
-    """The totals for every user (or for `users`). SQLite answers each count cheaply on
-    its own (a table's row count, a partial index for the dirty sessions and one for the
-    unread); PostgreSQL counts by reading rows, so there the three share one read of the
-    table and one round trip."""
+    """The totals for every user (or for `users`), as each engine counts them best."""
     scope, params = of_users("user_id", users)
-    if engine_of(conn) == "postgresql":
-        row = conn.execute(
-            "SELECT COUNT(*), COUNT(*) FILTER (WHERE d), "
-            "COALESCE(SUM(turns - summarized_turns) FILTER (WHERE d), 0), "
-            "COALESCE(SUM(ripe) FILTER (WHERE d), 0), "
-            "COUNT(*) FILTER (WHERE d AND ripe = 1 AND last_at <= ?), "
-            "COALESCE(SUM(turns - summarized_turns) FILTER (WHERE d AND ripe = 1 "
-            "AND last_at <= ?), 0), "
-            "COALESCE(SUM(turns - facts_turns) FILTER (WHERE last_id > facts_id), 0) "
-            "FROM (SELECT turns, summarized_turns, last_at, facts_turns, facts_id, last_id, "
-            f"last_id > summarized_id AS d, {RIPE} AS ripe FROM dreamd_sessions "
-            f"WHERE 1 = 1{scope}) AS tally",
-            (idle_before, idle_before, ripe_after, *params)).fetchone()
-        sessions, *dirty, unread = (int(v) for v in row)
-        return SessionTotals(sessions, DirtyTotals(*dirty), unread)
-    sessions = int(conn.execute(f"SELECT COUNT(*) FROM dreamd_sessions WHERE 1 = 1{scope}",
-                                params).fetchone()[0])
-    row = conn.execute(
-        "SELECT COUNT(*), COALESCE(SUM(turns - summarized_turns), 0), "
-        "COALESCE(SUM(ripe), 0), "
-        "COALESCE(SUM(CASE WHEN ripe = 1 AND last_at <= ? THEN 1 ELSE 0 END), 0), "
-        "COALESCE(SUM(CASE WHEN ripe = 1 AND last_at <= ? THEN turns - summarized_turns "
-        "END), 0) "
-        f"FROM (SELECT turns, summarized_turns, last_at, {RIPE} AS ripe FROM dreamd_sessions "
-        f"WHERE last_id > summarized_id{scope}) AS dirty",
-        (idle_before, idle_before, ripe_after, *params),
-    ).fetchone()
-    unread = int(conn.execute(
-        "SELECT COALESCE(SUM(turns - facts_turns), 0) FROM dreamd_sessions "
-        f"WHERE last_id > facts_id{scope}", params).fetchone()[0])
-    return SessionTotals(sessions, DirtyTotals(*(int(v) for v in row)), unread)
+    sessions, dirty, unread = dialect(conn).session_totals(conn, RIPE, scope, params,
+                                                           idle_before, ripe_after)
+    return SessionTotals(sessions, DirtyTotals(*dirty), unread)
 
 
 def backlog_by_user(conn: Conn, limit: int = 10) -> tuple[int, list[tuple[str, int, int]]]:

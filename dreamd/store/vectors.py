@@ -10,7 +10,7 @@ from dreamd.ids import (
     split_era_key,
 )
 from dreamd.models import Turn
-from dreamd.store.interface import Conn, engine_of
+from dreamd.store.interface import Conn, dialect
 from dreamd.store.state import from_blob, get_state, set_state
 
 
@@ -125,7 +125,7 @@ def redo_words_of(conn: Conn, ids: list[int]) -> None:
 
 def words_key(conn: Conn) -> str:
     """The words index's turn-id column: FTS5's rowid, or PostgreSQL's id."""
-    return "id" if engine_of(conn) == "postgresql" else "rowid"
+    return dialect(conn).words_key
 
 
 def drop_words(conn: Conn, ids: list[int]) -> None:
@@ -281,23 +281,7 @@ def search_words(conn: Conn, words: list[str], limit: int, users: list[str] | No
     if not words:
         return {}
     scope, scope_params = scope_sql(users, default_too)
-    if engine_of(conn) == "postgresql":
-        # Each word a quoted lexeme, stemmed as the index is; ts_rank_cd stands in for
-        # BM25 (z-fusion uses only the order and spread of the scores).
-        terms = " | ".join("'" + w.replace("'", "''").replace("\\", "\\\\") + "'"
-                           for w in words)
-        rows = conn.execute(
-            "SELECT f.id, ts_rank_cd(f.words, q, 1) AS r FROM dreamd_fts f "
-            "JOIN exchanges e ON e.id = f.id, to_tsquery('english', ?) AS q "
-            f"WHERE f.words @@ q AND {scope} ORDER BY r DESC, f.id LIMIT ?",
-            (terms, *scope_params, limit)).fetchall()
-        return {int(r[0]): float(r[1]) for r in rows}
-    query = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
-    rows = conn.execute(
-        "SELECT f.rowid, -bm25(dreamd_fts) FROM dreamd_fts f "
-        f"JOIN exchanges e ON e.id = f.rowid WHERE dreamd_fts MATCH ? AND {scope} "
-        "ORDER BY bm25(dreamd_fts) LIMIT ?", (query, *scope_params, limit)).fetchall()
-    return {int(r[0]): float(r[1]) for r in rows}
+    return dialect(conn).search_words(conn, words, limit, scope, scope_params)
 
 
 def put_turn_vector(conn: Conn, model: str, exchange_id: int, vector: bytes

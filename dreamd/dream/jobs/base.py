@@ -19,8 +19,10 @@ from dreamd.config import Config
 from dreamd.errors import PASS_STOPPING, BudgetExhausted, InputRejected, OutputInvalid
 from dreamd.logger import Logger, silent
 from dreamd.models import Completion, JobSpec, Prompt
-from dreamd.store import queries as q
+from dreamd.store import runbook
 from dreamd.store.interface import Conn, Store
+from dreamd.store.runbook import clear_failure, failure_attempts, record_failure
+from dreamd.store.state import get_state
 
 
 def utcnow() -> datetime:
@@ -165,7 +167,7 @@ class JobContext:
     def still_current(self, conn: Conn) -> bool:
         """Inside a write: whether memory was not forgotten since the pass began. Once it
         was, the pass saves nothing more and stops; the next one starts afresh."""
-        if q.get_state(conn, "vector_epoch", "0") != self.epoch:
+        if get_state(conn, "vector_epoch", "0") != self.epoch:
             self.invalidated = True
         return not self.invalidated
 
@@ -272,7 +274,7 @@ def failed_items(ctx: JobContext, job: str) -> dict[str, str | None]:
     under --force, which retries them at once.
     """
     with ctx.store.read() as conn:
-        rows = q.failures(conn, job)
+        rows = runbook.failures(conn, job)
     now = ctx.now_text()
     out: dict[str, str | None] = {}
     for f in rows:
@@ -301,10 +303,10 @@ def note_failure(ctx: JobContext, job: str, item: str, error: BaseException) -> 
         ctx.halt(error)
         return f"{item}: {message[:200]} (no attempt counted)"
     with ctx.store.write() as conn:
-        attempts = q.failure_attempts(conn, job, item) + 1
+        attempts = failure_attempts(conn, job, item) + 1
         quarantine = isinstance(error, InputRejected) or attempts >= ctx.config.jobs.max_attempts
         next_at = ctx.now() + timedelta(seconds=backoff_seconds(ctx.config, attempts))
-        q.record_failure(conn, job, item, message, ctx.now_text(), next_at.isoformat(), quarantine)
+        record_failure(conn, job, item, message, ctx.now_text(), next_at.isoformat(), quarantine)
     ctx.log.warning(
             "job_item_failed", job=job, item=item, attempts=attempts,
             quarantined=quarantine, error=message[:200],
@@ -315,4 +317,4 @@ def note_failure(ctx: JobContext, job: str, item: str, error: BaseException) -> 
 def note_success(ctx: JobContext, job: str, item: str, failures: dict[str, str | None]) -> None:
     if item in failures:
         with ctx.store.write() as conn:
-            q.clear_failure(conn, job, item)
+            clear_failure(conn, job, item)

@@ -7,7 +7,25 @@ from dreamd.config import Config
 from dreamd.dream.jobs.base import JobContext, failed_items, note_failure, note_success
 from dreamd.dream.keys import Said, addressee, context_text, space, vector_key
 from dreamd.models import BacklogStats, JobResult, JobSpec, Turn
-from dreamd.store import queries as q
+from dreamd.store.pending import (
+    count_unembedded,
+    indexed,
+    settle_words_watermark,
+    unembedded_ids,
+    unindexed_ids,
+)
+from dreamd.store.state import to_blob
+from dreamd.store.turns import max_exchange_id
+from dreamd.store.vectors import (
+    derived_without_vector,
+    embed_watermark,
+    fts_redo,
+    fts_watermark,
+    index_texts,
+    save_derived_vectors,
+    save_turn_vectors,
+    with_neighbours,
+)
 
 JOB = "embed"
 INDEX_CHUNK = 500  # turns per full-text transaction: ~2 ms of write lock
@@ -22,10 +40,10 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     upto = horizon(ctx)
     while not ctx.budget.exhausted() and not ctx.invalidated:
         with ctx.store.read() as conn:
-            watermark = q.embed_watermark(conn, model)
-            ids = q.unembedded_ids(conn, model, watermark, upto, batch, ctx.scope)
-            turns = q.with_neighbours(conn, ids)
-            remaining = q.count_unembedded(conn, model, watermark, upto, ctx.scope)
+            watermark = embed_watermark(conn, model)
+            ids = unembedded_ids(conn, model, watermark, upto, batch, ctx.scope)
+            turns = with_neighbours(conn, ids)
+            remaining = count_unembedded(conn, model, watermark, upto, ctx.scope)
         if not turns:
             break
         item = f"after:{turns[0][0].id - 1}"  # the batch after the turns done before it
@@ -40,9 +58,9 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             errors.append(note_failure(ctx, JOB, item, exc))
             failed += 1
             break
-        rows = [(t.id, q.to_blob(v)) for (t, _, _), v in zip(turns, vectors, strict=True)]
+        rows = [(t.id, to_blob(v)) for (t, _, _), v in zip(turns, vectors, strict=True)]
         with ctx.store.write() as conn:
-            stored = ctx.still_current(conn) and q.save_turn_vectors(
+            stored = ctx.still_current(conn) and save_turn_vectors(
                 conn, model, ctx.embedder.dim, rows, upto)
         if not stored and ctx.invalidated:
             break  # memory was forgotten meanwhile: nothing more is saved in this pass
@@ -55,7 +73,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         done += embed_derived(ctx, errors)
     index_text(ctx, upto)
     with ctx.store.read() as conn:
-        left = q.count_unembedded(conn, model, q.embed_watermark(conn, model), upto, ctx.scope)
+        left = count_unembedded(conn, model, embed_watermark(conn, model), upto, ctx.scope)
     return JobResult(JOB, True, reason, done=done, failed=failed, remaining=left,
                      errors=tuple(errors))
 
@@ -66,7 +84,7 @@ def horizon(ctx: JobContext) -> int:
     if ctx.horizon is not None:
         return ctx.horizon
     with ctx.store.read() as conn:
-        return q.max_exchange_id(conn)
+        return max_exchange_id(conn)
 
 
 def said(turn: Turn, before: Turn | None, after: Turn | None) -> Said:
@@ -87,20 +105,20 @@ def index_text(ctx: JobContext, upto: int, chunk: int = INDEX_CHUNK) -> None:
     of its session, is indexed again with its new neighbour."""
     while not ctx.budget.exhausted():
         with ctx.store.read() as conn:
-            after = q.fts_watermark(conn)
-            redo = q.fts_redo(conn)[:chunk]  # beside a forgotten turn
-            turns = q.with_neighbours(conn, q.unindexed_ids(conn, after, upto, chunk,
+            after = fts_watermark(conn)
+            redo = fts_redo(conn)[:chunk]  # beside a forgotten turn
+            turns = with_neighbours(conn, unindexed_ids(conn, after, upto, chunk,
                                                             ctx.scope))
             before = [b.id for t, b, _ in turns if b is not None]
-            again = q.with_neighbours(conn, sorted(
-                q.indexed(conn, before) | {i for i in redo if i <= after}))
+            again = with_neighbours(conn, sorted(
+                indexed(conn, before) | {i for i in redo if i <= after}))
         if not turns and not redo:
             return
         rows = words_rows(again + turns)
         with ctx.store.write() as conn:
             if ctx.still_current(conn):
-                q.index_texts(conn, rows, tuple(redo))
-                q.settle_words_watermark(conn, upto)
+                index_texts(conn, rows, tuple(redo))
+                settle_words_watermark(conn, upto)
 
 
 def embed_derived(ctx: JobContext, errors: list[str]) -> int:
@@ -108,7 +126,7 @@ def embed_derived(ctx: JobContext, errors: list[str]) -> int:
     done = 0
     while not ctx.budget.exhausted():
         with ctx.store.read() as conn:
-            rows = q.derived_without_vector(conn, space(ctx.embedder.model),
+            rows = derived_without_vector(conn, space(ctx.embedder.model),
                                             ctx.config.embed.batch_size)
         if not rows:
             break
@@ -117,9 +135,9 @@ def embed_derived(ctx: JobContext, errors: list[str]) -> int:
         except Exception as exc:  # recorded like a turn batch; the pass goes on
             errors.append(note_failure(ctx, JOB, "derived", exc))
             break
-        blobs = [(k, key, c, q.to_blob(v)) for (k, key, c), v in zip(rows, vectors, strict=True)]
+        blobs = [(k, key, c, to_blob(v)) for (k, key, c), v in zip(rows, vectors, strict=True)]
         with ctx.store.write() as conn:
-            stored = ctx.still_current(conn) and q.save_derived_vectors(
+            stored = ctx.still_current(conn) and save_derived_vectors(
                 conn, space(ctx.embedder.model), blobs)
         done += stored
         ctx.budget.spend()

@@ -16,8 +16,13 @@ from dreamd.dream.prompts import era_prompt
 from dreamd.errors import OutputInvalid
 from dreamd.ids import era_key
 from dreamd.models import BacklogStats, Fact, Gist, JobResult, JobSpec
-from dreamd.store import queries as q
+from dreamd.store import tiers
+from dreamd.store.facts import facts_of
 from dreamd.store.interface import Conn
+from dreamd.store.queues import tier_queue
+from dreamd.store.runbook import cached_output, save_output
+from dreamd.store.state import Layout, core_embedding, read_layout, to_blob
+from dreamd.store.tiers import era_seqs, gists_for_month, inputs_of, save_era
 
 JOB = "eras"
 
@@ -25,8 +30,8 @@ JOB = "eras"
 def stale_months(ctx: JobContext) -> list[tuple[str, str]]:
     """(user, month) of every era whose month has a gist newer than it, or no era yet."""
     with ctx.store.read() as conn:
-        return [(user, month) for user in q.tier_queue(conn, ctx.scope)
-                for month in q.stale_months(conn, user)]
+        return [(user, month) for user in tier_queue(conn, ctx.scope)
+                for month in tiers.stale_months(conn, user)]
 
 
 @dataclass(frozen=True)
@@ -46,10 +51,10 @@ class Work:
 def prepare(ctx: JobContext, user_month: tuple[str, str]) -> Work | None:
     user, month = user_month
     with ctx.store.read() as conn:
-        gists = q.gists_for_month(conn, user, month)
-        current = q.era_seqs(conn, user).get(month)
-        cached = q.cached_output(conn, JOB, era_key(user, month))
-        facts = q.facts_of(conn, user)
+        gists = gists_for_month(conn, user, month)
+        current = era_seqs(conn, user).get(month)
+        cached = cached_output(conn, JOB, era_key(user, month))
+        facts = facts_of(conn, user)
     return Work(user, month, gists, current, cached, facts) if gists else None
 
 
@@ -71,23 +76,23 @@ def think(ctx: JobContext, work: Work) -> tuple[str, str, str, np.ndarray]:
 
 
 def save(ctx: JobContext, conn: Conn, work: Work,
-         result: tuple[str, str, str, np.ndarray], layout: q.Layout) -> bool:
+         result: tuple[str, str, str, np.ndarray], layout: Layout) -> bool:
     """Inside the caller's write transaction: the era, if its inputs are unchanged."""
     content, digest, raw, vector = result
-    stored = q.save_era(
+    stored = save_era(
         conn, month=work.month, user_id=work.user_id, content=content,
         session_count=len(work.gists), seq=max(g.seq for g in work.gists),
         expected_seq=work.current_seq, source=ctx.source, now=ctx.now_text(),
-        embedding=q.core_embedding(layout.eras_embedding_required),
-        vector=q.to_blob(vector), model=space(ctx.embedder.model), inputs=q.inputs_of(work.gists),
+        embedding=core_embedding(layout.eras_embedding_required),
+        vector=to_blob(vector), model=space(ctx.embedder.model), inputs=inputs_of(work.gists),
     )
     if stored and digest:
-        q.save_output(conn, JOB, work.key, digest, raw)
+        save_output(conn, JOB, work.key, digest, raw)
     return stored
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
-    layout = q.read_layout(ctx.store)
+    layout = read_layout(ctx.store)
     return run_keyed(
         ctx, JOB, reason, stale_months(ctx),
         key=lambda user_month: era_key(*user_month),

@@ -27,8 +27,12 @@ from dreamd.dream.keys import addressee, space
 from dreamd.dream.prompts import facts_prompt, facts_repair_prompt
 from dreamd.errors import InputRejected, OutputInvalid
 from dreamd.models import BacklogStats, Fact, JobResult, JobSpec, Turn
-from dreamd.store import queries as q
+from dreamd.store.facts import add_fact, add_sources, fact_vectors, facts_of, replace_fact
 from dreamd.store.interface import Conn
+from dreamd.store.pending import Moved, count_unread, mark_read, unread_turns
+from dreamd.store.state import from_blob, to_blob
+from dreamd.store.turns import session_owner
+from dreamd.store.vectors import put_vector, with_neighbours
 
 JOB = "facts"
 BATCH = 200  # turns per read and per write
@@ -235,19 +239,19 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     state: dict[str, Known] = {}
     while not ctx.budget.exhausted() and not ctx.invalidated:
         with ctx.store.read() as conn:
-            unread = q.unread_turns(conn, upto, BATCH, ctx.scope)
-            rows = q.with_neighbours(conn, [i for i, _, _ in unread])
-            owners = {t.session_id: q.session_owner(conn, t.session_id) for t, _, _ in rows}
-            known = {user: q.facts_of(conn, user, current_only=True)
+            unread = unread_turns(conn, upto, BATCH, ctx.scope)
+            rows = with_neighbours(conn, [i for i, _, _ in unread])
+            owners = {t.session_id: session_owner(conn, t.session_id) for t, _, _ in rows}
+            known = {user: facts_of(conn, user, current_only=True)
                      for user in set(owners.values()) - set(state)}
-            blobs = q.fact_vectors(conn, model, [f.id for fs in known.values() for f in fs])
+            blobs = fact_vectors(conn, model, [f.id for fs in known.values() for f in fs])
         if not rows:
             break
         item = f"after:{rows[0][0].id - 1}"  # the batch after the turns read before it
         if failures.get(item):  # quarantined, or backing off: not this pass
             errors.append(f"{item}: {failures[item]}")
             break
-        state |= {user: Known(facts, {f.id: q.from_blob(blobs[f.id]) for f in facts
+        state |= {user: Known(facts, {f.id: from_blob(blobs[f.id]) for f in facts
                                       if f.id in blobs}) for user, facts in known.items()}
         try:
             if by_llm(ctx):  # the same tier, filled by structured extraction
@@ -267,19 +271,19 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             with ctx.store.write() as conn:
                 if not ctx.still_current(conn):
                     break
-                q.mark_read(conn, marks)
+                mark_read(conn, marks)
                 for i, (user, turn_id, candidate, replaces) in enumerate(found):
                     assert vectors is not None
                     learn(conn, ctx, model, state[user], user, turn_id, candidate,
                           vectors[i], replaces)
-        except q.Moved:  # another worker read these turns: its facts stand, read afresh
+        except Moved:  # another worker read these turns: its facts stand, read afresh
             state.clear()
             continue
         done += len(rows)
         ctx.budget.spend()
         note_success(ctx, JOB, item, failures)
     with ctx.store.read() as conn:
-        left = q.count_unread(conn, ctx.scope)
+        left = count_unread(conn, ctx.scope)
     return JobResult(JOB, True, reason, done=done, remaining=left, errors=tuple(errors),
                      failed=failed)
 
@@ -290,11 +294,11 @@ def learn(conn: Conn, ctx: JobContext, model: str, known: Known, user: str, turn
     (one already known) its turn joins that fact's sources."""
     same = known.same(candidate.subject, vector)
     if same is not None:
-        q.add_sources(conn, same.id, [turn_id])
+        add_sources(conn, same.id, [turn_id])
         return
-    fact_id = q.add_fact(conn, user, candidate.subject, candidate.about, candidate.statement,
+    fact_id = add_fact(conn, user, candidate.subject, candidate.about, candidate.statement,
                          candidate.valid_from, candidate.said_at, [turn_id], ctx.source)
-    q.put_vector(conn, model, "fact", str(fact_id), q.to_blob(vector))
+    put_vector(conn, model, "fact", str(fact_id), to_blob(vector))
     named = [f for f in known.current() if f.id in set(replaces or ())]
     by_about = known.about(candidate.subject, candidate.about) if candidate.about else []
     changed = []
@@ -305,7 +309,7 @@ def learn(conn: Conn, ctx: JobContext, model: str, known: Known, user: str, turn
         if nearest is not None and cosine >= CHANGED:
             changed = [nearest]
     for old in {f.id: f for f in named + by_about + changed}.values():
-        q.replace_fact(conn, old.id, fact_id, candidate.valid_from)
+        replace_fact(conn, old.id, fact_id, candidate.valid_from)
         known.replaced(old)
     known.add(Fact(fact_id, user, candidate.subject, candidate.about, candidate.statement,
                    candidate.valid_from, candidate.said_at, sources=(turn_id,)), vector)

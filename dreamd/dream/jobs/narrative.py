@@ -13,8 +13,20 @@ from dreamd.dream.prompts import era_lines, narrative_prompt
 from dreamd.errors import OutputInvalid
 from dreamd.ids import narrative_id, profile_id
 from dreamd.models import BacklogStats, Fact, JobResult, JobSpec
-from dreamd.store import queries as q
+from dreamd.store.facts import facts_of
 from dreamd.store.interface import Conn
+from dreamd.store.queues import tier_queue
+from dreamd.store.runbook import cached_output, save_output
+from dreamd.store.tiers import (
+    Tier,
+    eras_for_user,
+    max_tier_seq,
+    narrative_row,
+    narrative_stale,
+    profile_row,
+    save_narrative,
+    tier_inputs,
+)
 
 JOB = "narrative"
 
@@ -22,13 +34,13 @@ JOB = "narrative"
 def stale_users(ctx: JobContext) -> list[str]:
     """Users whose profile or eras moved past their narrative."""
     with ctx.store.read() as conn:
-        return [u for u in q.tier_queue(conn, ctx.scope) if q.narrative_stale(conn, u)]
+        return [u for u in tier_queue(conn, ctx.scope) if narrative_stale(conn, u)]
 
 
 @dataclass(frozen=True)
 class Work:
     user_id: str
-    current: q.Tier | None
+    current: Tier | None
     inputs_seq: int
     profile: str | None
     eras: list[tuple[str, str]]
@@ -43,17 +55,17 @@ class Work:
 
 def prepare(ctx: JobContext, user: str) -> Work | None:
     with ctx.store.read() as conn:
-        profile = q.profile_row(conn, profile_id(user))
-        eras = q.eras_for_user(conn, user)[-ctx.config.narrative.months :]
-        inputs = q.tier_inputs(conn, "profile", "id = ?", (profile_id(user),))
+        profile = profile_row(conn, profile_id(user))
+        eras = eras_for_user(conn, user)[-ctx.config.narrative.months :]
+        inputs = tier_inputs(conn, "profile", "id = ?", (profile_id(user),))
         for month, _, _ in eras:
-            for session, last_id in q.tier_inputs(
+            for session, last_id in tier_inputs(
                     conn, "eras", "user_id = ? AND month = ?", (user, month)).items():
                 inputs[session] = max(inputs.get(session, 0), last_id)
-        work = Work(user, q.narrative_row(conn, narrative_id(user)),
-                    q.max_tier_seq(conn, user, profile_id(user)),
+        work = Work(user, narrative_row(conn, narrative_id(user)),
+                    max_tier_seq(conn, user, profile_id(user)),
                     profile.content if profile else None, [(m, c) for m, c, _ in eras], inputs,
-                    q.cached_output(conn, JOB, narrative_id(user)), q.facts_of(conn, user))
+                    cached_output(conn, JOB, narrative_id(user)), facts_of(conn, user))
     if work.inputs_seq == 0 or (work.current is not None and work.current.seq >= work.inputs_seq):
         return None
     return work
@@ -79,13 +91,13 @@ def think(ctx: JobContext, work: Work) -> tuple[str, str, str]:
 def save(ctx: JobContext, conn: Conn, work: Work,
          result: tuple[str, str, str]) -> bool:
     content, digest, raw = result
-    stored = q.save_narrative(
+    stored = save_narrative(
         conn, narrative_id=work.key, user_id=work.user_id, content=content,
         seq=work.inputs_seq, expected_seq=work.current.seq if work.current else None,
         source=ctx.source, now=ctx.now_text(), inputs=work.inputs,
     )
     if stored and digest:
-        q.save_output(conn, JOB, work.key, digest, raw)
+        save_output(conn, JOB, work.key, digest, raw)
     return stored
 
 

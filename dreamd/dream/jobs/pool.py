@@ -17,8 +17,8 @@ from typing import Any
 from dreamd.backends import write_gate
 from dreamd.dream.jobs.base import JobContext, failed_items, note_failure
 from dreamd.models import JobResult
-from dreamd.store import queries as q
 from dreamd.store.interface import Conn
+from dreamd.store.runbook import clear_failure
 
 Save = Callable[[Conn, Any, Any], bool]
 
@@ -160,7 +160,7 @@ def run_keyed(
     def save_and_clear(conn: Conn, inputs: Any, value: Any) -> bool:
         stored = save(conn, inputs, value)
         if stored and inputs.key in failures:
-            q.clear_failure(conn, job, inputs.key)
+            clear_failure(conn, job, inputs.key)
         return stored
 
     counts = run_items(

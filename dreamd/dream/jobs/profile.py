@@ -16,8 +16,21 @@ from dreamd.dream.prompts import profile_prompt
 from dreamd.errors import OutputInvalid
 from dreamd.ids import profile_id
 from dreamd.models import BacklogStats, Completion, Fact, Gist, JobResult, JobSpec
-from dreamd.store import queries as q
+from dreamd.store.facts import facts_of
 from dreamd.store.interface import Conn
+from dreamd.store.queues import tier_queue
+from dreamd.store.runbook import cached_output, save_output
+from dreamd.store.tiers import (
+    Tier,
+    count_gists,
+    gists_for_user,
+    gists_past_profile,
+    inputs_of,
+    max_gist_seq,
+    profile_row,
+    save_profile,
+    tier_inputs,
+)
 
 JOB = "profile"
 USER_ROLE = "user"
@@ -26,13 +39,13 @@ USER_ROLE = "user"
 def stale_users(ctx: JobContext) -> list[str]:
     """Users with a gist newer than their profile (or no profile yet)."""
     with ctx.store.read() as conn:
-        return [u for u in q.tier_queue(conn, ctx.scope) if q.gists_past_profile(conn, u)]
+        return [u for u in tier_queue(conn, ctx.scope) if gists_past_profile(conn, u)]
 
 
 @dataclass(frozen=True)
 class Work:
     user_id: str
-    current: q.Tier | None
+    current: Tier | None
     previous_inputs: dict[str, int]
     new_gists: list[Gist]
     top_seq: int
@@ -48,15 +61,15 @@ class Work:
 def prepare(ctx: JobContext, user: str) -> Work | None:
     key = profile_id(user)
     with ctx.store.read() as conn:
-        current = q.profile_row(conn, key)
+        current = profile_row(conn, key)
         seen = current.seq if current else 0
         work = Work(
             user_id=user, current=current,
-            previous_inputs=q.tier_inputs(conn, "profile", "id = ?", (key,)) if current else {},
-            new_gists=[g for g in q.gists_for_user(conn, user) if g.seq > seen],
-            top_seq=q.max_gist_seq(conn, user), sessions=q.count_gists(conn, user),
-            cached=q.cached_output(conn, JOB, key),
-            facts=q.facts_of(conn, user, current_only=True))
+            previous_inputs=tier_inputs(conn, "profile", "id = ?", (key,)) if current else {},
+            new_gists=[g for g in gists_for_user(conn, user) if g.seq > seen],
+            top_seq=max_gist_seq(conn, user), sessions=count_gists(conn, user),
+            cached=cached_output(conn, JOB, key),
+            facts=facts_of(conn, user, current_only=True))
     return work if work.new_gists else None
 
 
@@ -83,14 +96,14 @@ def think(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
 def save(ctx: JobContext, conn: Conn, work: Work,
          result: tuple[str, Completion, str]) -> bool:
     content, completion, digest = result
-    stored = q.save_profile(
+    stored = save_profile(
         conn, profile_id=work.key, user_id=work.user_id, content=content,
         sessions_covered=work.sessions, seq=work.top_seq,
         expected_seq=work.current.seq if work.current else None, source=ctx.source,
-        now=ctx.now_text(), inputs=q.inputs_of(work.new_gists, work.previous_inputs),
+        now=ctx.now_text(), inputs=inputs_of(work.new_gists, work.previous_inputs),
     )
     if stored and digest:
-        q.save_output(conn, JOB, work.key, digest, completion.text)
+        save_output(conn, JOB, work.key, digest, completion.text)
     return stored
 
 

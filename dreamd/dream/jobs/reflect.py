@@ -14,8 +14,24 @@ from dreamd.dream.prompts import reflect_prompt, repair_prompt, turn_line
 from dreamd.errors import OutputInvalid
 from dreamd.ids import self_state_id
 from dreamd.models import BacklogStats, JobResult, JobSpec, Prompt, Turn
-from dreamd.store import queries as q
 from dreamd.store.interface import Conn
+from dreamd.store.runbook import cached_output, save_output
+from dreamd.store.tiers import (
+    ReflectionMarks,
+    max_gist_seq,
+    reflection_marks,
+    save_reflection_marks,
+    save_self_state,
+    self_state,
+    users_with_gists,
+)
+from dreamd.store.turns import (
+    count_sessions,
+    count_user_turns_after,
+    max_exchange_id,
+    recent_user_turns,
+    users_with_turns_after,
+)
 
 JOB = "reflect"
 RECENT_TURNS = 200
@@ -59,14 +75,14 @@ def evolve(previous: dict[str, Any], reflection: dict[str, Any], marks: dict[str
     return state
 
 
-def users_to_reflect(ctx: JobContext) -> tuple[list[str], q.ReflectionMarks]:
+def users_to_reflect(ctx: JobContext) -> tuple[list[str], ReflectionMarks]:
     """Users with turns or gists since the last complete reflect job, and the marks that
     job will leave when every one of them is done."""
     with ctx.store.read() as conn:
-        marks = q.reflection_marks(conn, ctx.config.agent.id)
-        users = set(q.users_with_turns_after(conn, marks.exchange_id))
-        users |= {u for u in q.users_with_gists(conn) if q.max_gist_seq(conn, u) > marks.seq}
-        reached = q.ReflectionMarks(q.max_exchange_id(conn), q.max_gist_seq(conn, None),
+        marks = reflection_marks(conn, ctx.config.agent.id)
+        users = set(users_with_turns_after(conn, marks.exchange_id))
+        users |= {u for u in users_with_gists(conn) if max_gist_seq(conn, u) > marks.seq}
+        reached = ReflectionMarks(max_exchange_id(conn), max_gist_seq(conn, None),
                                     ctx.now_text())
     return sorted(users), reached
 
@@ -88,16 +104,16 @@ class Work:
 def prepare(ctx: JobContext, user: str) -> Work | None:
     key = self_state_id(ctx.config.agent.id, user)
     with ctx.store.read() as conn:
-        current = q.self_state(conn, key)
+        current = self_state(conn, key)
         previous, updated_at = current if current else ({}, None)
         marks = previous.get("dreamd", {}) if isinstance(previous.get("dreamd"), dict) else {}
         seen_id = int(marks.get("reflected_exchange_id", 0))
         work = Work(
             user_id=user, key=key, previous=previous, updated_at=updated_at,
-            turns=q.recent_user_turns(conn, user, seen_id, RECENT_TURNS),
-            new_turns=q.count_user_turns_after(conn, user, seen_id),
-            top_id=q.max_exchange_id(conn), top_seq=q.max_gist_seq(conn, user),
-            sessions=q.count_sessions(conn, user), cached=q.cached_output(conn, JOB, key))
+            turns=recent_user_turns(conn, user, seen_id, RECENT_TURNS),
+            new_turns=count_user_turns_after(conn, user, seen_id),
+            top_id=max_exchange_id(conn), top_seq=max_gist_seq(conn, user),
+            sessions=count_sessions(conn, user), cached=cached_output(conn, JOB, key))
     if work.new_turns == 0 and work.top_seq <= int(marks.get("reflected_seq", 0)):
         return None
     return work
@@ -134,9 +150,9 @@ def save(ctx: JobContext, conn: Conn, work: Work,
         "source": ctx.source,
         "user_id": work.user_id,
     }, ctx.config.reflect.max_reflections)
-    stored = q.save_self_state(conn, work.key, state, ctx.now_text(), work.updated_at)
+    stored = save_self_state(conn, work.key, state, ctx.now_text(), work.updated_at)
     if stored:
-        q.save_output(conn, JOB, work.key, digest, raw)
+        save_output(conn, JOB, work.key, digest, raw)
     return stored
 
 
@@ -154,7 +170,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     if not result.failed and not result.skipped and not ctx.stopped():
         with ctx.store.write() as conn:
             if ctx.still_current(conn):
-                q.save_reflection_marks(conn, reached)
+                save_reflection_marks(conn, reached)
     return result
 
 

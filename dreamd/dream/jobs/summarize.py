@@ -21,16 +21,19 @@ from dreamd.dream.prompts import merge_prompt, summary_prompt, turn_line
 from dreamd.dream.sensing import is_idle
 from dreamd.errors import InputRejected, OutputInvalid
 from dreamd.models import BacklogStats, JobResult, JobSpec, Turn
-from dreamd.store import queries as q
 from dreamd.store.interface import Conn
+from dreamd.store.state import Layout, core_embedding, read_layout, to_blob
+from dreamd.store.tiers import save_gist, summary_row
+from dreamd.store.turns import DirtySession, dirty_sessions, session_turns
+from dreamd.store.vectors import turn_vectors
 
 JOB = "summarize"
 
 
-def candidates(ctx: JobContext) -> list[q.DirtySession]:
+def candidates(ctx: JobContext) -> list[DirtySession]:
     """Dirty sessions; outside --force only the ripe ones whose chat has gone quiet."""
     with ctx.store.read() as conn:
-        dirty = [s for s in q.dirty_sessions(conn) if ctx.holds(s.user_id)]
+        dirty = [s for s in dirty_sessions(conn) if ctx.holds(s.user_id)]
     if ctx.force:
         return dirty
     after = ctx.config.summarize.after
@@ -86,7 +89,7 @@ def gist_for(ctx: JobContext, user_id: str, previous: str | None, turns: list[Tu
 
 @dataclass(frozen=True)
 class Work:
-    session: q.DirtySession
+    session: DirtySession
     previous: str | None
     turns: list[Turn]
     vectors: dict[int, np.ndarray]
@@ -96,11 +99,11 @@ class Work:
         return self.session.session_id
 
 
-def prepare(ctx: JobContext, session: q.DirtySession) -> Work:
+def prepare(ctx: JobContext, session: DirtySession) -> Work:
     with ctx.store.read() as conn:
-        existing = q.summary_row(conn, session.session_id)
-        turns = q.session_turns(conn, session.session_id, session.summarized_id, session.last_id)
-        vectors = q.turn_vectors(conn, space(ctx.embedder.model), [t.id for t in turns])
+        existing = summary_row(conn, session.session_id)
+        turns = session_turns(conn, session.session_id, session.summarized_id, session.last_id)
+        vectors = turn_vectors(conn, space(ctx.embedder.model), [t.id for t in turns])
     return Work(session, existing[0] if existing else None, turns, vectors)
 
 
@@ -117,14 +120,14 @@ def think(ctx: JobContext, work: Work) -> tuple[str, bytes] | None:
             size = max(2, min(len(work.turns), ctx.config.summarize.chunk_turns) // 2)
             gist = gist_for(ctx, work.session.user_id, work.previous, work.turns, work.vectors,
                             chunk=size)
-    return gist, q.to_blob(ctx.embedder.embed([gist])[0])
+    return gist, to_blob(ctx.embedder.embed([gist])[0])
 
 
 def save(ctx: JobContext, conn: Conn, work: Work,
-         result: tuple[str, bytes], layout: q.Layout) -> bool:
+         result: tuple[str, bytes], layout: Layout) -> bool:
     """Inside the caller's write transaction: the gist, if its inputs are unchanged."""
     gist, vector = result
-    return q.save_gist(
+    return save_gist(
         conn,
         session=work.session,
         content=gist,
@@ -132,14 +135,14 @@ def save(ctx: JobContext, conn: Conn, work: Work,
         turns_covered=work.session.summarized_turns + len(work.turns),
         source=ctx.source,
         created_at=ctx.now_text(),
-        embedding=q.core_embedding(layout.summaries_embedding_required),
+        embedding=core_embedding(layout.summaries_embedding_required),
         vector=vector,
         model=space(ctx.embedder.model),
     )
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
-    layout = q.read_layout(ctx.store)
+    layout = read_layout(ctx.store)
     return run_keyed(
         ctx, JOB, reason, candidates(ctx),
         key=lambda session: session.session_id,

@@ -1,0 +1,60 @@
+"""The statements PostgreSQL spells its own way (see `interface.Dialect`); every
+PostgreSQL transaction dreamd opens carries `POSTGRESQL`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dreamd.errors import NotMigrated
+
+
+class PgDialect:
+    engine = "postgresql"
+    words_key = "id"  # the words table's own column
+
+    def column_required(self, conn: Any, table: str, column: str) -> bool:
+        row = conn.execute(
+            "SELECT is_nullable FROM information_schema.columns WHERE table_name = ? "
+            "AND column_name = ? AND table_schema = current_schema()", (table, column)
+        ).fetchone()
+        return row is not None and row[0] == "NO"
+
+    def require_turns(self, conn: Any) -> None:
+        if conn.execute("SELECT to_regclass('exchanges')").fetchone()[0] is None:
+            raise NotMigrated("there is no exchanges table here: neither the chat app nor "
+                              "dreamd has set this database up (dreamd --db URL --force does)")
+
+    def search_words(self, conn: Any, words: list[str], limit: int, scope: str,
+                     scope_params: tuple[str, ...]) -> dict[int, float]:
+        # Each word a quoted lexeme, stemmed as the index is; ts_rank_cd stands in for
+        # BM25 (z-fusion uses only the order and spread of the scores).
+        terms = " | ".join("'" + w.replace("'", "''").replace("\\", "\\\\") + "'"
+                           for w in words)
+        rows = conn.execute(
+            "SELECT f.id, ts_rank_cd(f.words, q, 1) AS r FROM dreamd_fts f "
+            "JOIN exchanges e ON e.id = f.id, to_tsquery('english', ?) AS q "
+            f"WHERE f.words @@ q AND {scope} ORDER BY r DESC, f.id LIMIT ?",
+            (terms, *scope_params, limit)).fetchall()
+        return {int(r[0]): float(r[1]) for r in rows}
+
+    def session_totals(self, conn: Any, ripe: str, scope: str, params: tuple[str, ...],
+                       idle_before: str, ripe_after: int) -> tuple[int, list[int], int]:
+        """PostgreSQL counts by reading rows: the three counts share one read of the
+        table and one round trip."""
+        row = conn.execute(
+            "SELECT COUNT(*), COUNT(*) FILTER (WHERE d), "
+            "COALESCE(SUM(turns - summarized_turns) FILTER (WHERE d), 0), "
+            "COALESCE(SUM(ripe) FILTER (WHERE d), 0), "
+            "COUNT(*) FILTER (WHERE d AND ripe = 1 AND last_at <= ?), "
+            "COALESCE(SUM(turns - summarized_turns) FILTER (WHERE d AND ripe = 1 "
+            "AND last_at <= ?), 0), "
+            "COALESCE(SUM(turns - facts_turns) FILTER (WHERE last_id > facts_id), 0) "
+            "FROM (SELECT turns, summarized_turns, last_at, facts_turns, facts_id, last_id, "
+            f"last_id > summarized_id AS d, {ripe} AS ripe FROM dreamd_sessions "
+            f"WHERE 1 = 1{scope}) AS tally",
+            (idle_before, idle_before, ripe_after, *params)).fetchone()
+        sessions, *dirty, unread = (int(v) for v in row)
+        return sessions, dirty, unread
+
+
+POSTGRESQL = PgDialect()

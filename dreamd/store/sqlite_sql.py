@@ -1,0 +1,51 @@
+"""The statements SQLite spells its own way (see `interface.Dialect`); every SQLite
+connection dreamd opens carries `SQLITE`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class SqliteDialect:
+    engine = "sqlite"
+    words_key = "rowid"  # FTS5's own row id is the turn's id
+
+    def column_required(self, conn: Any, table: str, column: str) -> bool:
+        rows = conn.execute(f"PRAGMA table_info({table})").fetchall()
+        return any(r[1] == column and r[3] for r in rows)
+
+    def require_turns(self, conn: Any) -> None:
+        """SQLite names a missing table in the statement's own error."""
+
+    def search_words(self, conn: Any, words: list[str], limit: int, scope: str,
+                     scope_params: tuple[str, ...]) -> dict[int, float]:
+        query = " OR ".join('"' + w.replace('"', '""') + '"' for w in words)
+        rows = conn.execute(
+            "SELECT f.rowid, -bm25(dreamd_fts) FROM dreamd_fts f "
+            f"JOIN exchanges e ON e.id = f.rowid WHERE dreamd_fts MATCH ? AND {scope} "
+            "ORDER BY bm25(dreamd_fts) LIMIT ?", (query, *scope_params, limit)).fetchall()
+        return {int(r[0]): float(r[1]) for r in rows}
+
+    def session_totals(self, conn: Any, ripe: str, scope: str, params: tuple[str, ...],
+                       idle_before: str, ripe_after: int) -> tuple[int, list[int], int]:
+        """SQLite answers each count cheaply on its own: a table's row count, a partial
+        index for the dirty sessions and one for the unread."""
+        sessions = int(conn.execute(f"SELECT COUNT(*) FROM dreamd_sessions WHERE 1 = 1{scope}",
+                                    params).fetchone()[0])
+        row = conn.execute(
+            "SELECT COUNT(*), COALESCE(SUM(turns - summarized_turns), 0), "
+            "COALESCE(SUM(ripe), 0), "
+            "COALESCE(SUM(CASE WHEN ripe = 1 AND last_at <= ? THEN 1 ELSE 0 END), 0), "
+            "COALESCE(SUM(CASE WHEN ripe = 1 AND last_at <= ? THEN turns - summarized_turns "
+            "END), 0) "
+            f"FROM (SELECT turns, summarized_turns, last_at, {ripe} AS ripe "
+            f"FROM dreamd_sessions WHERE last_id > summarized_id{scope}) AS dirty",
+            (idle_before, idle_before, ripe_after, *params),
+        ).fetchone()
+        unread = int(conn.execute(
+            "SELECT COALESCE(SUM(turns - facts_turns), 0) FROM dreamd_sessions "
+            f"WHERE last_id > facts_id{scope}", params).fetchone()[0])
+        return sessions, [int(v) for v in row], unread
+
+
+SQLITE = SqliteDialect()
