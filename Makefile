@@ -24,8 +24,7 @@ demo: install
 test: install
 	$(BIN)/ruff check dreamd tests bench testkit
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n 4 -m "not heavy" --durations=10
-	$(BIN)/python -m pytest -m heavy --durations=5
+	$(BIN)/python -m pytest -n 4 --dist worksteal --durations=10
 
 bench: install
 	$(BIN)/python -m bench.run
