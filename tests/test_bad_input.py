@@ -156,3 +156,15 @@ def test_any_environment_text_for_any_config_key_is_taken_or_one_config_error(
         cfg.check(cfg.env_overrides({var: value}, cfg.Config()))
     except ConfigError as exc:
         assert "\n" not in str(exc)
+
+
+@pytest.mark.parametrize(("fmt", "data"), [
+    ("locomo", [{"sample_id": "conv\n1", "conversation": None}]),
+    ("longmemeval", [{"question_id": "q\r\n2", "haystack_session_ids": ["s"]}]),
+])
+def test_an_id_with_a_line_break_stays_on_the_error_line(fmt: str, data: Any) -> None:
+    """Found by the property test above: the file's own ids go into the message."""
+    with pytest.raises(ImportFormatError) as error:
+        parse(fmt, data, "f.json")
+    assert "\n" not in str(error.value) and "\r" not in str(error.value)
+    assert str(error.value).startswith("f.json: ")

@@ -284,6 +284,11 @@ def read_sessions(fmt: str, path: Path) -> list[ImportSession]:
     return parse(fmt, data, where)
 
 
+def one_line(text: str) -> str:
+    """`text` with its line breaks and other control characters written as escapes."""
+    return "".join(ch if ch.isprintable() or ch == " " else ascii(ch)[1:-1] for ch in text)
+
+
 PARSERS: dict[str, Callable[[Any, str], list[ImportSession]]] = {
     "chatgpt": parse_chatgpt, "jsonl": parse_jsonl, "locomo": parse_locomo,
     "longmemeval": parse_longmemeval,
@@ -296,12 +301,13 @@ def parse(fmt: str, data: Any, where: str) -> list[ImportSession]:
     text must be storable (valid Unicode: JSON can spell a lone surrogate)."""
     try:
         sessions = PARSERS[fmt](data, where)
-    except ImportFormatError:
-        raise
+    except ImportFormatError as exc:
+        # The file's own ids and values appear in the message: one line, whatever they hold.
+        raise ImportFormatError(one_line(str(exc))) from None
     except (TypeError, AttributeError, ValueError, KeyError, IndexError, OverflowError,
             RecursionError) as exc:
-        raise ImportFormatError(f"{where}: not a {fmt} file as expected "
-                                f"({type(exc).__name__}: {str(exc)[:120]})") from None
+        raise ImportFormatError(one_line(f"{where}: not a {fmt} file as expected "
+                                         f"({type(exc).__name__}: {str(exc)[:120]})")) from None
     for session in sessions:
         texts = [session.session_id, session.name or ""]
         for turn in session.turns:
