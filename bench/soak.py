@@ -54,7 +54,7 @@ def soak(minutes: float = 3.0, rate: float = 200.0) -> int:
     writer = subprocess.Popen([sys.executable, "-m", "bench.chat_writer", str(db), str(rate),
                                str(stop), str(report)], cwd=ROOT, env=env())
     rng = random.Random(20261125)
-    kills = passes = 0
+    kills = started = 0
     deadline = time.monotonic() + minutes * 60
     while time.monotonic() < deadline:
         began = passes_begun(db)
@@ -67,8 +67,9 @@ def soak(minutes: float = 3.0, rate: float = 200.0) -> int:
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
             kills += 1
-        passes += 1
+        started += 1
         proc.wait(timeout=60)
+    passes = passes_begun(db)
     stop.touch()
     writer.wait(timeout=60)
     written = json.loads(report.read_text())
@@ -76,16 +77,19 @@ def soak(minutes: float = 3.0, rate: float = 200.0) -> int:
                            cwd=ROOT, env=env(), capture_output=True, text=True, timeout=1800)
     found = problems(db, written["ids"])
     conn = sqlite3.connect(db)
-    stored = conn.execute("SELECT COUNT(*) FROM exchanges").fetchone()[0]
-    integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
-    conn.close()
-    lost = len(set(written["ids"]) - ids_in(db))
+    try:
+        integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
+        stored = {r[0] for r in conn.execute("SELECT id FROM exchanges")}
+    finally:
+        conn.close()
+    lost = len(set(written["ids"]) - stored)
     print(f"soak: {minutes:g} min; the app (system SQLite {library_version(SYSTEM)}, automatic "
           f"checkpoint on) wrote {len(written['ids']):,} turns ({len(written['errors'])} "
-          f"errors); dreamd (SQLite {library_version()}) began {passes} passes, "
-          f"{kills} killed with SIGKILL; the app's INSERT p99 {p99(written['latencies']):.2f} ms")
+          f"errors); dreamd (SQLite {library_version()}) started {started} times and began "
+          f"{passes} passes, {kills} killed with SIGKILL; the app's INSERT p99 "
+          f"{p99(written['latencies']):.2f} ms")
     print(f"soak: final pass exit {final.returncode}; integrity_check {integrity}; "
-          f"{stored:,} turns stored; rows lost: {lost}; problems: {found or 'none'}")
+          f"{len(stored):,} turns stored; rows lost: {lost}; problems: {found or 'none'}")
     ok = final.returncode == 0 and not found and not written["errors"]
     if ok:
         for name in os.listdir(work):
@@ -99,14 +103,6 @@ def soak(minutes: float = 3.0, rate: float = 200.0) -> int:
 def p99(latencies: list[float]) -> float:
     ordered = sorted(latencies)
     return ordered[int(len(ordered) * 0.99)] * 1000 if ordered else 0.0
-
-
-def ids_in(db: Path) -> set[int]:
-    conn = sqlite3.connect(db)
-    try:
-        return {r[0] for r in conn.execute("SELECT id FROM exchanges")}
-    finally:
-        conn.close()
 
 
 if __name__ == "__main__":

@@ -21,8 +21,9 @@ def problems(db: Path, live_ids: list[int], live_prefix: str = "live-") -> list[
                                            (f"{live_prefix}%",))}
         if lost := set(live_ids) - live:
             found.append(f"{len(lost)} turns the app committed are missing")
-        if len(live_ids) != len(set(live_ids)) or live - set(live_ids):
-            found.append("turns the app did not commit (or committed once) appear")
+        if live - set(live_ids):
+            found.append(f"{len(live - set(live_ids))} turns appear that the app did not "
+                         "commit")
         last = dict(conn.execute("SELECT session_id, MAX(id) FROM exchanges GROUP BY session_id"))
         gists = dict(conn.execute("SELECT session_id, last_exchange_id FROM summaries"))
         if gists != last:

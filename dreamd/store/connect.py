@@ -64,8 +64,9 @@ class SqliteStore:
         self.conn = conn
         self.library = library
         # On an affected library (a Memory's, in the app's process) dreamd's code runs no
-        # checkpoint of its own: the race is a checkpoint's, and the daemon's checkpoints
-        # run the bundled library (forget's purge is the one exception, asked for).
+        # checkpoint of its own, and SQLite's automatic one is off (see `connect`): the
+        # race is a checkpoint's, and the daemon's checkpoints run the bundled library
+        # (forget's purge is the one exception, asked for).
         self.checkpoints = not has_wal_reset_bug(sqlite_version(library))
         self.path = path
         self.where = str(path)
@@ -256,11 +257,12 @@ def connect(path: str | Path, busy_timeout_ms: int = 5000, create: bool = False,
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA foreign_keys=OFF")
         conn.execute("PRAGMA secure_delete=ON")
-        if has_wal_reset_bug(sqlite_version(library)):
+        store = SqliteStore(conn, path, library=library)
+        if not store.checkpoints:
             conn.execute("PRAGMA wal_autocheckpoint=0")
     except driver.Error as exc:
         raise _opening_error(path, exc) from None
     if str(mode).lower() != "wal":
         conn.close()
         raise StoreError(f"{path} could not be put in WAL mode (journal_mode is {mode!r})")
-    return SqliteStore(conn, path, library=library)
+    return store

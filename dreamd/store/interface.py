@@ -122,7 +122,6 @@ class Dialect(Protocol):
     """The few statements the two engines spell apart, kept with their engine
     (store/sqlite_sql.py, store/pg_sql.py); every connection carries its own."""
 
-    engine: str
     words_key: str  # the words index's turn-id column
 
     def column_required(self, conn: Any, table: str, column: str) -> bool: ...

@@ -9,7 +9,6 @@ from dreamd.errors import NotMigrated
 
 
 class PgDialect:
-    engine = "postgresql"
     words_key = "id"  # the words table's own column
 
     def column_required(self, conn: Any, table: str, column: str) -> bool:

@@ -109,7 +109,6 @@ class Settled:
 class PgConn:
     """One open transaction on PostgreSQL, as the store's functions use it."""
 
-    engine = "postgresql"
     dialect = POSTGRESQL
 
     def __init__(self, raw: psycopg.Connection[Any], store: PgStore) -> None:

@@ -71,7 +71,6 @@ class Raw(Protocol):
 class SystemConn(sqlite3.Connection):
     """A `sqlite3` connection that says which dialect it speaks."""
 
-    engine = "sqlite"
     dialect = SQLITE
 
 
@@ -99,7 +98,6 @@ class Rows:
 class SqliteConn:
     """One apsw connection as the store's functions use it."""
 
-    engine = "sqlite"
     dialect = SQLITE
 
     def __init__(self, raw: apsw.Connection) -> None:

@@ -7,7 +7,6 @@ from typing import Any
 
 
 class SqliteDialect:
-    engine = "sqlite"
     words_key = "rowid"  # FTS5's own row id is the turn's id
 
     def column_required(self, conn: Any, table: str, column: str) -> bool:
