@@ -1,6 +1,7 @@
 """Memory quality on public benchmarks and on the shipped sample, with the embedded default.
 
-    python -m bench.quality [--completer extractive|openai] [demo] [longmemeval PATH] [locomo PATH]
+    python -m bench.quality [--completer extractive|openai] [demo] [longmemeval PATH]
+        [locomo PATH] [facts PATH]
 
 Defaults to the demo and the dev slices in ../shared/data; the full public files work the
 same way. `--completer openai` fills the tiers through the OpenAI API path instead, against
@@ -13,6 +14,16 @@ LongMemEval_S: each question against its own haystack (imported into a fresh fil
 full pass), session-level recall_any@5/@10 and NDCG@10, overall and per question type.
 LoCoMo: every conversation imported, one full pass, evidence-turn recall@5/10/25 per
 category (1 multi-hop, 2 temporal, 3 open-domain, 4 single-hop).
+facts: every LoCoMo conversation in a file of its own, one full pass, its export scored
+against the observations LoCoMo's annotators kept about each speaker. A fact matches an
+observation when it came from one of the observation's evidence turns and their cosine
+(the embedded MiniLM) is at least 0.5; a profile line is traced to its fact. Each
+conversation is scored alone (nothing in dreamd is fitted to LoCoMo: the fact selector
+learns from the project's own written examples), then all together; beside it, keeping
+every turn verbatim as a fact. Also counted: words in the gists' About lines and the
+reflection's topics that the conversation itself uses as interjections (a word that
+opens a sentence and is followed at once by , ! or ., never written capitalized inside
+one) or that come from the importer's image captions.
 """
 
 from __future__ import annotations
@@ -27,17 +38,20 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.local import LocalEmbedder
 from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.backends.protocols import Completer
-from dreamd.cli.demo import sample_sessions
+from dreamd.cli.demo import parse_samples, sample_sessions
 from dreamd.cli.demo import write_sessions as write_sample
 from dreamd.config import CompleterConfig, Config, UserConfig
 from dreamd.dream.cycle import run_pass
 from dreamd.dream.keys import dated
 from dreamd.ids import DEFAULT_USER, profile_id
 from dreamd.memory.api import Memory
+from dreamd.memory.export import export_user
 from dreamd.memory.importers import parse_locomo, parse_longmemeval, write_sessions
 from dreamd.runtime.log import configure
 from dreamd.store import app_file
@@ -47,7 +61,7 @@ from dreamd.store.tiers import profile_row
 from dreamd.store.turns import turns_by_id
 from dreamd.text import STOPWORDS
 from testkit.openai_server import FakeOpenAI
-from testkit.remembered import judged
+from testkit.remembered import SAM, from_file, judged
 
 _WORDS = re.compile(r"\w+")
 DATA = Path(__file__).parent.parent.parent / "shared" / "data"
@@ -80,13 +94,14 @@ class Backend:
 
 
 def consolidated(db: Path, sessions: list[Any], embedder: LocalEmbedder,
-                 backend: Backend, **changes: Any) -> Memory:
-    """`sessions` imported into a new file at `db` (the shipped sample written like a chat
-    app when it is None), one full pass, and the memory to read it with."""
+                 backend: Backend, sample: list[Any] | None = None, **changes: Any) -> Memory:
+    """`sessions` imported into a new file at `db` (a sample written like a chat app when
+    there are none: `sample`, or the shipped one), one full pass, and the memory to read
+    it with."""
     config = backend.config(db, **changes)
     if not sessions:
         with app_file.created(db) as conn:
-            write_sample(conn, sample_sessions())
+            write_sample(conn, sample or sample_sessions())
     store = open_store(config)
     write_sessions(store, sessions)
     run_pass(store, config, embedder, backend.completer(config, embedder), trigger="quality",
@@ -96,18 +111,24 @@ def consolidated(db: Path, sessions: list[Any], embedder: LocalEmbedder,
 
 
 def demo(embedder: LocalEmbedder, backend: Backend) -> None:
-    """The shipped sample: the profile and the current facts against what a friend would
-    keep (testkit/remembered.py)."""
-    with tempfile.TemporaryDirectory() as tmp:
-        memory = consolidated(Path(tmp) / "m.db", [], embedder, backend,
-                              user=UserConfig(name="Sam"))
-        with memory.store.read() as conn:
-            profile = profile_row(conn, profile_id(DEFAULT_USER))
-            facts = facts_of(conn, DEFAULT_USER, current_only=True)
-        memory.close()
-    print(judged(profile.content if profile else "").line(f"demo {backend.name} profile"))
-    print(judged("\n".join(f"- {f.statement}" for f in facts)).line(
-        f"demo {backend.name} current facts"))
+    """The shipped sample and the tests' second sample: the profile (and the current facts)
+    against what a friend would keep (testkit/remembered.py)."""
+    second = Path(__file__).parent.parent / "tests" / "data"
+    for name, friends, sessions in (
+            ("demo", SAM, None),
+            ("second sample", from_file(second / "second_sample_keep.txt", "Jonah"),
+             parse_samples((second / "second_sample.txt").read_text("utf-8")))):
+        with tempfile.TemporaryDirectory() as tmp:
+            memory = consolidated(Path(tmp) / "m.db", [], embedder, backend,
+                                  user=UserConfig(name=friends.person), sample=sessions)
+            with memory.store.read() as conn:
+                profile = profile_row(conn, profile_id(DEFAULT_USER))
+                facts = facts_of(conn, DEFAULT_USER, current_only=True)
+            memory.close()
+        print(judged(profile.content if profile else "", friends, embedder).line(
+            f"{name} {backend.name} profile"))
+        print(judged("\n".join(f"- {f.statement}" for f in facts), friends, embedder).line(
+            f"{name} {backend.name} current facts"))
 
 
 def ranked_sessions(memory: Memory, query: str, words_too: bool) -> list[str]:
@@ -228,6 +249,8 @@ def locomo_scores(path: Path, embedder: LocalEmbedder,
                              for e in evidence)
                 tiers = memory.context(f"question:{sample}", query=qa["question"], budget=1000,
                                        raw_turns=False).text.lower()
+                # Whole words: "art" is not in "start".
+                in_block, in_tiers = set(_WORDS.findall(block)), set(_WORDS.findall(tiers))
                 for key in (str(category), "all", f"conv {sample}"):
                     for k in (5, 10, 25):
                         scores[f"{key}|{k}"].append(float(bool(evidence & set(hits[:k]))))
@@ -235,9 +258,9 @@ def locomo_scores(path: Path, embedder: LocalEmbedder,
                     scores[f"{key}|context"].append(float(answer in block))
                     scores[f"{key}|inside"].append(float(inside))
                     scores[f"{key}|words"].append(
-                        sum(w in block for w in words) / len(words) if words else 1.0)
+                        len(words & in_block) / len(words) if words else 1.0)
                     scores[f"{key}|tiers"].append(
-                        sum(w in tiers for w in words) / len(words) if words else 1.0)
+                        len(words & in_tiers) / len(words) if words else 1.0)
             memory.close()
     return scores
 
@@ -258,8 +281,143 @@ def dia_ids(memory: Memory, conv: dict[str, Any]) -> dict[str, int]:
     return ids
 
 
+MATCH = 0.5  # cosine from which a fact says what an observation says
+_CAPTION = frozenset({"shares", "image"})  # the importer's "[shares an image: ...]"
+
+
+@dataclasses.dataclass
+class Tally:
+    """Matched and total counts of one measure, summed over conversations."""
+
+    hit: int = 0
+    n: int = 0
+
+    def add(self, hits: list[bool]) -> None:
+        self.hit += sum(hits)
+        self.n += len(hits)
+
+    def __str__(self) -> str:
+        return f"{100 * self.hit / self.n if self.n else 0.0:5.1f} % (n={self.n})"
+
+
+def matched(items: list[tuple[np.ndarray, set[int]]], gold: list[tuple[np.ndarray, set[int]]]
+            ) -> tuple[list[bool], list[bool]]:
+    """(each gold observation found, each item matching an observation): same turns,
+    cosine at least MATCH."""
+    found = [False] * len(gold)
+    good = [False] * len(items)
+    for i, (vector, turns) in enumerate(items):
+        for j, (gold_vector, evidence) in enumerate(gold):
+            if turns & evidence and float(vector @ gold_vector) >= MATCH:
+                found[j] = good[i] = True
+    return found, good
+
+
+def interjections(texts: list[str]) -> set[str]:
+    """Words a conversation uses as interjections: opening a sentence, followed at once by
+    a comma, ! or ., and never written capitalized inside a sentence."""
+    opening: set[str] = set()
+    inside: set[str] = set()
+    for text in texts:
+        for m in re.finditer(r"(?:^|[.!?]\s+)([A-Z][a-z]+)(?=[,!.])", text):
+            opening.add(m.group(1))
+        for m in re.finditer(r"(?<=[a-z,;:]\s)([A-Z][a-z]+)", text):
+            inside.add(m.group(1))
+    return opening - inside
+
+
+def topic_words(export: dict[str, Any]) -> list[str]:
+    """The words of every gist's About line and of the reflection's topics."""
+    words = []
+    for gist in export["gists"]:
+        for line in gist["content"].splitlines():
+            if line.startswith("About: "):
+                words += [w.strip() for w in line[len("About: "):].split(",") if w.strip()]
+    reflection = export.get("reflection") or {}
+    words += [str(t) for t in (reflection.get("data") or {}).get("topics", [])]
+    return words
+
+
+def traced(profile: str, statements: dict[str, int]) -> list[tuple[str, int | None]]:
+    """Each profile line with the fact it shows (by its statement), and whose it is (the
+    person heading it, where the profile has several)."""
+    out = []
+    person = ""
+    for line in profile.splitlines():
+        if line.startswith("About "):
+            person = line.removeprefix("About ").rstrip(":")
+        if not line.lstrip().startswith("- "):
+            continue
+        body = re.sub(r" \(since [^)]*\)$", "", line.lstrip()[2:])
+        out.append((person, statements.get(body)))
+    return out
+
+
+def facts(path: Path, embedder: LocalEmbedder, backend: Backend) -> None:
+    """Facts and profile against LoCoMo's observations, each conversation alone."""
+    data = json.loads(path.read_text())
+    totals: dict[str, Tally] = defaultdict(Tally)
+    for conv in data:
+        sample = conv["sample_id"]
+        with tempfile.TemporaryDirectory() as tmp:
+            memory = consolidated(Path(tmp) / "m.db", parse_locomo([conv], str(path)), embedder,
+                                  backend)
+            ids = dia_ids(memory, conv)
+            export = export_user(memory.store, DEFAULT_USER, memory.config.agent.id)
+            with memory.store.read() as conn:
+                turns = turns_by_id(conn, list(ids.values()))
+            memory.close()
+        gold_texts, gold_turns = [], []
+        for session in conv["observation"].values():
+            for said in session.values():
+                for text, evidence in said:
+                    evidence = [evidence] if isinstance(evidence, str) else evidence
+                    where = {ids[e] for e in evidence if e in ids}
+                    if where:  # a malformed evidence id names no turn: left out
+                        gold_texts.append(text)
+                        gold_turns.append(where)
+        stored = export["facts"]
+        people = [t for t in turns.values() if t.role.lower() != "assistant"]
+        vectors = embedder.embed(gold_texts + [f["statement"] for f in stored]
+                                 + [t.content for t in people])
+        gold = list(zip(vectors[:len(gold_texts)], gold_turns, strict=True))
+        fact_items = [(vectors[len(gold_texts) + i], set(f["from_turns"]))
+                      for i, f in enumerate(stored)]
+        turn_items = [(vectors[len(gold_texts) + len(stored) + i], {t.id})
+                      for i, t in enumerate(people)]
+        found, good = matched(fact_items, gold)
+        every_found, every_good = matched(turn_items, gold)
+        index = {f["statement"]: i for i, f in enumerate(stored)}
+        lines = traced((export["profile"] or {}).get("content", ""), index)
+        per_person: dict[str, int] = defaultdict(int)
+        for heading, _ in lines:
+            per_person[heading] += 1
+        odd = interjections([t.content for t in turns.values()])
+        words = topic_words(export)
+        bad = [w for w in words if w in odd or w.lower() in _CAPTION]
+        rows = {"recall": found, "precision": good,
+                "profile": [i is not None and good[i] for _, i in lines],
+                "every recall": every_found, "every precision": every_good,
+                "topic words clean": [w not in bad for w in words]}
+        for name, hits in rows.items():
+            totals[name].add(hits)
+        print(f"facts {sample:<8} recall {tally(found)}, precision {tally(good)}; profile "
+              f"precision {tally(rows['profile'])}, lines per person {dict(per_person)}; "
+              f"every turn: recall {tally(every_found)}, precision {tally(every_good)}; "
+              f"interjections or caption words among About/topic words: {len(bad)} of "
+              f"{len(words)} {sorted(set(bad))[:8]}")
+    print(f"facts {'all':<8} recall {totals['recall']}, precision {totals['precision']}; "
+          f"profile precision {totals['profile']}; every turn: recall "
+          f"{totals['every recall']}, precision {totals['every precision']}; About/topic "
+          f"words clean {totals['topic words clean']}")
+
+
+def tally(hits: list[bool]) -> Tally:
+    return Tally(sum(hits), len(hits))
+
+
 USAGE = ("usage: python -m bench.quality [--completer extractive|openai] [demo] "
-         "[longmemeval PATH] [locomo PATH]")
+         "[longmemeval PATH] [locomo PATH] [facts PATH]")
 
 
 def main() -> None:
@@ -272,13 +430,13 @@ def main() -> None:
         backend_name, args = args[1], args[2:]
     if not args:
         args = ["demo", "longmemeval", str(DATA / "longmemeval_s_dev.json"),
-                "locomo", str(DATA / "locomo_dev.json")]
+                "locomo", str(DATA / "locomo_dev.json"), "facts", str(DATA / "locomo_dev.json")]
     targets: list[tuple[str, Path | None]] = []
     while args:
         name = args.pop(0)
         if name == "demo":
             targets.append((name, None))
-        elif name in ("longmemeval", "locomo") and args:
+        elif name in ("longmemeval", "locomo", "facts") and args:
             targets.append((name, Path(args.pop(0))))
         else:
             sys.exit(USAGE)
@@ -294,7 +452,8 @@ def main() -> None:
             if path is None:
                 demo(embedder, backend)
             else:
-                {"longmemeval": longmemeval, "locomo": locomo}[name](path, embedder, backend)
+                run = {"longmemeval": longmemeval, "locomo": locomo, "facts": facts}[name]
+                run(path, embedder, backend)
     finally:
         backend.stop()
 

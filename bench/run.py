@@ -148,6 +148,8 @@ def bench_pass() -> None:
     print(f"pass: 10,000 turns / 200 sessions, embedded default, wall {wall:.1f} s; "
           f"embed {10_000 / embed_s:.0f} turns/s ({embed_s:.1f} s), summarize "
           f"{10_000 / summ_s:.0f} turns/s ({summ_s:.1f} s, {jobs['summarize']['done']} gists), "
+          f"facts {jobs['facts']['seconds']:.1f} s ({jobs['facts']['seconds'] / wall:.1%} of the "
+          f"pass), "
           f"profile+eras+narrative+reflect "
           f"{sum(jobs[j]['seconds'] for j in ('profile', 'eras', 'narrative', 'reflect')):.2f} s; "
           f"peak RSS {rss_mb:.0f} MB; write lock held {lock['held_ms']:.0f} ms over "

@@ -127,7 +127,7 @@ class FactsConfig:
 
 @dataclass(frozen=True)
 class ProfileConfig:
-    max_facts: int = field(default=20, metadata=_check("int", min=1, max=500))
+    max_facts: int = field(default=16, metadata=_check("int", min=1, max=500))
 
 
 @dataclass(frozen=True)

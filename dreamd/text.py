@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 # Function words: never worth matching on.
 STOPWORDS = frozenset(
     """a about above after again against all also am an and any are as at be been before
@@ -29,12 +27,3 @@ CHATTER = STOPWORDS | frozenset(
 # Day and month names: words that date something, never what it is about.
 CALENDAR = frozenset("""monday tuesday wednesday thursday friday saturday sunday january
     february march april may june july august september october november december""".split())
-
-
-# A capitalized word opening a sentence as its subject, as a person's name does ("Ana
-# lands on the 16th"), not as any sentence's first word does ("Boxes everywhere").
-NAME_THEN_VERB = re.compile(
-    r"^[A-Z][a-zà-ÿ]+ (?:says|said|is|was|has|had|will|can|thinks|thought|told|tells|"
-    r"wants|wanted|lives|lived|works|worked|loves|loved|likes|liked|moved|came|went|got|"
-    r"called|texted|asked|suggested|agreed|ran|runs|just|also|lands|landed|arrives|arrived|"
-    r"finished|started|left|met|visited|visits|won|passed|joined|wrote|sent|bought|found)\b")

@@ -55,3 +55,11 @@ def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return str(tmp_path / "memory.db")
     server = request.getfixturevalue("pg_server")
     return str(server.new_database())
+
+
+@pytest.fixture(scope="session")
+def minilm() -> Any:
+    """The embedded default embedder, one thread: the selector's vector space."""
+    from dreamd.backends.local import LocalEmbedder
+
+    return LocalEmbedder(threads=1)

@@ -20,6 +20,7 @@ from typing import Any
 from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.openai_backend import OpenAICompleter
+from dreamd.backends.protocols import Embedder
 from dreamd.config import CompleterConfig, Config, EmbedConfig
 from dreamd.dream.prompts import summary_prompt
 from dreamd.models import Completion, Prompt
@@ -248,3 +249,17 @@ def completer_config(server: FakeOpenAI, **changes: Any) -> CompleterConfig:
 
 def completer(server: FakeOpenAI, **changes: Any) -> OpenAICompleter:
     return OpenAICompleter(completer_config(server, **changes), environ={"OPENAI_API_KEY": KEY})
+
+
+def kept(embedder: Embedder, speaker: str, text: str, addressee: str | None = "Wren",
+         previous: str = "", said_at: str = "2026-07-12T20:15:00+00:00") -> list[str]:
+    """The facts one turn leaves, offline: what extraction proposes and the selector keeps."""
+    from dreamd.dream.facts import extract
+    from dreamd.dream.selector import chosen
+
+    found = extract(speaker, text, said_at, addressee, previous)
+    if not found:
+        return []
+    vectors = embedder.embed([c.statement for c in found])
+    keep = chosen([(c.subject, c.statement) for c in found], vectors, embedder.model)
+    return [c.statement for c, k in zip(found, keep, strict=True) if k]

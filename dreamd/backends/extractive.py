@@ -16,7 +16,8 @@ import numpy as np
 
 from dreamd.backends.protocols import Embedder
 from dreamd.models import Completion, Prompt
-from dreamd.text import CALENDAR, CHATTER, NAME_THEN_VERB
+from dreamd.speech import could_name, opens_with_name, sentences, thing_word, unstaged
+from dreamd.text import CALENDAR, CHATTER
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{2,}")
 _SELF_DISCLOSURE = re.compile(
@@ -77,54 +78,62 @@ def select(vectors: np.ndarray, weights: np.ndarray, k: int, diversity: float = 
 
 def keywords(texts: list[str], n: int) -> list[str]:
     """The words most texts share, in the spelling they were written in most ("Biscuit",
-    "Portuguese", "marathon")."""
+    "Portuguese", "band"); only words said inside a sentence somewhere, not only at
+    its start, where calls and reactions ("Haha", "Wow", "Definitely") stand, and, in
+    lower case, only words English knows as the name of a thing ("band", not "haha",
+    "lovely" or "nine")."""
     counts: Counter[str] = Counter()
     spellings: dict[str, Counter[str]] = {}
+    inside: set[str] = set()
     for text in texts:
-        words = {w.strip("'-") for w in _WORD.findall(text)}
+        words: set[str] = set()
+        for sentence in sentences(text):
+            found = [w.strip("'-") for w in _WORD.findall(sentence)]
+            inside.update(w.lower() for w in found[1:])
+            words.update(found)
         for word in words:
             key = word.lower()
-            if key in CHATTER or not 3 < len(key) <= 30:
+            if key in CHATTER or not 3 < len(key) <= 30 or not (
+                    thing_word(key) or (word[:1].isupper() and could_name(key))):
                 continue
             spellings.setdefault(key, Counter())[word] += 1
         counts.update({w.lower() for w in words} & set(spellings))
-    best = [w for w, c in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0])) if c > 1][:n]
+    best = [w for w, c in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0]))
+            if c > 1 and w in inside][:n]
     return [spellings[w].most_common(1)[0][0] for w in best]
 
 
 ABOUT = "About: "
 # A name may join its words with a particle: "Campo de Ourique", "Rio de Janeiro".
-_NAME = re.compile(r"(?<![.!?]\s)(?<!^)(?<![.!?]\s\s)\b[A-Z][a-zà-ÿ]{2,}"
+_NAME = re.compile(r"(?<!^)\b[A-Z][a-zà-ÿ]{2,}"
                    r"(?:\s(?:(?:de|da|do|dos|das|del|la|von|van|der)\s)?[A-Z][a-zà-ÿ]+)*")
-_OPENER = re.compile(r"(?:^|[.!?]\s+)([A-Z][a-zà-ÿ]{2,})\b")
 
 
 def topics(lines: list[str], n: int, people: tuple[str, ...] = ()) -> list[str]:
     """What a conversation was about, in its own spelling: the names it mentions (people,
     places, things), the most mentioned first, then the words its lines keep coming back
     to. `lines` are "speaker: words"; the speakers and `people` (the user's and the
-    agent's names, in every conversation of theirs) are not topics."""
+    agent's names, in every conversation of theirs) are not topics. A name is a
+    capitalized word inside a sentence, or one opening it as its subject ("Ana lands on
+    the 16th"); a word English knows that only ever opens sentences ("Haha", "Wow", "No",
+    "Fingers crossed") is none."""
     speakers = {line.partition(": ")[0].strip().lower() for line in lines}
     speakers |= {name.lower() for name in people}
-    bodies = [line.partition(": ")[2] or line for line in lines]
+    bodies = [unstaged(line.partition(": ")[2] or line) for line in lines]
     names: Counter[str] = Counter()
     openers: Counter[str] = Counter()
     for body in bodies:
-        # A capitalized word inside a sentence; one opening a sentence only as its
-        # subject ("Ana lands on the 16th") or when the conversation comes back to it.
-        for m in _OPENER.finditer(body):
-            openers[m.group(1)] += 1
-            if NAME_THEN_VERB.match(body[m.start(1):]) and not m.group(1).endswith(
-                    ("ing", "ed")):  # "Training is", "Terrified is": not a name
-                names[m.group(1)] += 1
-        for name in _NAME.findall(body):
-            names[name] += 1
-    for word, count in openers.items():
-        if count > 1 or word in names:
-            names[word] += count
+        for sentence in sentences(body):
+            first = sentence.split(" ", 1)[0]
+            if opens_with_name(sentence) and not first.endswith(("ing", "ed")):
+                openers[first.strip(",;:!.")] += 1
+            for name in _NAME.findall(sentence):
+                names[name] += 1
+    names.update(openers)
     for name in list(names):
         key = name.lower()
-        if key in CHATTER or key.rstrip("s") in CALENDAR or key in speakers:
+        if key in CHATTER or key.rstrip("s") in CALENDAR or key in speakers \
+                or not could_name(key):
             del names[name]
     chosen = [name for name, _ in sorted(names.items(), key=lambda nc: (-nc[1], nc[0]))]
     # Not a word of a longer name ("Ourique" where "Campo de Ourique" opened a sentence).

@@ -2,13 +2,13 @@
 
 A fact is one short statement about a person in the third person, names resolved and
 relative dates made absolute ("Sam adopted a dog called Biscuit (Sunday 12 July 2026)"),
-with the day it became true when the conversation says so, and what it is about when
-that is a thing a person has one of at a time (home, job, partner, a race's result): a
-later fact about the same thing replaces it.
+or the person quoted where the third person would be a guess; with the day it became
+true when the conversation says so, and what it is about when that is a thing a person
+has one of at a time (home, job, partner): a later fact about the same thing replaces it.
 
-Kept: statements that carry information about a person — names, places, numbers, dates,
-possessions, roles, plans, preferences. Dropped: questions, acknowledgements,
-pleasantries, and passing feelings with nothing else in them. Pure: no clock, no model.
+This module proposes: every statement a turn makes about someone, not questions, orders,
+greetings, hand-overs or what is said about the one spoken to. Which proposals are worth
+keeping is dreamd.dream.selector's to say. Pure: no clock, no model.
 """
 
 from __future__ import annotations
@@ -17,64 +17,85 @@ import re
 from dataclasses import dataclass
 from datetime import date
 
-from dreamd.dream.dates import day_of, long_date, resolve
-from dreamd.dream.keys import in_names
-from dreamd.models import Fact
-from dreamd.text import CALENDAR, NAME_THEN_VERB, STOPWORDS
+from dreamd import speech
+from dreamd.dream.dates import day_of, resolve
+from dreamd.text import CALENDAR, STOPWORDS
 
 MAX_CHARS = 300  # a fact is a sentence, not a paragraph
 
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'])")
-_OPENERS = re.compile(
-    r"^(?:(?:big |great |good |some |i have )?news|ok(?:ay)?|yes(?: please)?|yeah|yep|no|"
-    r"maybe|until then|but(?: first)?|and|a few|not yet|"
-    r"sure|thanks?(?: you)?|haha|lol|wow|cool|nice|great|good idea|fair enough|honestly|"
-    r"well|so|also|actually|anyway|oh|hey|hi|hello)\b[\s,:!.-]*", re.IGNORECASE)
-_NOT_ABOUT_ANYONE = re.compile(r"^(?:that|this|it|which|those|these|there)\b", re.IGNORECASE)
-_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|I'll|I'd|my|me|mine|we|our|us)\b")
-_NUMBER = re.compile(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|"
-                     r"twelve|fifteen|twenty|thirty|hundred|thousand)\b", re.IGNORECASE)
-_PROPER = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-zà-ÿ]+(?:\s[A-Z][a-zà-ÿ]+)*")
-# Words that say something lasting about a life: roles, possessions, people, plans,
-# preferences, events. A sentence with none of them, no name and no number says little.
-_CUES = re.compile(
-    r"\b(?:moved?|moving|live[sd]?|living|relocat\w+|flat|apartment|house|home|lease|rent|"
-    r"landlord|landlady|job|work(?:s|ed|ing)?|role|promot\w+|hired|fired|quit|offer\w*|"
-    r"manager|boss|colleague|team|company|startup|developer|engineer|teacher|nurse|"
-    r"doctor|student|lead|career|salary|retired|adopt\w*|dog|cat|puppy|kitten|pet|"
-    r"sister|brother|mother|mum|mom|father|dad|son|daughter|wife|husband|partner|"
-    r"girlfriend|boyfriend|fianc\w+|married|wedding|divorc\w+|engaged|baby|pregnant|"
-    r"born|birthday|friend|neighbou?rs?|race|marathon|half|run|ran|km|miles|finish\w*|"
-    r"goal|plan\w*|signed up|sign up|decided|started|starting|ended|"
-    r"passed|exam|course|class\w*|degree|learn\w*|study\w*|love[sd]?|hate[sd]?|prefer\w*|"
-    r"favou?rite|allergic|vegetarian|vegan|play(?:s|ed)?|instrument|guitar|piano|"
-    r"saxophone|violin|paint\w*|teach\w*|volunteer\w*|bought|sold|car|bike|"
-    r"drinks?|drinking|eats?|eating|diet|habit\w*|every (?:morning|day|evening|night|week)|"
-    r"switch\w*|stopped|no longer|anymore|instead|gave up)\b",
-    re.IGNORECASE)
-_PASSING = re.compile(
-    r"\b(?:tired|exhausted|sleepy|hungry|bored|busy|stressed|worried|nervous|anxious|"
-    r"overwhelmed|embarrassed|sore|lonely|excited|terrified|happy|sad|destroyed|rough day|"
-    r"cramped|brutal)\b", re.IGNORECASE)
-_NOW_ONLY = re.compile(r"\b(?:tonight|today|this (?:morning|afternoon|evening)|right now)\b",
-                       re.IGNORECASE)
-_SMALL_TALK = re.compile(r"\b(?:by the way|how are you|see you|good night|take care)\b",
-                         re.IGNORECASE)
-
-# What a fact is about, when a person has one of it at a time: a newer fact replaces it.
-ABOUT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(pattern, re.IGNORECASE)) for name, pattern in (
-        ("home", r"\b(?:moved (?:in)?to|lives? in|lived in|living in|relocat\w+ to|"
-                 r"found a (?:flat|house|apartment))"),
-        ("job", r"\b(?:works? (?:as|at|for)|worked (?:as|at|for)|working (?:as|at|for)|"
-                r"job (?:as|at)|(?:got|started|start|found) a new job|promot\w+|"
-                r"tech lead|hired as|quit (?:his|her|their) job|became (?:a|an|the) \w+)"),
-        ("partner", r"\b(?:(?:my|his|her) (?:girlfriend|boyfriend|wife|husband|partner|"
-                    r"fianc\w+)|married|engaged|broke up|divorc\w+)"),
-        ("half marathon", r"\bhalf(?:[- ]marathon)? in \d"),
-        ("marathon", r"\b(?<!half )marathon in \d"),
-    ))
 _WORD = re.compile(r"\w+")
+NUMBER = re.compile(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|eleven|"
+                    r"twelve|fifteen|twenty|thirty|hundred|thousand)\b", re.IGNORECASE)
+PROPER = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-zà-ÿ]+(?:\s[A-Z][a-zà-ÿ]+)*")
+_FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|I'll|I'd|[Mm]y|[Mm]e|[Mm]ine|[Ww]e|[Oo]ur|[Uu]s)\b")
+# What opens a sentence as a call or a reaction: one or two words before a comma, a dash
+# or an exclamation mark ("Wow, Mel, ...", "Thanks Jon! ...", "Oh no - ...").
+_LEAD = re.compile(r"^([\w'’]+(?:\s[\w'’]+)?)\s*(?:,|!|:|\.\.\.|…|—|–|\s-)\s*")
+_CONTRACTION_TAILS = frozenset("m s ve ll d re t".split())  # of "I'm", "it's", "don't"
+# An announcement before the news: "I have news: I was offered ...", "Guess what: I ...".
+_ANNOUNCED = re.compile(r"^[^:\d]{1,24}:\s+(?=(?:I|I['’]\w+|[Mm]y|[Ww]e|[Oo]ur)\b)")
+# A feeling before the news: "I'm so excited, we are adopting a child!".
+_FEELING_FIRST = re.compile(r"^I['’]m (?:so |really |very |just |super |quite )?(\w+)\s*"
+                            r"[,!—–-]\s*")
+# An adverb before the speaker's own: "Actually my manager ...", "Honestly I ...".
+_ADVERB_FIRST = re.compile(r"^([A-Z][a-z]+ly)\s+(?=(?:I|my|we|our|me)\b)")
+# Words that make an opening a sentence's own subject or time, not a call ("My dog, ...",
+# "She, too, ...").
+_HOLDS = frozenset("i i'm i've my me we our us you your he she it they his her their its "
+                   "this that these those there".split())
+_SMALL_TALK = re.compile(r"\b(?:by the way|how are you|see you|good night|take care|"
+                         r"talk (?:to you )?(?:soon|later))\b", re.IGNORECASE)
+
+
+# A sentence that hands something over: "Here's a photo from the hike", "Here are ...".
+_HANDED = re.compile(r"^(?:here(?:['’]s| is| are| it is)|there you go)\b", re.IGNORECASE)
+# A sentence about someone else: a name or a third person as its subject ("Theo broke his
+# wrist", "She is 5").
+_OTHER_SUBJECT = re.compile(r"^(?:[A-Z][a-zà-ÿ]+|[Ss]he|[Hh]e|[Tt]hey|[Hh]is|[Hh]er|[Tt]heir)\b"
+                            r"(?:['’]s)?\s+\w+")
+_I_SUBJECT = re.compile(r"\b(?:I|I['’]m|I['’]ve|I['’]ll|I['’]d|we|we['’]re|we['’]ve)\b")
+
+
+def bare(sentence: str, known: tuple[str, ...] = ()) -> str:
+    """A sentence without what opens it as a call or a reaction ("Wow, Mel, I got the
+    job" -> "I got the job"): openings of one or two words that hold no number, no date,
+    no pronoun, and no name but the speakers'."""
+    text = sentence
+    while m := _LEAD.match(text):
+        opening = m.group(1)
+        words = opening.split()
+        held = [w for w in words[:-1] if w.lower() in _HOLDS]
+        held += [words[-1]] if words[-1].lower() in _HOLDS - {"my"} else []  # "Oh my, ..."
+        if (any(c.isdigit() for c in opening) or held
+                or any(w[:1].isupper() and w not in known for w in words[1:])
+                or resolve(opening, date(2000, 1, 1)) != opening):
+            break
+        text = text[m.end():]
+    m = _ANNOUNCED.match(text)
+    if m and len(_WORD.findall(text[m.end():])) >= 4:
+        text = text[m.end():]
+    m = _ADVERB_FIRST.match(text)
+    if m and speech.adverb(m.group(1)):
+        text = text[m.end():]
+    m = _FEELING_FIRST.match(text)
+    if m and speech.describing(m.group(1)) and len(_WORD.findall(text[m.end():])) >= 3:
+        text = text[m.end():]  # "I'm so excited, we are adopting a child!"
+    return text[:1].upper() + text[1:] if text else text
+
+
+def proposed(bare: str) -> bool:
+    """Whether a sentence (its opening call left out) may tell something about someone:
+    a statement of three words or more, one of them not a function word, that is not a
+    question, not said about the one spoken to, and not an order, a wish or a greeting.
+    Which of these are worth keeping is the selector's to say (dreamd.dream.selector)."""
+    words = _WORD.findall(bare)
+    if len(words) < 3 or len(bare) > MAX_CHARS or bare.rstrip().endswith("?"):
+        return False
+    if speech.said_to_the_other(bare) or speech.ordered(bare) or _SMALL_TALK.search(bare) \
+            or _HANDED.match(bare):
+        return False
+    return any(w.lower() not in STOPWORDS and w.lower() not in _CONTRACTION_TAILS
+               for w in words)
 
 
 @dataclass(frozen=True)
@@ -88,68 +109,27 @@ class Candidate:
     said_at: str  # when it was said (the turn's time)
 
 
-_THIRD = {"am": "is", "do": "does", "don't": "doesn't", "have": "has", "go": "goes",
-          "was": "was"}
-_BASE_VERBS = ("work", "live", "love", "like", "want", "need", "play", "teach", "prefer",
-               "hate", "run", "speak", "know", "think", "feel", "own", "drink", "eat",
-               "study", "enjoy", "miss", "plan", "hope", "volunteer", "paint", "write")
-
-
-def agree(statement: str, subject: str) -> str:
-    """The verb after a name made third person: "Sam work as" -> "Sam works as"."""
-    def third(m: re.Match[str]) -> str:
-        verb = m.group(2)
-        if verb in _THIRD:
-            return f"{m.group(1)} {_THIRD[verb]}"
-        if verb.endswith("y") and verb not in ("play", "enjoy"):
-            return f"{m.group(1)} {verb[:-1]}ies"
-        return f"{m.group(1)} {verb}{'es' if verb.endswith(('s', 'sh', 'ch', 'o')) else 's'}"
-    verbs = "|".join(map(re.escape, (*_THIRD, *_BASE_VERBS)))
-    return re.sub(rf"\b({re.escape(subject)}(?: (?:also|really|just|still|never|often))?) "
-                  rf"({verbs})\b", third, statement)
-
-
-def sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCE.split(text.replace("\n", " ")) if s.strip()]
-
-
-_VERB_FIRST = re.compile(r"^(?:[A-Z][a-z]+ed|Went|Did|Ran|Got|Had|Made|Took|Saw|Met|Found|"
-                         r"Bought|Sold|Won|Lost|Left|Began|Spent|Finished|Started)\b")
-
-
-def informative(sentence: str) -> bool:
-    """Whether a sentence says something lasting about someone."""
-    bare = _OPENERS.sub("", sentence).strip()
-    words = _WORD.findall(bare)
-    if len(words) < 4 or len(bare) > MAX_CHARS or bare.endswith("?"):
-        return False
-    if _NOT_ABOUT_ANYONE.match(bare) or _SMALL_TALK.search(bare):
-        return False
-    named = bool(_PROPER.search(bare))
-    number = bool(_NUMBER.search(bare))
-    cue = bool(_CUES.search(bare))
-    if _PASSING.search(bare) and not named:
-        return False  # a feeling of the moment
-    if _OPENERS.match(sentence) and not (number or _STRONG.search(bare)
-                                         or _INTRODUCES.search(bare)):
-        return False  # a reply to a suggestion ("Good idea, I'll ask ...")
-    if _NOW_ONLY.search(bare) and not (named or number or cue):
-        return False
-    content = [w for w in words if w.lower() not in STOPWORDS]
-    return len(content) >= 2 and (named or number or cue)
-
-
-# Cues strong enough to keep a sentence that opens as a reply.
-_STRONG = re.compile(r"\b(?:moved|adopted|married|engaged|promot\w+|offered|accepted|"
-                     r"signed up|passed|finished|bought|born|died|quit|hired)\b",
-                     re.IGNORECASE)
-
-
-# Someone in the speaker's life, introduced by name ("my manager Rui").
-_INTRODUCES = re.compile(
-    r"\b[Mm]y (?:manager|boss|colleague|sister|brother|mother|mum|mom|father|dad|son|"
-    r"daughter|wife|husband|partner|girlfriend|boyfriend|fianc\w+|friend|neighbou?r|"
-    r"landlord|landlady|coach|teacher|doctor) [A-Z][a-zà-ÿ]+")
+# What a fact is about, when a person has one of it at a time: a newer fact replaces it.
+# Each pattern reads what follows the subject's name (and any adverbs: "Sam just moved
+# to Porto"), so "Sam wants to live in Paris" or "Sam's sister got married" replace
+# nothing of Sam's.
+ABOUT: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(pattern)) for name, pattern in (
+        ("home", r"^(?:moved (?:back )?(?:in)?to (?:[A-Z]|(?:a|an|the|\w+'s) (?:new )?"
+                 r"(?:flat|house|apartment|home|place|city|town|village))|"
+                 r"(?:lives|is living|has lived) in|relocated to|"
+                 r"(?:found|bought|rented) (?:a|an|the) (?:new )?"
+                 r"(?:flat|house|apartment|home|place))"),
+        ("job", r"^(?:works (?:as|at|for)|is working (?:as|at|for)|"
+                r"started working (?:as|at|for)|"
+                r"(?:was |got |has been |just got )?promoted\b|was hired as|"
+                r"(?:got|started|found|took|accepted|was offered|has been offered) "
+                r"(?:a|an|the) (?:[\w-]+ ){0,3}(?:job|role|position|post)\b|"
+                r"quit \w+'s job|is (?:a|an|the) (?:new )?[\w-]+ at [A-Z])"),
+        ("partner", r"^(?:(?:got|is|was) (?:married|engaged)\b|broke up\b|"
+                    r"(?:got |is |was )?divorced\b)|^'s (?:girlfriend|boyfriend|wife|husband|"
+                    r"partner|fianc\w+) (?:is|was)\b"),
+    ))
 
 
 # A statement that says something stopped or changed: with the embedder's nearest current
@@ -161,34 +141,39 @@ CHANGE = re.compile(r"\b(?:switched|switching|changed|stopped|quit|no longer|not
 
 
 def about(statement: str, subject: str) -> str | None:
-    """What a statement about `subject` says they have one of at a time, if anything."""
-    if subject not in statement:
+    """What a statement told of `subject` by name says they have one of at a time, if
+    anything: "Sam moved to Porto" -> "home"."""
+    if not statement.startswith(subject):
         return None
+    rest = statement[len(subject):]
+    if rest.startswith(" "):
+        words = rest.split(" ")[1:]
+        while words and speech.adverb(words[0]):
+            words = words[1:]  # "Sam just moved", "Sam finally got"
+        rest = " ".join(words)
     for name, pattern in ABOUT:
-        if pattern.search(statement):
+        if pattern.search(rest):
             return name
     return None
 
 
-def _tidy(sentence: str) -> str:
-    bare = _OPENERS.sub("", sentence).strip().rstrip(",;: ")
-    return bare[:1].upper() + bare[1:] if bare else bare
-
-
 _ABSOLUTE = re.compile(r"\((?:[A-Z][a-z]+day )?(\d{1,2}) ([A-Z][a-z]+) (\d{4})\)")
-_MONTHS = ("January February March April May June July August September October November "
+MONTHS = ("January February March April May June July August September October November "
            "December").split()
 
 
 def became_true(statement: str, said: date | None) -> str | None:
     """The first day-precise date a statement resolves to, else the day it was said."""
     m = _ABSOLUTE.search(statement)
-    if m and m.group(2) in _MONTHS:
-        return date(int(m.group(3)), _MONTHS.index(m.group(2)) + 1, int(m.group(1))).isoformat()
+    if m and m.group(2) in MONTHS:
+        try:
+            return date(int(m.group(3)), MONTHS.index(m.group(2)) + 1,
+                        int(m.group(1))).isoformat()
+        except ValueError:
+            pass  # "(31 February 1990)", as someone typed it: not a day
     return said.isoformat() if said else None
 
 
-_THIRD_PERSON = re.compile(r"\b(?:he|she|they|him|his|her|them|their)\b", re.IGNORECASE)
 _NAME_WORD = re.compile(r"\b[A-Z][a-zà-ÿ]+\b")
 _PLACE_BEFORE = re.compile(r"\b(?:in|at|to|from|near|into|around|of|for|visit\w*)\s+$",
                            re.IGNORECASE)
@@ -200,27 +185,32 @@ def people_named(text: str, known: tuple[str, ...]) -> list[str]:
     opening a sentence as its subject ("Ana says ..."); not the `known` speakers, not
     calendar or common words."""
     found = []
-    for sentence in sentences(text):
+    for sentence in speech.sentences(text):
         for m in _NAME_WORD.finditer(sentence):
             word = m.group()
             if word in known or word.lower() in STOPWORDS or word.lower() in CALENDAR \
                     or word.endswith("ing"):
                 continue
             if m.start() == 0:
-                if not NAME_THEN_VERB.match(sentence):
+                if not speech.opens_with_name(sentence):
                     continue
-            elif _PLACE_BEFORE.search(sentence[:m.start()]):
+            elif _PLACE_BEFORE.search(sentence[:m.start()]) or \
+                    sentence[m.start() - 2:m.start()] in (". ", "! ", "? "):
                 continue
             found.append(word)
     return found
 
 
-# "she"/"he" and "him" stand for a person; "her" does where no noun follows it ("showing
-# her Belém", "with her."), "his"/"her" before a noun are the person's ("her time").
-_PRONOUNS = re.compile(
-    r"\b(?:(?P<subject>[Ss]he|[Hh]e)(?P<is>['’]s)?|(?P<object>him|her(?=[\s,.!?;:]*(?:$|[A-Z]|"
-    r"(?:the|a|an|to|at|in|on|with|and|about|around|for|from|too|again|back|up|out)\b)))|"
-    r"(?P<owner>his|her)(?=\s+[a-z]))\b")
+# "she"/"he" and "him" stand for a person; "his" is theirs; "her" is theirs before a word
+# that names or describes a thing ("her time", "her new job") and the person elsewhere
+# ("showing her Belém", "saw her yesterday", "with her.").
+_PRONOUNS = re.compile(r"\b(?:(?P<subject>[Ss]he|[Hh]e)(?P<is>['’]s)?|(?P<object>him)|"
+                       r"(?P<owner>his)(?=\s+[a-z])|(?P<her>her))\b")
+
+
+# Someone the sentence itself names before a pronoun: "my mum", "our son", "Theo".
+_ANTECEDENT = re.compile(r"\b(?:[Mm]y|[Oo]ur|[Hh]is|[Hh]er|[Tt]heir) [a-z]+|"
+                         r"(?<!^)(?<![.!?] )\b[A-Z][a-zà-ÿ]+")
 
 
 def resolve_people(tidy: str, before: str, known: tuple[str, ...]) -> str:
@@ -235,204 +225,79 @@ def resolve_people(tidy: str, before: str, known: tuple[str, ...]) -> str:
     name = named.pop()
 
     def named_as(m: re.Match[str]) -> str:
-        if m.group("is"):
-            return f"{name} is"
+        if _ANTECEDENT.search(tidy[:m.start()]):
+            return m.group()  # "my mum had her knee replaced": hers, named in the sentence
+        after = re.findall(r"[A-Za-z]+", tidy[m.end():])[:1]
+        if m.group("is"):  # "she's been" is "she has been"; "she's tall", "she is tall"
+            return f"{name} has" if after and speech.past_participle(after[0]) else f"{name} is"
+        if m.group("her"):
+            owned = after and tidy[m.end():m.end() + 1] == " " and after[0].islower() \
+                and after[0] not in STOPWORDS \
+                and (speech.thing_word(after[0]) or speech.describing(after[0]))
+            return f"{name}'s" if owned else name
         return f"{name}'s" if m.group("owner") else name
     return _PRONOUNS.sub(named_as, tidy)
 
 
+def _told(sentence: str, speaker: str, addressee: str | None, said: date | None,
+          before: str = "", known: tuple[str, ...] = ()) -> str:
+    """A sentence told about its speaker: in the third person where that reads right, the
+    speaker quoted where it would not; relative dates made absolute. `before`, the turn's
+    sentence before it: a sentence without a subject ("Fell off the trampoline") goes on
+    about whoever that one was about, the speaker only when it was the speaker."""
+    text = resolve(sentence, said) if said else sentence
+    words = _WORD.findall(text)
+    own = not before or bool(_I_SUBJECT.search(before)) or not (
+        _OTHER_SUBJECT.search(before) or people_named(before, known))
+    if (own and len(words) > 1 and text.startswith(f"{words[0]} ")
+            and speech.past_verb(words[0]) and words[1] not in ("and", "or")
+            and not speech.opens_with_name(text)):
+        # "Moved into the new flat on Saturday": the speaker's own news ("Exhausted and
+        # embarrassed", "Scared." describe, and tell none).
+        text = f"I {text[:1].lower()}{text[1:]}"
+    elif own and words and words[0] == "Been":  # "Been running longer since we talked"
+        text = f"I have {text[:1].lower()}{text[1:]}"
+    elif own and words and speech.base_verb(words[0]) and re.search(r"\b[Mm]y\b", text):
+        text = f"I {text[:1].lower()}{text[1:]}"  # "Love my new job"
+    third = speech.in_third_person(text, speaker, addressee)
+    if third is not None and speaker in third:
+        return third  # "Sam adopted a dog"
+    return speech.quoted(text, speaker)  # `Sam: "Ana moved to Porto in May."`
+
+
 def extract(speaker: str, content: str, said_at: str, addressee: str | None,
             previous: str = "") -> list[Candidate]:
-    """The facts in one turn, in the third person: `speaker` is the person's name;
-    `previous`, the turn before, names whom a "she" or "he" may mean."""
+    """The facts one turn may hold, in the third person: `speaker` is the person's name;
+    `previous`, the turn before, names whom a "she" or "he" may mean. What is proposed
+    here is structure only; which proposals are kept is the selector's to say."""
     said = day_of(said_at)
     out: list[Candidate] = []
     told: list[str] = []  # this turn's sentences so far
     known = (speaker, addressee) if addressee else (speaker,)
-    for sentence in sentences(content):
+    for sentence in speech.sentences(content):
         told.append(sentence)
-        if not informative(sentence):
+        plain = bare(speech.capitalized(sentence), known)
+        if not proposed(plain):
             continue
-        plain = _tidy(sentence)
         tidy = resolve_people(plain, " ".join([previous, *told[:-1]]), known)
         named_other = tidy != plain  # "She ..." became "Ana ...", "her" "Ana"
-        if _VERB_FIRST.match(tidy):  # "Moved into the new flat" -> "Sam moved into ..."
-            tidy = f"{speaker} {tidy[:1].lower()}{tidy[1:]}"
-        elif not _FIRST_PERSON.search(sentence) and not out and not (
-                _PROPER.search(tidy) or _NUMBER.search(tidy)):
-            continue  # about something unnamed ("Boxes everywhere, but ...")
-        text = resolve(tidy, said) if said else tidy
-        statement = agree(in_names(text, speaker, addressee), speaker)
-        if named_other:
-            # About someone else, now by name ("Ana is running the half too"): a fact of
-            # its own, told by the speaker.
-            out.append(Candidate(speaker, statement[:MAX_CHARS], None,
-                                 became_true(statement, said), said_at))
-            continue
-        if not _FIRST_PERSON.search(sentence) and out:
-            # A sentence that goes on about what the last one said ("her name is Biscuit")
-            # belongs to it.
-            last = out.pop()
-            merged = f"{last.statement.rstrip('.!')}; {statement}"[:MAX_CHARS]
-            out.append(Candidate(speaker, merged, last.about or about(merged, speaker),
-                                 last.valid_from, said_at))
-            continue
-        # Without the speaker's name it is the speaker's telling: their own news when it
-        # names no one else ("Half marathon in 1 hour 57"), but "She moved to Porto" is
-        # someone else's move, and replaces nothing of the speaker's.
-        someone_else = speaker not in statement and bool(_THIRD_PERSON.search(statement))
-        if speaker not in statement:
-            statement = f"{speaker}: {statement}"
-        statement = statement[:1].upper() + statement[1:]
-        out.append(Candidate(speaker, statement[:MAX_CHARS],
+        before = speech.capitalized(told[-2]) if len(told) > 1 else ""
+        if not before and people_named(previous, known):  # "How did Biscuit take it?"
+            before = previous
+        statement = _told(tidy, speaker, addressee, said, before, known)
+        if len(statement) > MAX_CHARS:
+            continue  # rewritten past a sentence's length: not cut mid-word
+        if re.fullmatch(rf"{re.escape(speaker)} is {re.escape(speaker)}\W*", statement):
+            continue  # "I'm Sam": the name the speaker already goes by
+        if statement.startswith(f'{speaker}: "') and len(_WORD.findall(tidy)) < 6 \
+                and not (PROPER.search(tidy) or NUMBER.search(tidy)
+                         or _FIRST_PERSON.search(tidy)):
+            continue  # a short fragment about no one ("It took all day"): hardly a memory
+        # What the speaker has one of at a time (a job, a home) only from their own news,
+        # told by name ("Sam moved to Porto"), not quoted or about someone else.
+        someone_else = named_other or not statement.startswith((f"{speaker} ",
+                                                                 f"{speaker}'s "))
+        out.append(Candidate(speaker, statement,
                              None if someone_else else about(statement, speaker),
                              became_true(statement, said), said_at))
     return out
-
-
-# Topics of a profile, in order: a fact goes under the first whose words it has.
-TOPICS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
-    (name, re.compile(pattern, re.IGNORECASE)) for name, pattern in (
-        ("Home", r"\b(?:moved|live[sd]?|living|flat|apartment|house|rent|lease|landlord|"
-                 r"landlady|neighbou?rs?|city)\b"),
-        ("Work", r"\b(?:work\w*|job|role|team|manager|boss|colleague|company|startup|office|"
-                 r"developers?|engineers?|lead|promot\w+|career|coding|clients?)\b"),
-        ("People", r"\b(?:sister|brother|mother|mum|mom|father|dad|son|daughter|wife|"
-                   r"husband|partner|girlfriend|boyfriend|friend|married|family)\b"),
-        ("Pets", r"\b(?:dog|cat|puppy|kitten|pet|adopt\w*)\b"),
-        ("Sport and health", r"\b(?:run\w*|ran|race|marathon|km|miles|training|gym|swim\w*|"
-                             r"yoga|knee|stretch\w*|doctor)\b"),
-        ("Learning", r"\b(?:course|class\w*|exam|school|study\w*|learn\w*|language|"
-                     r"lesson\w*|degree|Portuguese|Spanish|French|German)\b"),
-        ("Plans", r"\b(?:will|going to|plan\w*|want\w* to|decided|sign up|next)\b"),
-    ))
-OTHER = "Other"
-
-
-def topic(statement: str) -> str:
-    return next((name for name, pattern in TOPICS if pattern.search(statement)), OTHER)
-
-
-def since(fact: Fact) -> str:
-    """" (since 24 October 2026)" for a fact about a thing held at a time, when dated."""
-    if fact.about is None or not fact.valid_from:
-        return ""
-    day = day_of(fact.valid_from)
-    if day is None or long_date(day) in fact.statement:
-        return ""
-    return f" (since {long_date(day)})"
-
-
-def weight(fact: Fact) -> int:
-    """How much a fact tells: a thing held at a time, then another name, then a number."""
-    said = re.sub(r"\([^)]*\)", "", fact.statement)  # not the resolved dates
-    others = [w for w in _PROPER.findall(said)
-              if w != fact.subject and w.lower() not in CALENDAR]
-    return 4 * (fact.about is not None) + 2 * bool(others) + bool(_NUMBER.search(said))
-
-
-# Words that only make sense beside the conversation they were said in: "we" and "us"
-# left as they were, "it" and "them" pointing back at something said before.
-_LEANS_ON_CONTEXT = re.compile(r"\b(?:we|us|our|it(?!['’])|them|each of them)\b",
-                               re.IGNORECASE)
-
-
-def stands_alone(fact: Fact) -> bool:
-    """Whether a fact reads on its own, as a profile line must: about its subject by name,
-    and, when it has no topic, without words that lean on the conversation."""
-    if fact.about is not None:
-        return True
-    if not fact.statement.startswith((f"{fact.subject} ", f"{fact.subject}'s ")):
-        return False
-    return topic(fact.statement) != OTHER or not _LEANS_ON_CONTEXT.search(fact.statement)
-
-
-def profile_from(facts: list[Fact], max_lines: int, per_topic: int = 4) -> str:
-    """The current facts that read on their own, grouped by topic, the newest first within
-    a topic; replaced facts are not part of a profile. At most `max_lines` facts."""
-    current = [f for f in facts if f.current and stands_alone(f)]
-    subjects = list(dict.fromkeys(f.subject for f in current))
-    groups: dict[tuple[str, str], list[Fact]] = {}
-    # What a person has one of at a time (job, home) first, then facts with a name or a
-    # number in them, the newest first.
-    for fact in sorted(current, key=lambda f: (weight(f), f.valid_from or f.learned_at, f.id),
-                       reverse=True):
-        groups.setdefault((fact.subject, topic(fact.statement)), []).append(fact)
-    order = [name for name, _ in TOPICS] + [OTHER]
-    lines: list[str] = []
-    left = max_lines
-    for subject in subjects:
-        for name in order:
-            chosen = groups.get((subject, name), [])[:min(per_topic, left)]
-            if not chosen:
-                continue
-            heading = name if len(subjects) == 1 else f"{subject}: {name}"
-            lines.append(f"{heading}:")
-            lines += [f"- {f.statement}{since(f)}" for f in chosen]
-            left -= len(chosen)
-    return "\n".join(lines)
-
-
-_PAST_QUESTION = re.compile(
-    r"\b(?:before|used to|previous\w*|former\w*|earlier|originally|at first|back then|"
-    r"last year|ago|in (?:19|20)\d\d|when did|how long|changed?|no longer|anymore)\b",
-    re.IGNORECASE)
-
-
-def asks_about_the_past(query: str) -> bool:
-    """Whether a query is about how things were, not how they are."""
-    return bool(_PAST_QUESTION.search(query))
-
-
-def fact_line(fact: Fact) -> str:
-    """A fact as the context block shows it: with its day, and its end if it ended."""
-    if not fact.current:
-        end = day_of(fact.valid_to) if fact.valid_to else None
-        return f"{fact.statement} (no longer true{f' since {long_date(end)}' if end else ''})"
-    return f"{fact.statement}{since(fact)}"
-
-
-def when(fact: Fact) -> str:
-    """The day a fact became true, else the day it was said."""
-    return (fact.valid_from or fact.learned_at)[:10]
-
-
-# Words that point back at something said before ("Sam wrote it", "each of them").
-_POINTS_BACK = re.compile(r"\b(?:it(?!['’])|them|they)\b", re.IGNORECASE)
-
-
-def era_from(facts: list[Fact], month: str, max_lines: int) -> str:
-    """A month's dated events: the facts that became true in it (or were told in it), in
-    order, replaced ones too — they were true then; not the ones without a topic that
-    point back at their conversation."""
-    chosen = [f for f in facts if when(f)[:7] == month
-              and (f.about is not None or topic(f.statement) != OTHER
-                   or not _POINTS_BACK.search(f.statement))]
-    chosen.sort(key=lambda f: (when(f), f.id))
-    if len(chosen) > max_lines:  # keep what a person has one of, then the first told
-        keep = sorted(chosen, key=lambda f: (f.about is None, when(f), f.id))[:max_lines]
-        chosen = [f for f in chosen if f in keep]
-    lines = []
-    for f in chosen:
-        day = day_of(when(f))
-        mark = f"{day.day} {_MONTHS[day.month - 1][:3]}" if day else when(f)
-        lines.append(f"- {mark}: {f.statement}")
-    return "\n".join(lines)
-
-
-_PLAN = re.compile(r"\b(?:will|going to|plan\w*|want\w* to|decided to|sign(?:ed)? up|"
-                   r"starting|next (?:week|month|year))\b", re.IGNORECASE)
-
-
-def narrative_from(facts: list[Fact], since: str, max_lines: int) -> str:
-    """What changed since `since` (an ISO date) and the threads still open: what replaced
-    what, with its day, then recent plans and goals."""
-    by_id = {f.id: f for f in facts}
-    changes = []
-    for old in facts:
-        new = by_id.get(old.replaced_by) if old.replaced_by is not None else None
-        if new is not None and when(new) >= since:
-            changes.append(f"- {old.about}: {new.statement} (before: {old.statement})")
-    threads = [f"- open: {f.statement}" for f in facts
-               if f.current and when(f) >= since and _PLAN.search(f.statement)]
-    return "\n".join((changes + threads)[:max_lines])

@@ -62,7 +62,7 @@ FACTS_SYSTEM = (
     "{user}. From the turns given, answer with one JSON object {{\"facts\": [...]}}: each "
     "fact an object with subject (the person's name), statement (one short sentence in "
     "the third person, names instead of pronouns, dates absolute), about (one of job, "
-    "home, partner, pet, half marathon, marathon — or null), valid_from (YYYY-MM-DD when "
+    "home, partner — or null), valid_from (YYYY-MM-DD when "
     "the turns say when it became true, else null), turns (the [ids] of the turns it "
     "comes from) and replaces (the #ids of known facts it makes no longer true, else []). "
     "Keep names, places, numbers, dates, possessions, roles, plans and preferences; leave "

@@ -22,8 +22,8 @@ from dreamd.backends.protocols import Embedder
 from dreamd.config import Config
 from dreamd.config import load as load_config
 from dreamd.dream.dates import asked_period
-from dreamd.dream.facts import asks_about_the_past, fact_line
 from dreamd.dream.keys import Said, in_names, space, vector_key
+from dreamd.dream.shown import asks_about_the_past, fact_line
 from dreamd.ids import (
     DEFAULT_USER,
     era_key,

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from dreamd.config import Config
-from dreamd.dream.facts import era_from
 from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.fitting import answer
 from dreamd.dream.jobs.pool import run_keyed
 from dreamd.dream.keys import space
 from dreamd.dream.prompts import era_prompt
+from dreamd.dream.shown import era_from
 from dreamd.errors import OutputInvalid
 from dreamd.ids import era_key
 from dreamd.models import BacklogStats, Fact, Gist, JobResult, JobSpec

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from typing import Any
 
 import numpy as np
 
@@ -25,6 +26,7 @@ from dreamd.dream.jobs.embed import horizon
 from dreamd.dream.jobs.fitting import largest
 from dreamd.dream.keys import addressee, space
 from dreamd.dream.prompts import facts_prompt, facts_repair_prompt
+from dreamd.dream.selector import chosen
 from dreamd.errors import InputRejected, OutputInvalid
 from dreamd.models import BacklogStats, Fact, JobResult, JobSpec, Turn
 from dreamd.store.facts import add_fact, add_sources, fact_vectors, facts_of, replace_fact
@@ -128,7 +130,7 @@ def candidates(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]
     return out
 
 
-ABOUTS = frozenset({"job", "home", "partner", "pet", "half marathon", "marathon"})
+ABOUTS = frozenset({"job", "home", "partner"})
 PER_TURN = 3  # facts an LLM may draw from one turn
 KNOWN_SHOWN = 40  # current facts shown to the LLM, so it can say which a new one replaces
 
@@ -258,7 +260,9 @@ def run(ctx: JobContext, reason: str) -> JobResult:
                 found = llm_candidates(ctx, rows, owners, state)
             else:
                 found = [(user, turn, c, []) for user, turn, c in candidates(ctx, rows, owners)]
-            vectors = ctx.embedder.embed([c.statement for _, _, c, _ in found]) if found else None
+            vectors = embedded(ctx, [c.statement for _, _, c, _ in found]) if found else None
+            if vectors is not None and not by_llm(ctx):
+                found, vectors = worth_keeping(ctx, found, vectors)
         except Exception as exc:  # a backend fault or junk twice: recorded, as for embed
             errors.append(note_failure(ctx, JOB, item, exc))
             failed += 1
@@ -286,6 +290,22 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         left = count_unread(conn, ctx.scope)
     return JobResult(JOB, True, reason, done=done, remaining=left, errors=tuple(errors),
                      failed=failed)
+
+
+def embedded(ctx: JobContext, statements: list[str]) -> np.ndarray:
+    """The statements' vectors, each distinct statement embedded once."""
+    distinct = list(dict.fromkeys(statements))
+    vectors = dict(zip(distinct, ctx.embedder.embed(distinct), strict=True))
+    return np.stack([vectors[s] for s in statements])
+
+
+def worth_keeping(ctx: JobContext, found: list[Any], vectors: np.ndarray
+                  ) -> tuple[list[Any], np.ndarray | None]:
+    """The proposals the selector keeps (by words alone, without one for this embedder)."""
+    keep = np.array(chosen([(c.subject, c.statement) for _, _, c, _ in found], vectors,
+                           ctx.embedder.model), dtype=bool)
+    kept = [item for item, k in zip(found, keep, strict=True) if k]
+    return kept, (np.asarray(vectors)[keep] if kept else None)
 
 
 def learn(conn: Conn, ctx: JobContext, model: str, known: Known, user: str, turn_id: int,

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dreamd.config import Config
-from dreamd.dream.facts import narrative_from
 from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.fitting import answer
 from dreamd.dream.jobs.pool import run_keyed
 from dreamd.dream.prompts import era_lines, narrative_prompt
+from dreamd.dream.shown import narrative_from
 from dreamd.errors import OutputInvalid
 from dreamd.ids import narrative_id, profile_id
 from dreamd.models import BacklogStats, Fact, JobResult, JobSpec

@@ -8,11 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from dreamd.config import Config
-from dreamd.dream.facts import profile_from
 from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.fitting import answer
 from dreamd.dream.jobs.pool import run_keyed
 from dreamd.dream.prompts import profile_prompt
+from dreamd.dream.shown import profile_from
 from dreamd.errors import OutputInvalid
 from dreamd.ids import profile_id
 from dreamd.models import BacklogStats, Completion, Fact, Gist, JobResult, JobSpec
@@ -74,7 +74,9 @@ def prepare(ctx: JobContext, user: str) -> Work | None:
 
 
 def think(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
-    content = "" if ctx.llm else profile_from(work.facts, ctx.config.profile.max_facts)
+    content = "" if ctx.llm else profile_from(
+        work.facts, ctx.config.profile.max_facts,
+        listeners=(ctx.names_for(work.user_id)["agent"],))
     if content:
         return content, Completion(content, ctx.source, "facts", extractive=True), ""
     lines = [ln for g in work.new_gists for ln in g.content.splitlines() if ln.strip()]

@@ -1,0 +1,217 @@
+"""Facts as memory shows them: a profile, a month's era, the narrative, a context line.
+
+Pure: the facts in, text out. What a fact is and where it comes from is dreamd.dream.facts.
+"""
+
+from __future__ import annotations
+
+import re
+
+from dreamd import speech
+from dreamd.dream.dates import day_of, long_date
+from dreamd.dream.facts import MONTHS, NUMBER, PROPER
+from dreamd.models import Fact
+from dreamd.text import CALENDAR
+
+# Topics of a profile, in order: the areas of a life, in general English (not any one
+# conversation's words). A fact goes under the first whose words it has.
+TOPICS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
+    (name, re.compile(pattern, re.IGNORECASE)) for name, pattern in (
+        ("Home", r"\b(?:mov(?:e|ed|ing) (?:in|to|into|out|house|back)|live[sd]?|living|flat|"
+                 r"apartment|house|home|rent\w*|lease|landlord|landlady|neighbou?r\w*|"
+                 r"hometown|grew up)\b"),
+        ("Work", r"\b(?:work(?:s|ed|ing|er|ers|place)?|job|jobs|career|office|boss|manager|"
+                 r"colleagues?|co-?workers?|company|business|clients?|customers?|promot\w+|"
+                 r"hired|fired|salary|shift|"
+                 r"interview\w*|startup|employ\w*|retire\w*|profession\w*)\b"),
+        ("Family", r"\b(?:wife|husband|partner|girlfriend|boyfriend|fianc\w+|married|wedding|"
+                   r"engaged|divorc\w+|mother|mum|mom|father|dad|parents?|sisters?|"
+                   r"brothers?|sons?|daughters?|kids?|child|children|bab(?:y|ies)|"
+                   r"grand\w+|aunt|uncle|cousins?|nephew|niece|family|pregnant|"
+                   r"in-laws?|twins)\b"),
+        ("Friends", r"\b(?:friends?|friendship|buddy|buddies)\b"),
+        ("Pets", r"\b(?:dogs?|cats?|pupp(?:y|ies)|kittens?|pets?|horses?|rabbits?|"
+                 r"hamsters?|parrots?|birds?|fish|tortoise)\b"),
+        ("Health", r"\b(?:doctor|hospital|ill|illness|sick|injur\w+|surgery|operation|"
+                   r"therap\w+|diagnos\w+|pain|"
+                   r"medication|allerg\w+|diet|sleep\w*|anxiety|depress\w+|"
+                   r"blood|recover\w*|health\w*)\b"),
+        ("Sport", r"\b(?:run|runs|running|ran|marathon|race|gym|yoga|swim\w*|cycl\w+|"
+                  r"hik\w+|football|soccer|tennis|basketball|climb\w*|training|trains|"
+                  r"match|league|workouts?|exercis\w+|fitness|ski(?:s|ing|ed)?|surf(?:s|ing|ed)?)\b"),
+        ("Interests", r"\b(?:paint\w*|draw(?:s|ing|ings)?|music|musician|guitar|piano|drums?|"
+                      r"violin|sing(?:s|ing|er|ers)?|songs?|band|concerts?|books?|read(?:s|ing)?|"
+                      r"writ(?:e|es|ing)|knit\w*|sew\w*|garden\w*|"
+                      r"cook\w*|bak(?:e|es|ing)|photograph\w*|games?|gaming|movies?|"
+                      r"films?|art|artist|craft\w*|hobby|hobbies|collect\w*)\b"),
+        ("Learning", r"\b(?:school|class(?:es)?|(?<!of )course|lessons?|stud(?:y|ies|ying)|exams?|"
+                     r"degree|university|college|learn\w*|language|students?|graduat\w+|"
+                     r"thesis|certificat\w+)\b"),
+        ("Travel", r"\b(?:trip|travel\w*|vacation|holiday|flights?|visit\w*|abroad|"
+                   r"tour(?:s|ing|ed)?)\b"),
+        ("Food and drink", r"\b(?:coffee|tea|food|eat\w*|restaurant|vegetarian|vegan|"
+                           r"recipes?|dinner|breakfast|lunch|drinks?|beer|wine)\b"),
+        ("Plans", r"\b(?:will|going to|gonna|plan\w*|want\w* to|hop(?:e|es|ing) to|goal|"
+                  r"dream|decided|next (?:week|month|year|summer|spring|autumn|winter))\b"),
+    ))
+OTHER = "Other"
+
+
+def topic(statement: str) -> str:
+    return next((name for name, pattern in TOPICS if pattern.search(statement)), OTHER)
+
+
+def since(fact: Fact) -> str:
+    """" (since 24 October 2026)" for a fact about a thing held at a time, when dated."""
+    if fact.about is None or not fact.valid_from:
+        return ""
+    day = day_of(fact.valid_from)
+    if day is None or long_date(day) in fact.statement:
+        return ""
+    return f" (since {long_date(day)})"
+
+
+def weight(fact: Fact) -> int:
+    """How much a fact tells: a thing held at a time, then another name, then a number."""
+    said = re.sub(r"\([^)]*\)", "", fact.statement)  # not the resolved dates
+    others = [w for w in PROPER.findall(said)
+              if w != fact.subject and w.lower() not in CALENDAR]
+    return 4 * (fact.about is not None) + 2 * bool(others) + bool(NUMBER.search(said))
+
+
+# Words that only make sense beside the conversation they were said in: "we" and "us"
+# left as they were, "it" and "them" pointing back at something said before.
+_LEANS_ON_CONTEXT = re.compile(r"\b(?:we|us|our|it(?!['’])|them|each of them)\b",
+                               re.IGNORECASE)
+
+
+def stands_alone(fact: Fact) -> bool:
+    """Whether a fact reads on its own, as a profile line must: about its subject by name,
+    or quoting them on someone they name (`Jonah: "Theo is 7"`); without words that lean
+    on the conversation ("it", "them", "we")."""
+    if fact.about is not None:
+        return True
+    quote = fact.statement.removeprefix(f'{fact.subject}: "')
+    if quote != fact.statement:
+        return speech.opens_with_name(quote) and not _LEANS_ON_CONTEXT.search(quote)
+    return fact.statement.startswith((f"{fact.subject} ", f"{fact.subject}'s ")) \
+        and not _LEANS_ON_CONTEXT.search(fact.statement)
+
+
+def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,
+                 listeners: tuple[str, ...] = ()) -> str:
+    """The current facts that read on their own, grouped by person and topic, the weightiest
+    and newest first within a topic; replaced facts are not part of a profile. At most
+    `per_person` facts of each person; with more than one person, "About <name>:" heads
+    each person's groups once (not the name before every group)."""
+    current = [f for f in facts if f.current and stands_alone(f)]
+    subjects = list(dict.fromkeys(f.subject for f in current))
+    # A line about one person that names another they talk with ("Mia would love to see
+    # Leo's painting") is about their talk, not about a life.
+    talking = set(subjects) | set(listeners)
+    current = [f for f in current
+               if not any(re.search(rf"\b{re.escape(o)}\b", f.statement)
+                          for o in talking - {f.subject})]
+    subjects = list(dict.fromkeys(f.subject for f in current))
+    groups: dict[tuple[str, str], list[Fact]] = {}
+    # What a person has one of at a time (job, home) first, then facts with a name or a
+    # number in them, the newest first.
+    for fact in sorted(current, key=lambda f: (weight(f), f.valid_from or f.learned_at, f.id),
+                       reverse=True):
+        groups.setdefault((fact.subject, topic(fact.statement)), []).append(fact)
+    order = [name for name, _ in TOPICS] + [OTHER]
+    lines: list[str] = []
+    indent = "  " if len(subjects) > 1 else ""
+    for subject in subjects:
+        # Up to `per_topic` of each topic first, so no one topic crowds out the rest;
+        # room left over goes to the topics with more to say, in their order.
+        taken = {name: groups.get((subject, name), [])[:per_topic] for name in order}
+        room = per_person - sum(map(len, taken.values()))
+        while room < 0:  # more topics than room: the last ones give way
+            name = next(n for n in reversed(order) if taken[n])
+            taken[name].pop()
+            room += 1
+        for name in order:
+            more = groups.get((subject, name), [])[len(taken[name]):][:room]
+            taken[name] += more
+            room -= len(more)
+        if indent and any(taken.values()):
+            lines.append(f"About {subject}:")
+        for name in order:
+            if taken[name]:
+                lines.append(f"{indent}{name}:")
+                lines += [f"{indent}- {f.statement}{since(f)}" for f in taken[name]]
+    return "\n".join(lines)
+
+
+_PAST_QUESTION = re.compile(
+    r"\b(?:before|used to|previous\w*|former\w*|earlier|originally|at first|back then|"
+    r"last year|ago|in (?:19|20)\d\d|when did|how long|changed?|no longer|anymore)\b",
+    re.IGNORECASE)
+
+
+def asks_about_the_past(query: str) -> bool:
+    """Whether a query is about how things were, not how they are."""
+    return bool(_PAST_QUESTION.search(query))
+
+
+def fact_line(fact: Fact) -> str:
+    """A fact as the context block shows it: with its day, and its end if it ended."""
+    if not fact.current:
+        end = day_of(fact.valid_to) if fact.valid_to else None
+        return f"{fact.statement} (no longer true{f' since {long_date(end)}' if end else ''})"
+    return f"{fact.statement}{since(fact)}"
+
+
+def when(fact: Fact) -> str:
+    """The day a fact became true, else the day it was said."""
+    return (fact.valid_from or fact.learned_at)[:10]
+
+
+# Words that point back at something said before ("Sam wrote it", "each of them").
+_POINTS_BACK = re.compile(r"\b(?:it(?!['’])|them|they)\b", re.IGNORECASE)
+
+
+def era_from(facts: list[Fact], month: str, max_lines: int) -> str:
+    """A month's dated events: the facts that became true in it (or were told in it), in
+    order, replaced ones too — they were true then; not the ones that point back at their
+    conversation ("it", "them"), unless they are about a thing held at a time."""
+    chosen = [f for f in facts if when(f)[:7] == month
+              and (f.about is not None or not _POINTS_BACK.search(f.statement))]
+    chosen.sort(key=lambda f: (when(f), f.id))
+    if len(chosen) > max_lines:  # keep what a person has one of, then the first told
+        keep = sorted(chosen, key=lambda f: (f.about is None, when(f), f.id))[:max_lines]
+        chosen = [f for f in chosen if f in keep]
+    lines = []
+    for f in chosen:
+        day = day_of(when(f))
+        mark = f"{day.day} {MONTHS[day.month - 1][:3]}" if day else when(f)
+        lines.append(f"- {mark}: {f.statement}")
+    return "\n".join(lines)
+
+
+_PLAN = re.compile(r"\b(?:will|going to|plan\w*|want\w* to|decided to|sign(?:ed)? up|"
+                   r"starting|next (?:week|month|year))\b", re.IGNORECASE)
+
+
+def reminder(statement: str, most: int = 70) -> str:
+    """A statement as far as its first clause, or its first `most` characters ending on a
+    word ("Sam just moved to Lisbon last week …"): what a reminder of it needs."""
+    clause = re.split(r"(?<=\w)[,;:](?=\s)| \(", statement, maxsplit=1)[0].rstrip(".!")
+    if len(clause) <= most:
+        return clause if clause == statement.rstrip(".!") else f"{clause} …"
+    return clause[:most].rsplit(" ", 1)[0] + " …"
+
+
+def narrative_from(facts: list[Fact], since: str, max_lines: int) -> str:
+    """What changed since `since` (an ISO date) and the threads still open: what replaced
+    what, with its day, then recent plans and goals."""
+    by_id = {f.id: f for f in facts}
+    changes = []
+    for old in facts:
+        new = by_id.get(old.replaced_by) if old.replaced_by is not None else None
+        if new is not None and when(new) >= since:
+            changes.append(f"- {old.about}: {new.statement} (before: {reminder(old.statement)})")
+    threads = [f"- open: {f.statement}" for f in facts
+               if f.current and when(f) >= since and _PLAN.search(f.statement)]
+    return "\n".join((changes + threads)[:max_lines])

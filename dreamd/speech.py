@@ -1,0 +1,290 @@
+"""What a sentence is, as far as its words show: said to someone, asked, told, or called
+out; and the same sentence told about its speaker in the third person.
+
+General English only: the verb forms come from lemminflect's dictionary of English
+(base form, third person, past, past participle), not from any conversation's words.
+Where rewriting would break a sentence ("I read it" — read now, or read then?), the
+speaker is quoted instead: correct beats clever.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+
+from lemminflect import getAllLemmas, getInflection
+
+from dreamd.text import CALENDAR, STOPWORDS
+
+# Said but not words: "[shares an image: a dog on a beach]" and other stage directions.
+_STAGE = re.compile(r"\s*\[[^\]]*\]")
+# A sentence ends at . ! or ? before a capital ("great!Haha" too), or before any word
+# where people write in lower case ("finally quiet. kids are asleep").
+_END = re.compile(r"(?<=[.!?])\s*(?=[A-Z\"'“])|(?<=[.!?])\s+(?=[a-z0-9])")
+# ... but not after a title, an initial or a common abbreviation ("Dr. Okafor", "J. R.",
+# "the U.S. team", "St. Ives").
+_ABBREVIATED = re.compile(r"(?:^|\s)(?:[A-Za-z]|Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|Mt|vs|etc|approx|"
+                          r"(?:[A-Za-z]\.)+[A-Za-z])\.$")
+_LOWER_I = ((re.compile(r"\bi\b"), "I"), (re.compile(r"\b[iI]m\b"), "I'm"),
+            (re.compile(r"\b[iI]ve\b"), "I've"), (re.compile(r"\bi(?=['’](?:m|ve|ll|d)\b)"), "I"))
+_WORD = re.compile(r"[\w'’]+")
+
+
+def unstaged(text: str) -> str:
+    """`text` without its stage directions."""
+    return _STAGE.sub("", text)
+
+
+def sentences(text: str) -> list[str]:
+    """The sentences of a turn, stage directions left out."""
+    text = unstaged(text.replace("\n", " "))
+    out: list[str] = []
+    at = 0
+    for m in _END.finditer(text):
+        if not _ABBREVIATED.search(text[:m.start()]):
+            out.append(text[at:m.start()])
+            at = m.end()
+    out.append(text[at:])
+    return [s.strip() for s in out if s.strip()]
+
+
+def capitalized(sentence: str) -> str:
+    """A sentence as written by someone who uses capitals: "im in a band, i play bass" ->
+    "I'm in a band, I play bass"; the first letter up."""
+    for pattern, replacement in _LOWER_I:
+        sentence = pattern.sub(replacement, sentence)
+    return sentence[:1].upper() + sentence[1:]
+
+
+@functools.lru_cache(maxsize=65536)
+def _senses(word: str) -> dict[str, tuple[str, ...]]:
+    """The parts of speech English knows a lower-case word as, each with its lemmas."""
+    return dict(getAllLemmas(word))
+
+
+def _verb_lemmas(word: str) -> tuple[str, ...]:
+    found = _senses(word)
+    return found.get("VERB", ()) + found.get("AUX", ())
+
+
+def base_verb(word: str) -> bool:
+    """Whether `word` is a verb's base form ("take", "hope"), as an order or a wish opens."""
+    return word.lower() in _verb_lemmas(word.lower())
+
+
+def thing_word(word: str) -> bool:
+    """Whether a lower-case word is a noun and nothing like a describing word: "band",
+    "dog"; not "haha" (no word English knows), "lovely", "cool" or "best"."""
+    found = _senses(word)
+    return "NOUN" in found and not {"ADJ", "ADV"} & set(found)
+
+
+def describing(word: str) -> bool:
+    """Whether English knows a word as an adjective: "excited", "glad", "thrilled"."""
+    return "ADJ" in _senses(word.lower())
+
+
+def adverb(word: str) -> bool:
+    """Whether English knows a word as an adverb and not as a verb ("really", "finally";
+    not "fly" or "apply")."""
+    found = _senses(word.lower())
+    return "ADV" in found and "VERB" not in found
+
+
+def could_name(word: str) -> bool:
+    """Whether a word, capitalized inside a sentence, may be a name: one English does not
+    know ("Ana"), knows as a noun ("Biscuit", "Rose") or only as a verb ("Rob", "Sue");
+    not one it knows as a describing word ("Awesome", "Definitely")."""
+    found = _senses(word.lower())
+    return not found or "NOUN" in found or not {"ADJ", "ADV"} & set(found)
+
+
+def told_verb(word: str) -> bool:
+    """Whether `word` is a verb as a subject's own is: "says", "moved", "will"."""
+    low = word.lower()
+    if low in _SAME_AFTER_ANYONE:
+        return True
+    verbs = _verb_lemmas(low)
+    return bool(verbs) and low not in verbs and not low.endswith("ing")
+
+
+def past_verb(word: str) -> bool:
+    """Whether `word` is a verb's simple past ("went", "moved"), as a subject-less
+    sentence of one's own news opens ("Moved into the flat on Saturday")."""
+    low = word.lower()
+    return any(low in (getInflection(v, "VBD") or ()) and low != v for v in _verb_lemmas(low))
+
+
+def past_participle(word: str) -> bool:
+    """Whether `word` is a past participle that is no base form: "been", "forgotten",
+    "moved"; not "need" or "read"."""
+    low = word.lower()
+    verbs = _verb_lemmas(low)
+    return low not in verbs and any(low in (getInflection(v, "VBN") or ()) for v in verbs)
+
+
+# Words after a subject that read the same after "I" and after "she".
+_SAME_AFTER_ANYONE = frozenset("will would can could should might must may shall just also "
+                               "still never always".split())
+# Words after a noun that make it a subject ("Work has been busy"), not an order's object.
+_SUBJECT_NEXT = frozenset("is was has had are were will can 's and or".split())
+_I_SUBJECT = re.compile(r"\b(?:I|I['’](?:m|ve|ll|d))\b")
+
+
+def ordered(sentence: str) -> bool:
+    """Whether a sentence opens as an order, a wish or a greeting does: with a verb's base
+    form and no subject ("Take care", "Hope you find one", "Have a good one"); "Work has
+    been busy", "Mark and I moved" and "Love my new job" are not."""
+    words = _WORD.findall(sentence)
+    if len(words) < 2 or not words[0][:1].isupper() or not base_verb(words[0]):
+        return False
+    if set(_senses(words[0].lower())) & {"ADJ", "ADV"}:
+        return False  # "Last Christmas I ...", "Still ...": an adjective or adverb first
+    if _I_SUBJECT.search(sentence) or re.search(r"\b[Mm]y\b", sentence):
+        return False  # "Mark and I moved", "Love my new job": the speaker's own
+    return words[1].lower() not in _SUBJECT_NEXT and not told_verb(words[1])
+
+
+def said_to_the_other(sentence: str) -> bool:
+    """Whether a sentence is about the one spoken to ("You must be proud", "Your dog ..."),
+    and not, after a word to them, about the speaker ("You know, I got promoted")."""
+    first = _WORD.findall(sentence)[:1]
+    return bool(first) and first[0].lower() in {
+        "you", "your", "you're", "you've", "you'll", "you'd", "yours", "u", "ur"} \
+        and not _I_SUBJECT.search(sentence)
+
+
+def opens_with_name(sentence: str, known: tuple[str, ...] = ()) -> bool:
+    """Whether a sentence's first word is a name as its subject ("Ana lands on the 16th",
+    "Lisbon was lovely"): capitalized, no word of English's dictionary or calendar, and
+    told by a verb after it; "Boxes everywhere", "Fingers crossed" and "Haha, yes" are
+    not (a name that is also a word, "Rose", is known as a name only inside a sentence)."""
+    words = _WORD.findall(sentence)
+    if len(words) < 2 or not words[0][:1].isupper() or not words[0][1:2].islower():
+        return False
+    first = words[0].lower()
+    if words[0] in known:
+        return True
+    if first in STOPWORDS or first in CALENDAR or _senses(first):
+        return False  # a word English knows ("Fingers crossed", "Boxes everywhere")
+    rest = sentence[len(words[0]):]
+    return rest[:1] == " " and told_verb(words[1])
+
+
+_THIRD = {"am": "is", "are": "is", "were": "was", "was": "was", "have": "has", "do": "does",
+          "be": "is"}
+_THIRD |= {f"{verb}n{q}t": f"{third}n't" for verb, third in (
+    ("do", "does"), ("have", "has"), ("are", "is"), ("were", "was")) for q in "'’"}
+_WE = re.compile(r"\b(?:[Ww]e|us|[Oo]ur|[Oo]urs|[Ww]e['’](?:re|ve|ll|d))\b")
+_THEM_ALL = re.compile(r"\byou (?:guys|all|two|both)\b|\by['’]all\b", re.IGNORECASE)
+_QUOTES = re.compile("[\"“”]")
+
+
+def third_verb(verb: str) -> str | None:
+    """The form a verb takes after "she" where it followed "I": "guess" -> "guesses",
+    "went" -> "went"; None where the word cannot tell ("read": now or then?)."""
+    if verb in _THIRD:
+        return _THIRD[verb]
+    if verb.endswith(("n't", "n’t")):  # "can't", "didn't", "won't": the same after "she"
+        return verb
+    verbs = _verb_lemmas(verb)
+    if not verbs:
+        return None
+    if verb not in verbs:  # a past form, "went", "got", "finished"
+        return verb
+    if any(verb in (getInflection(v, "VBD") or ()) for v in verbs if v != verb):
+        return verb  # "saw", "found", "left": the past of another verb, as said after "I"
+    if verb in _SAME_AFTER_ANYONE:
+        return verb
+    past = getInflection(verb, "VBD")
+    if past and verb in past:  # "read", "put", "set": the same now and then
+        return None
+    third = getInflection(verb, "VBZ")
+    return third[0] if third else None
+
+
+class _Unsure(Exception):
+    """A verb whose form after "she" the words cannot tell."""
+
+
+def _agreeing(text: str, subject: str, name: str, object_too: bool) -> str:
+    """Each `subject` ("I", "you") in `text` as `name`, with the verb after it (past any
+    adverbs, "I really love") made to agree. `object_too`: the word may be an object ("told
+    you about"), and then a word after it that is no verb stays as it is."""
+    out: list[str] = []
+    at = 0
+    for m in re.finditer(rf"\b{subject}\b", text):
+        out.append(text[at:m.start()])
+        rest = text[m.end():]
+        words = list(re.finditer(r" ([A-Za-z]+(?:['’]t)?)(?![\w'’])", rest))
+        said = name
+        taken = 0
+        for w in words:
+            if w.start() != taken:
+                break  # punctuation: no verb follows
+            word = w.group(1)
+            taken = w.end()
+            if adverb(word) and word.lower() not in _verb_lemmas(word.lower()):
+                said += f" {word}"
+                continue
+            third = third_verb(word)
+            if third is None and (object_too and not _verb_lemmas(word)):
+                said += f" {word}"
+            elif third is None:
+                raise _Unsure(word)
+            else:
+                said += f" {third}"
+            break
+        else:
+            taken = 0
+            said = name
+        out.append(said)
+        at = m.end() + taken
+    out.append(text[at:])
+    return "".join(out)
+
+
+def _had_or_would(m: re.Match[str]) -> str:
+    """ "I'd": "had" before a past participle ("I'd been", "I'd already finished") or
+    "better", else "would" ("I'd love to")."""
+    words = re.findall(r"[A-Za-z]+", m.string[m.end():])[:2]
+    if words and adverb(words[0]):
+        words = words[1:]
+    return "had" if words and (past_participle(words[0]) or words[0] == "better") else "would"
+
+
+def in_third_person(sentence: str, speaker: str, addressee: str | None) -> str | None:
+    """`sentence` told about `speaker` by name ("I guess Mia is right" -> "Mia guesses
+    ..."), or None where that cannot be done without guessing: a verb that reads as now and
+    then, "we", or a second person that would need a name nobody gave."""
+    if _WE.search(sentence) or _QUOTES.search(sentence) or _THEM_ALL.search(sentence):
+        return None  # "we" and "you guys" are more than one; a quotation is another's
+    text = re.sub(r"\bI['’]d\b", lambda m: f"I {_had_or_would(m)}", sentence)
+    for contracted, full in (("m", "am"), ("ve", "have"), ("ll", "will")):
+        text = re.sub(rf"\bI['’]{contracted}\b", f"I {full}", text)
+    try:
+        text = _agreeing(text, "I", speaker, object_too=False)
+    except _Unsure:
+        return None
+    if re.search(r"\bI\b", text):
+        return None  # "I" where no verb follows it ("Alex and I")
+    text = re.sub(r"\b[Mm]y\b(?![,!])|\b[Mm]ine\b", lambda _: f"{speaker}'s", text)
+    text = re.sub(r"\b(?:[Mm]e|[Mm]yself)\b", lambda _: speaker, text)
+    if re.search(r"\byou", text, re.IGNORECASE):
+        if not addressee:
+            return None
+        text = re.sub(r"\b[Yy]ou['’](re|ve|ll|d)\b",
+                      lambda m: f"you {dict(re='are', ve='have', ll='will', d='would')[m[1]]}",
+                      text)
+        text = re.sub(r"\b[Yy]our(?:s)?\b", lambda _: f"{addressee}'s", text)
+        text = re.sub(r"\b[Yy]ourself\b", lambda _: addressee, text)
+        try:
+            text = _agreeing(text, "[Yy]ou", addressee, object_too=True)
+        except _Unsure:
+            return None
+    return text if text.startswith(speaker) else text[:1].upper() + text[1:]
+
+
+def quoted(sentence: str, speaker: str) -> str:
+    """The speaker's own words, as said: `Mia: "I've had them for 3 years."`."""
+    return f'{speaker}: "{sentence}"'
