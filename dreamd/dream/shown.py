@@ -20,10 +20,10 @@ TOPICS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
         ("Home", r"\b(?:mov(?:e|ed|ing) (?:in|to|into|out|house|back)|live[sd]?|living|flat|"
                  r"apartment|house|home|rent\w*|lease|landlord|landlady|neighbou?r\w*|"
                  r"hometown|grew up)\b"),
-        ("Work", r"\b(?:work(?:s|ed|ing|er|ers|place)?|job|jobs|career|office|boss|manager|"
-                 r"colleagues?|co-?workers?|company|business|clients?|customers?|promot\w+|"
-                 r"hired|fired|salary|shift|"
-                 r"interview\w*|startup|employ\w*|retire\w*|profession\w*)\b"),
+        ("Work", r"\b(?:work(?:s|ed|ing|er|ers|place)?|jobs?|roles?|position|career|office|"
+                 r"boss|manager|colleagues?|co-?workers?|company|business|clients?|"
+                 r"customers?|promot\w+|hired|fired|salary|shift|interview\w*|startup|"
+                 r"employ\w*|retire\w*|profession\w*)\b"),
         ("Family", r"\b(?:wife|husband|partner|girlfriend|boyfriend|fianc\w+|married|wedding|"
                    r"engaged|divorc\w+|mother|mum|mom|father|dad|parents?|sisters?|"
                    r"brothers?|sons?|daughters?|kids?|child|children|bab(?:y|ies)|"
