@@ -59,12 +59,31 @@ class Known:
         for row, fact in enumerate(self.facts):
             self._matrix[row] = vectors[fact.id]
         self.live = np.ones(len(self.facts), dtype=bool)  # not replaced in this batch
+        self._base = 0  # facts known before the batch `_batch` scored
+        self._batch: np.ndarray | None = None
 
-    def same(self, subject: str, vector: np.ndarray) -> Fact | None:
-        """The current fact of `subject` that says what `vector` says, if any."""
+    def prepare(self, vectors: np.ndarray) -> None:
+        """Score a batch's candidates against every fact known before it in one product
+        (one pass over the facts for the batch, not one for each candidate)."""
+        self._base = len(self.facts)
+        self._batch = self._matrix[: self._base] @ np.asarray(vectors).T if self._base else None
+
+    def _scores(self, vector: np.ndarray, i: int | None) -> np.ndarray:
+        """Cosines of `vector` (the batch's candidate `i`) with every fact held."""
+        n = len(self.facts)
+        if i is None or self._batch is None or i >= self._batch.shape[1]:
+            return self._matrix[:n] @ vector
+        known = self._batch[:, i]
+        if n == self._base:
+            return known
+        return np.concatenate([known, self._matrix[self._base:n] @ vector])
+
+    def same(self, subject: str, vector: np.ndarray, i: int | None = None) -> Fact | None:
+        """The current fact of `subject` that says what `vector` (the batch's candidate
+        `i`, when prepared) says, if any."""
         if not self.facts:
             return None
-        scores = self._matrix[: len(self.facts)] @ vector
+        scores = self._scores(vector, i)
         close = [row for row in np.flatnonzero(scores >= SAME)
                  if self.live[row] and self.facts[row].subject == subject]
         return self.facts[max(close, key=lambda row: scores[row])] if close else None
@@ -218,6 +237,15 @@ def llm_candidates(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | N
     return out
 
 
+def read_through(unread: list[tuple[int, str, int]]) -> dict[str, tuple[int, int, int]]:
+    """Each session's (mark found, last turn read, turns read) in one look at the batch."""
+    marks: dict[str, tuple[int, int, int]] = {}
+    for turn_id, session, mark in unread:
+        found, last, count = marks.get(session, (mark, turn_id, 0))
+        marks[session] = (found, max(last, turn_id), count + 1)
+    return marks
+
+
 def by_llm(ctx: JobContext) -> bool:
     """Whether this pass's facts come from the LLM: `facts.producer`, where "auto" means
     the LLM when the completer is one."""
@@ -268,18 +296,19 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             failed += 1
             break
         # Each session's mark moves from where this batch found it to its last turn read.
-        marks = {session: (mark, max(i for i, s, _ in unread if s == session),
-                           sum(1 for _, s, _ in unread if s == session))
-                 for _, session, mark in unread}
+        marks = read_through(unread)
         try:
             with ctx.store.write() as conn:
                 if not ctx.still_current(conn):
                     break
                 mark_read(conn, marks)
+                if vectors is not None:
+                    for user in {u for u, _, _, _ in found}:
+                        state[user].prepare(vectors)
                 for i, (user, turn_id, candidate, replaces) in enumerate(found):
                     assert vectors is not None
                     learn(conn, ctx, model, state[user], user, turn_id, candidate,
-                          vectors[i], replaces)
+                          vectors[i], replaces, i)
         except Moved:  # another worker read these turns: its facts stand, read afresh
             state.clear()
             continue
@@ -309,17 +338,19 @@ def worth_keeping(ctx: JobContext, found: list[Any], vectors: np.ndarray
 
 
 def learn(conn: Conn, ctx: JobContext, model: str, known: Known, user: str, turn_id: int,
-          candidate: Candidate, vector: np.ndarray, replaces: list[int] | None = None) -> None:
-    """Inside the batch's write: one candidate into the user's facts — a new fact, or
-    (one already known) its turn joins that fact's sources."""
-    same = known.same(candidate.subject, vector)
+          candidate: Candidate, vector: np.ndarray, replaces: list[int] | None = None,
+          i: int | None = None) -> None:
+    """Inside the batch's write: one candidate (the batch's `i`th) into the user's facts —
+    a new fact, or (one already known) its turn joins that fact's sources."""
+    same = known.same(candidate.subject, vector, i)
     if same is not None:
         add_sources(conn, same.id, [turn_id])
         return
     fact_id = add_fact(conn, user, candidate.subject, candidate.about, candidate.statement,
                          candidate.valid_from, candidate.said_at, [turn_id], ctx.source)
     put_vector(conn, model, "fact", str(fact_id), to_blob(vector))
-    named = [f for f in known.current() if f.id in set(replaces or ())]
+    wanted = set(replaces or ())
+    named = [f for f in known.current() if f.id in wanted] if wanted else []
     by_about = known.about(candidate.subject, candidate.about) if candidate.about else []
     changed = []
     subject_led = candidate.statement.startswith((f"{candidate.subject} ",
