@@ -14,14 +14,6 @@ for _name in [n for n in os.environ if n.startswith("DREAMD_")]:
     del os.environ[_name]
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The long tests (marked heavy or slow) first: with the workers taking tests in
-    order, they start at once, side by side, instead of the last of them finishing alone
-    at the end of the run."""
-    items.sort(key=lambda item: not (item.get_closest_marker("heavy")
-                                     or item.get_closest_marker("slow")))
-
-
 @pytest.fixture
 def db(tmp_path: Path) -> Path:
     return tmp_path / "memory.db"

@@ -45,7 +45,6 @@ def consistent(db: Path) -> None:
     conn.close()
 
 
-@pytest.mark.slow
 def test_first_pass_soon_and_sigterm_mid_pass_exits_cleanly(tmp_path: Path) -> None:
     db = tmp_path / "memory.db"
     big_file(db, 300, 40)
@@ -214,7 +213,6 @@ RSS_GROWTH_BOUND_KB = 25 * 1024
 SOAK_PASSES = 600
 
 
-@pytest.mark.slow
 def test_many_passes_with_a_live_writer_keep_wal_and_memory_bounded(tmp_path: Path) -> None:
     """Compressed hours: 600 passes back to back (five hours at a 30 s interval)
     while the chat app writes 50 turns/s. The WAL stays under 16 MiB (passive checkpoints

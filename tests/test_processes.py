@@ -34,7 +34,6 @@ def turns(db: Path) -> int:
     return query(db, "SELECT COUNT(*) FROM exchanges", 0) or 0
 
 
-@pytest.mark.slow
 def test_live_writer_during_a_force_pass(tmp_path: Path) -> None:
     """≥ 50 inserts/s by another process through a whole pass on 20k turns: no lock errors,
     every row kept, and the new turns are consolidated by the next pass."""

@@ -110,7 +110,6 @@ def check_isolation(target: str, app: App, completer: RecordingCompleter,
         memory.close()
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
 def test_users_memories_never_mix(engine: str, request: pytest.FixtureRequest) -> None:
     """Any interleaving of three users' sessions (some filed after their turns) and
@@ -379,7 +378,6 @@ def half_forgotten(tmp_path_factory: pytest.TempPathFactory) -> HalfForgotten:
     return HalfForgotten.made(tmp_path_factory.mktemp("half-forgotten"))
 
 
-@pytest.mark.slow
 def test_a_forget_killed_half_way_is_finished_by_the_next_pass(
         half_forgotten: HalfForgotten, tmp_path: Path) -> None:
     half = half_forgotten.copy(tmp_path)
