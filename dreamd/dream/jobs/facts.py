@@ -297,14 +297,14 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             break
         # Each session's mark moves from where this batch found it to its last turn read.
         marks = read_through(unread)
+        if vectors is not None:  # before the write: no product while the lock is held
+            for user in {u for u, _, _, _ in found}:
+                state[user].prepare(vectors)
         try:
             with ctx.store.write() as conn:
                 if not ctx.still_current(conn):
                     break
                 mark_read(conn, marks)
-                if vectors is not None:
-                    for user in {u for u, _, _, _ in found}:
-                        state[user].prepare(vectors)
                 for i, (user, turn_id, candidate, replaces) in enumerate(found):
                     assert vectors is not None
                     learn(conn, ctx, model, state[user], user, turn_id, candidate,
