@@ -41,7 +41,10 @@ def sentences(text: str) -> list[str]:
     out: list[str] = []
     at = 0
     for m in _END.finditer(text):
-        if not _ABBREVIATED.search(text[:m.start()]):
+        # The last word before the end is all an abbreviation needs (and a long turn is
+        # not copied once for each of its sentences).
+        last = " " + text[max(0, m.start() - 24):m.start()].rsplit(" ", 1)[-1]
+        if not _ABBREVIATED.search(last):
             out.append(text[at:m.start()])
             at = m.end()
     out.append(text[at:])

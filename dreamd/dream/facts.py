@@ -279,7 +279,9 @@ def extract(speaker: str, content: str, said_at: str, addressee: str | None,
         plain = bare(speech.capitalized(sentence), known)
         if not proposed(plain):
             continue
-        tidy = resolve_people(plain, " ".join([previous, *told[:-1]]), known)
+        # Whom a "she" may mean: the turn before and this turn's last few sentences.
+        tidy = resolve_people(plain, " ".join([previous, *told[-8:-1]]), known) \
+            if _PRONOUNS.search(plain) else plain
         named_other = tidy != plain  # "She ..." became "Ana ...", "her" "Ana"
         before = speech.capitalized(told[-2]) if len(told) > 1 else ""
         if not before and people_named(previous, known):  # "How did Biscuit take it?"
