@@ -121,15 +121,13 @@ def topics(lines: list[str], n: int, people: tuple[str, ...] = ()) -> list[str]:
     speakers |= {name.lower() for name in people}
     bodies = [unstaged(line.partition(": ")[2] or line) for line in lines]
     names: Counter[str] = Counter()
-    openers: Counter[str] = Counter()
     for body in bodies:
         for sentence in sentences(body):
             first = sentence.split(" ", 1)[0]
             if opens_with_name(sentence) and not first.endswith(("ing", "ed")):
-                openers[first.strip(",;:!.")] += 1
+                names[first.strip(",;:!.")] += 1
             for name in _NAME.findall(sentence):
                 names[name] += 1
-    names.update(openers)
     for name in list(names):
         key = name.lower()
         if key in CHATTER or key.rstrip("s") in CALENDAR or key in speakers \
