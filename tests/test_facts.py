@@ -350,3 +350,11 @@ def test_a_profile_of_two_people_names_each_once_and_leaves_out_their_talk() -> 
         "About Mia:", "  Work:", "  - Mia works as a nurse at Leeds General.",
         "  Pets:", "  - Mia has four dogs named Olive, Pip, Bean and Fig.",
         "About Leo:", "  Home:", "  - Leo moved to Bristol in 2019."]
+
+
+def test_a_listener_without_a_name_leaves_the_profile_whole() -> None:
+    said = "2023-05-07T10:00:00+00:00"
+    facts = [Fact(1, "u", "Mia", None, "Mia has four dogs named Olive, Pip, Bean and Fig.", None,
+                  said)]
+    assert profile_from(facts, 16, listeners=("",)).splitlines() == [
+        "Pets:", "- Mia has four dogs named Olive, Pip, Bean and Fig."]

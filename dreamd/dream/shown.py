@@ -108,7 +108,7 @@ def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,
     subjects = list(dict.fromkeys(f.subject for f in current))
     # A line about one person that names another they talk with ("Mia would love to see
     # Leo's painting") is about their talk, not about a life.
-    talking = set(subjects) | set(listeners)
+    talking = {name for name in (*subjects, *listeners) if name.strip()}
     current = [f for f in current
                if not any(re.search(rf"\b{re.escape(o)}\b", f.statement)
                           for o in talking - {f.subject})]
