@@ -19,7 +19,7 @@ from dreamd.text import CALENDAR, STOPWORDS
 # Said but not words: "[shares an image: a dog on a beach]" and other stage directions.
 _STAGE = re.compile(r"\s*\[[^\]]*\]")
 # A sentence ends at . ! or ? before a capital ("great!Haha" too), or before any word
-# where people write in lower case ("finally quiet. kids are asleep").
+# where people write in lower case ("got home late. dinner was cold").
 _END = re.compile(r"(?<=[.!?])\s*(?=[A-Z\"'“])|(?<=[.!?])\s+(?=[a-z0-9])")
 # ... but not after a title, an initial or a common abbreviation ("Dr. Okafor", "J. R.",
 # "the U.S. team", "St. Ives").
@@ -113,7 +113,7 @@ def told_verb(word: str) -> bool:
 
 def past_verb(word: str) -> bool:
     """Whether `word` is a verb's simple past ("went", "moved"), as a subject-less
-    sentence of one's own news opens ("Moved into the flat on Saturday")."""
+    sentence of one's own news opens ("Started at the bakery on Monday")."""
     low = word.lower()
     return any(low in (getInflection(v, "VBD") or ()) and low != v for v in _verb_lemmas(low))
 
@@ -129,15 +129,15 @@ def past_participle(word: str) -> bool:
 # Words after a subject that read the same after "I" and after "she".
 _SAME_AFTER_ANYONE = frozenset("will would can could should might must may shall just also "
                                "still never always".split())
-# Words after a noun that make it a subject ("Work has been busy"), not an order's object.
+# Words after a noun that make it a subject ("Rent has gone up"), not an order's object.
 _SUBJECT_NEXT = frozenset("is was has had are were will can 's and or".split())
 _I_SUBJECT = re.compile(r"\b(?:I|I['’](?:m|ve|ll|d))\b")
 
 
 def ordered(sentence: str) -> bool:
     """Whether a sentence opens as an order, a wish or a greeting does: with a verb's base
-    form and no subject ("Take care", "Hope you find one", "Have a good one"); "Work has
-    been busy", "Mark and I moved" and "Love my new job" are not."""
+    form and no subject ("Sleep well", "Hope the move goes fine", "Enjoy the concert");
+    "Rent has gone up", "Mark and I moved" and "Love my new job" are not."""
     words = _WORD.findall(sentence)
     if len(words) < 2 or not words[0][:1].isupper() or not base_verb(words[0]):
         return False
@@ -150,7 +150,7 @@ def ordered(sentence: str) -> bool:
 
 def said_to_the_other(sentence: str) -> bool:
     """Whether a sentence is about the one spoken to ("You must be proud", "Your dog ..."),
-    and not, after a word to them, about the speaker ("You know, I got promoted")."""
+    and not, after a word to them, about the speaker ("You know, I quit smoking")."""
     first = _WORD.findall(sentence)[:1]
     return bool(first) and first[0].lower() in {
         "you", "your", "you're", "you've", "you'll", "you'd", "yours", "u", "ur"} \
@@ -158,9 +158,9 @@ def said_to_the_other(sentence: str) -> bool:
 
 
 def opens_with_name(sentence: str, known: tuple[str, ...] = ()) -> bool:
-    """Whether a sentence's first word is a name as its subject ("Ana lands on the 16th",
-    "Lisbon was lovely"): capitalized, no word of English's dictionary or calendar, and
-    told by a verb after it; "Boxes everywhere", "Fingers crossed" and "Haha, yes" are
+    """Whether a sentence's first word is a name as its subject ("Kofi lands on Friday",
+    "Leeds was lovely"): capitalized, no word of English's dictionary or calendar, and
+    told by a verb after it; "Crumbs everywhere", "Lights out" and "Haha, yes" are
     not (a name that is also a word, "Rose", is known as a name only inside a sentence)."""
     words = _WORD.findall(sentence)
     if len(words) < 2 or not words[0][:1].isupper() or not words[0][1:2].islower():
@@ -169,7 +169,7 @@ def opens_with_name(sentence: str, known: tuple[str, ...] = ()) -> bool:
     if words[0] in known:
         return True
     if first in STOPWORDS or first in CALENDAR or _senses(first):
-        return False  # a word English knows ("Fingers crossed", "Boxes everywhere")
+        return False  # a word English knows ("Lights out", "Crumbs everywhere")
     rest = sentence[len(words[0]):]
     return rest[:1] == " " and told_verb(words[1])
 

@@ -114,9 +114,9 @@ def topics(lines: list[str], n: int, people: tuple[str, ...] = ()) -> list[str]:
     places, things), the most mentioned first, then the words its lines keep coming back
     to. `lines` are "speaker: words"; the speakers and `people` (the user's and the
     agent's names, in every conversation of theirs) are not topics. A name is a
-    capitalized word inside a sentence, or one opening it as its subject ("Ana lands on
-    the 16th"); a word English knows that only ever opens sentences ("Haha", "Wow", "No",
-    "Fingers crossed") is none."""
+    capitalized word inside a sentence, or one opening it as its subject ("Kofi lands on
+    Friday"); a word English knows that only ever opens sentences ("Haha", "Wow", "No",
+    "Lights out") is none."""
     speakers = {line.partition(": ")[0].strip().lower() for line in lines}
     speakers |= {name.lower() for name in people}
     bodies = [unstaged(line.partition(": ")[2] or line) for line in lines]

@@ -29,15 +29,15 @@ NUMBER = re.compile(r"\d|\b(?:one|two|three|four|five|six|seven|eight|nine|ten|e
 PROPER = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-zà-ÿ]+(?:\s[A-Z][a-zà-ÿ]+)*")
 _FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|I'll|I'd|[Mm]y|[Mm]e|[Mm]ine|[Ww]e|[Oo]ur|[Uu]s)\b")
 # What opens a sentence as a call or a reaction: one or two words before a comma, a dash
-# or an exclamation mark ("Wow, Mel, ...", "Thanks Jon! ...", "Oh no - ...").
+# or an exclamation mark ("Wow, Priya, ...", "Thanks Omar! ...", "Oh no - ...").
 _LEAD = re.compile(r"^([\w'’]+(?:\s[\w'’]+)?)\s*(?:,|!|:|\.\.\.|…|—|–|\s-)\s*")
 _CONTRACTION_TAILS = frozenset("m s ve ll d re t".split())  # of "I'm", "it's", "don't"
-# An announcement before the news: "I have news: I was offered ...", "Guess what: I ...".
+# An announcement before the news: "Update: I passed my driving test", "Big day: we ...".
 _ANNOUNCED = re.compile(r"^[^:\d]{1,24}:\s+(?=(?:I|I['’]\w+|[Mm]y|[Ww]e|[Oo]ur)\b)")
 # A feeling before the news: "I'm so excited, we are adopting a child!".
 _FEELING_FIRST = re.compile(r"^I['’]m (?:so |really |very |just |super |quite )?(\w+)\s*"
                             r"[,!—–-]\s*")
-# An adverb before the speaker's own: "Actually my manager ...", "Honestly I ...".
+# An adverb before the speaker's own: "Luckily my landlord ...", "Frankly I ...".
 _ADVERB_FIRST = re.compile(r"^([A-Z][a-z]+ly)\s+(?=(?:I|my|we|our|me)\b)")
 # Words that make an opening a sentence's own subject or time, not a call ("My dog, ...",
 # "She, too, ...").
@@ -49,16 +49,16 @@ _SMALL_TALK = re.compile(r"\b(?:by the way|how are you|see you|good night|take c
 
 # A sentence that hands something over: "Here's a photo from the hike", "Here are ...".
 _HANDED = re.compile(r"^(?:here(?:['’]s| is| are| it is)|there you go)\b", re.IGNORECASE)
-# A sentence about someone else: a name or a third person as its subject ("Theo broke his
-# wrist", "She is 5").
+# A sentence about someone else: a name or a third person as its subject ("Grandpa broke his
+# hip", "She is 9").
 _OTHER_SUBJECT = re.compile(r"^(?:[A-Z][a-zà-ÿ]+|[Ss]he|[Hh]e|[Tt]hey|[Hh]is|[Hh]er|[Tt]heir)\b"
                             r"(?:['’]s)?\s+\w+")
-_I_SUBJECT = re.compile(r"\b(?:I|I['’]m|I['’]ve|I['’]ll|I['’]d|we|we['’]re|we['’]ve)\b")
+_OWN_SUBJECT = re.compile(r"\b(?:I|I['’]m|I['’]ve|I['’]ll|I['’]d|we|we['’]re|we['’]ve)\b")
 
 
 def bare(sentence: str, known: tuple[str, ...] = ()) -> str:
-    """A sentence without what opens it as a call or a reaction ("Wow, Mel, I got the
-    job" -> "I got the job"): openings of one or two words that hold no number, no date,
+    """A sentence without what opens it as a call or a reaction ("Oh, Priya, I sold the
+    car" -> "I sold the car"): openings of one or two words that hold no number, no date,
     no pronoun, and no name but the speakers'."""
     text = sentence
     while m := _LEAD.match(text):
@@ -203,12 +203,12 @@ def people_named(text: str, known: tuple[str, ...]) -> list[str]:
 
 # "she"/"he" and "him" stand for a person; "his" is theirs; "her" is theirs before a word
 # that names or describes a thing ("her time", "her new job") and the person elsewhere
-# ("showing her Belém", "saw her yesterday", "with her.").
+# ("showing her Lyon", "saw her yesterday", "with her.").
 _PRONOUNS = re.compile(r"\b(?:(?P<subject>[Ss]he|[Hh]e)(?P<is>['’]s)?|(?P<object>him)|"
                        r"(?P<owner>his)(?=\s+[a-z])|(?P<her>her))\b")
 
 
-# Someone the sentence itself names before a pronoun: "my mum", "our son", "Theo".
+# Someone the sentence itself names before a pronoun: "my mum", "our son", "Kofi".
 _ANTECEDENT = re.compile(r"\b(?:[Mm]y|[Oo]ur|[Hh]is|[Hh]er|[Tt]heir) [a-z]+|"
                          r"(?<!^)(?<![.!?] )\b[A-Z][a-zà-ÿ]+")
 
@@ -243,16 +243,16 @@ def _told(sentence: str, speaker: str, addressee: str | None, said: date | None,
           before: str = "", known: tuple[str, ...] = ()) -> str:
     """A sentence told about its speaker: in the third person where that reads right, the
     speaker quoted where it would not; relative dates made absolute. `before`, the turn's
-    sentence before it: a sentence without a subject ("Fell off the trampoline") goes on
+    sentence before it: a sentence without a subject ("Slipped on the ice") goes on
     about whoever that one was about, the speaker only when it was the speaker."""
     text = resolve(sentence, said) if said else sentence
     words = _WORD.findall(text)
-    own = not before or bool(_I_SUBJECT.search(before)) or not (
+    own = not before or bool(_OWN_SUBJECT.search(before)) or not (
         _OTHER_SUBJECT.search(before) or people_named(before, known))
     if (own and len(words) > 1 and text.startswith(f"{words[0]} ")
             and speech.past_verb(words[0]) and words[1] not in ("and", "or")
             and not speech.opens_with_name(text)):
-        # "Moved into the new flat on Saturday": the speaker's own news ("Exhausted and
+        # "Started at the bakery on Monday": the speaker's own news ("Exhausted and
         # embarrassed", "Scared." describe, and tell none).
         text = f"I {text[:1].lower()}{text[1:]}"
     elif own and words and words[0] == "Been":  # "Been running longer since we talked"

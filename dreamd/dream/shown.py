@@ -87,7 +87,7 @@ _LEANS_ON_CONTEXT = re.compile(r"\b(?:we|us|our|it(?!['’])|them|each of them)\
 
 def stands_alone(fact: Fact) -> bool:
     """Whether a fact reads on its own, as a profile line must: about its subject by name,
-    or quoting them on someone they name (`Jonah: "Theo is 7"`); without words that lean
+    or quoting them on someone they name (`Lea: "Omar is 7"`); without words that lean
     on the conversation ("it", "them", "we")."""
     if fact.about is not None:
         return True
@@ -109,9 +109,9 @@ def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,
     # A line about one person that names another they talk with ("Mia would love to see
     # Leo's painting") is about their talk, not about a life.
     talking = {name for name in (*subjects, *listeners) if name.strip()}
+    named = {name: re.compile(rf"\b{re.escape(name)}\b") for name in talking}
     current = [f for f in current
-               if not any(re.search(rf"\b{re.escape(o)}\b", f.statement)
-                          for o in talking - {f.subject})]
+               if not any(named[o].search(f.statement) for o in talking - {f.subject})]
     subjects = list(dict.fromkeys(f.subject for f in current))
     groups: dict[tuple[str, str], list[Fact]] = {}
     # What a person has one of at a time (job, home) first, then facts with a name or a
@@ -196,7 +196,7 @@ _PLAN = re.compile(r"\b(?:will|going to|plan\w*|want\w* to|decided to|sign(?:ed)
 
 def reminder(statement: str, most: int = 70) -> str:
     """A statement as far as its first clause, or its first `most` characters ending on a
-    word ("Sam just moved to Lisbon last week …"): what a reminder of it needs."""
+    word ("Sam just moved to Leeds last week …"): what a reminder of it needs."""
     clause = re.split(r"(?<=\w)[,;:](?=\s)| \(", statement, maxsplit=1)[0].rstrip(".!")
     if len(clause) <= most:
         return clause if clause == statement.rstrip(".!") else f"{clause} …"
