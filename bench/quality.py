@@ -61,7 +61,7 @@ from dreamd.store.tiers import profile_row
 from dreamd.store.turns import turns_by_id
 from dreamd.text import STOPWORDS
 from testkit.openai_server import FakeOpenAI
-from testkit.remembered import SAM, from_file, judged
+from testkit.remembered import MATCH, SAM, from_file, judged
 
 _WORDS = re.compile(r"\w+")
 DATA = Path(__file__).parent.parent.parent / "shared" / "data"
@@ -281,7 +281,6 @@ def dia_ids(memory: Memory, conv: dict[str, Any]) -> dict[str, int]:
     return ids
 
 
-MATCH = 0.5  # cosine from which a fact says what an observation says
 _CAPTION = frozenset({"shares", "image"})  # the importer's "[shares an image: ...]"
 
 

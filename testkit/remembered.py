@@ -21,7 +21,7 @@ import numpy as np
 
 from dreamd.backends.protocols import Embedder
 
-MATCH = 0.5
+MATCH = 0.5  # cosine from which one statement says what another says
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """Offline extraction on what it was not made from: a corpus of general sentences, a second
-sample conversation of another person and style (tests/data/, written for the tests and
-never used to shape a rule or train the selector), verb agreement, and names.
+sample conversation of another person and style (tests/data/, written for the tests; no
+word of them is in a rule or trains the selector), verb agreement, and names.
 
 The selector learns from dreamd/data/fact_examples.txt alone; these files are its exam.
 """
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from dreamd.backends.extractive import ExtractiveCompleter, topics
-from dreamd.cli.demo import parse_samples, sample_sessions
+from dreamd.cli.demo import SampleSession, parse_samples, sample_sessions
 from dreamd.dream.facts import bare, extract, people_named
 from dreamd.dream.prompts import summary_prompt
 from dreamd.dream.selector import WEIGHTS, learned
@@ -143,10 +143,31 @@ def about_words(completer: ExtractiveCompleter, session: Any, people: tuple[str,
         if first.startswith("About: ") else []
 
 
-@pytest.mark.parametrize("sample", ["second", "demo"])
+# A chat whose sentences keep opening with reactions, as many people write: the shape that
+# made "Haha", "Wow" and "Yep" topics (they open more than one sentence each).
+CHATTY = [
+    ("user", "Hey Tariq! Haha, guess who finally signed up for the pottery studio on Elm "
+             "Street."),
+    ("assistant", "Wow, that's brilliant! Haha, what made you go for it?"),
+    ("user", "Yep, my cousin Dalia dared me. Wow, the first class was messy. Haha, clay "
+             "everywhere."),
+    ("assistant", "Aww, that sounds like fun. Yep, messy is how it starts."),
+    ("user", "Haha, true. Wow, Dalia made a perfect bowl though. Yep, she's a natural."),
+    ("assistant", "Wow! Haha, does Dalia take the class with you every week?"),
+    ("user", "Yep, every Thursday. Aww, and the teacher Ingrid lent me her old apron. "
+             "[shares an image: a clay bowl on a wheel]"),
+    ("assistant", "Haha, lovely. Wow, Ingrid sounds kind. Yep, keep me posted!"),
+]
+
+
+@pytest.mark.parametrize("sample", ["chatty", "second", "demo"])
 def test_no_interjection_is_an_about_word_or_a_topic(minilm: Any, sample: str) -> None:
-    sessions = (parse_samples((DATA / "second_sample.txt").read_text("utf-8"))
-                if sample == "second" else sample_sessions())
+    if sample == "chatty":
+        sessions = [SampleSession("c1", "Pottery", tuple(
+            (role, text, "2025-01-09T18:00:00+00:00") for role, text in CHATTY))]
+    else:
+        sessions = (parse_samples((DATA / "second_sample.txt").read_text("utf-8"))
+                    if sample == "second" else sample_sessions())
     completer = ExtractiveCompleter(minilm)
     words = []
     for session in sessions:
@@ -155,6 +176,8 @@ def test_no_interjection_is_an_about_word_or_a_topic(minilm: Any, sample: str) -
     assert words, "no About line at all"
     spoken = [w for w in words if w.lower() in INTERJECTIONS or re.search(r"image|photo", w)]
     assert spoken == [], spoken
+    if sample == "chatty":  # what it was about is still found
+        assert {"Dalia", "Ingrid"} <= set(words), words
 
 
 def test_the_shipped_selector_is_what_the_shipped_examples_teach(minilm: Any) -> None:

@@ -17,12 +17,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
-import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
+
+from dreamd.dream.facts import NUMBER, PROPER, extract
 
 EXAMPLES = "fact_examples.txt"
 WEIGHTS = "fact_selector.json"
@@ -73,10 +74,6 @@ def for_model(model: str) -> Selector | None:
     return selector if selector is not None and selector.model == model else None
 
 
-_NAMED = re.compile(r"(?<![.!?]\s)(?<!^)\b[A-Z][a-zà-ÿ]+")
-_NUMBER = re.compile(r"\d")
-
-
 def by_words(statement: str, subject: str) -> bool:
     """Without a selector: a proposal is kept when it could be told of its subject by name
     ("Sam works as a nurse"), or, quoted, when it names someone or something or gives a
@@ -84,7 +81,7 @@ def by_words(statement: str, subject: str) -> bool:
     if statement.startswith((f"{subject} ", f"{subject}'s ")):
         return True
     said = statement.removeprefix(f'{subject}: "').replace(subject, "")
-    return bool(_NAMED.search(said) or _NUMBER.search(said))
+    return bool(PROPER.search(said) or NUMBER.search(said))
 
 
 def chosen(statements: list[tuple[str, str]], vectors: np.ndarray | None, model: str
@@ -109,8 +106,6 @@ def examples(text: str) -> list[tuple[str, bool]]:
 def proposals(pairs: list[tuple[str, bool]]) -> list[tuple[str, bool, int]]:
     """Each example put through extraction as one turn, speakers taken in turn from a
     list of names: (statement, label, which example) for each statement it proposes."""
-    from dreamd.dream.facts import extract
-
     out = []
     for i, (sentence, label) in enumerate(pairs):
         speaker, listener = _NAMES[i % len(_NAMES)], _NAMES[(i + 3) % len(_NAMES)]
