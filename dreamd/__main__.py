@@ -1,3 +1,3 @@
-from dreamd.cli.commands import main
+from dreamd.cli import main
 
 main()

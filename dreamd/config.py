@@ -99,6 +99,21 @@ class CompleterConfig:
 OPENAI_API = "https://api.openai.com/v1"
 
 
+def secret(variable: str, credential: str, file: str = "",
+           environ: dict[str, str] | None = None) -> str | None:
+    """A secret from the environment variable, else `file`, else the systemd credential
+    ($CREDENTIALS_DIRECTORY/<credential>): never from the config file itself."""
+    env = os.environ if environ is None else environ
+    if env.get(variable):
+        return env[variable]
+    directory = env.get("CREDENTIALS_DIRECTORY")
+    for path in (Path(file).expanduser() if file else None,
+                 Path(directory) / credential if directory else None):
+        if path is not None and path.is_file():
+            return path.read_text(encoding="utf-8").strip() or None
+    return None
+
+
 def server_url(base_url: str, environ: dict[str, str] | None = None) -> str:
     """The completer's server: `base_url`, else the SDK's $OPENAI_BASE_URL, else OpenAI."""
     env = os.environ if environ is None else environ
@@ -172,6 +187,25 @@ class ScheduleConfig:
 
 
 @dataclass(frozen=True)
+class ServeConfig:
+    """`dreamd serve`: the HTTP API, the MCP endpoint and the page."""
+
+    host: str = field(default="127.0.0.1", metadata=_check("str"))
+    port: int = field(default=8765, metadata=_check("int", min=0, max=65535))  # 0: any free
+    # The bearer token: $DREAMD_API_TOKEN, else this file, else the systemd credential.
+    token_file: str = field(default="", metadata=_check("optstr"))
+    credential: str = field(default="dreamd-api-token", metadata=_check("str"))
+    # Origins a browser page may call the API from, comma-separated ("" = CORS off).
+    cors_origins: str = field(default="", metadata=_check("optstr"))
+    max_body_kb: int = field(default=1024, metadata=_check("int", min=1, max=1024 * 1024))
+    max_batch: int = field(default=500, metadata=_check("int", min=1, max=100000))
+    max_k: int = field(default=100, metadata=_check("int", min=1, max=1000))
+    max_budget: int = field(default=32000, metadata=_check("int", min=100, max=1_000_000))
+    connections: int = field(default=4, metadata=_check("int", min=1, max=64))
+    mcp_forget: bool = field(default=False, metadata=_check("bool"))
+
+
+@dataclass(frozen=True)
 class LogConfig:
     level: str = field(
         default="info", metadata=_check("choice", choices=("debug", "info", "warning", "error"))
@@ -201,6 +235,7 @@ class Config:
     jobs: JobsConfig = JobsConfig()
     pass_: PassConfig = PassConfig()
     schedule: ScheduleConfig = ScheduleConfig()
+    serve: ServeConfig = ServeConfig()
     log: LogConfig = LogConfig()
 
     @property
@@ -293,6 +328,12 @@ def _coerce(where: str, value: Any, meta: dict[str, Any], from_text: bool) -> An
     kind = meta["kind"]
     if kind in ("quiet_hours", "cron"):
         return _special(where, value, kind)
+    if kind == "bool":
+        if from_text and isinstance(value, str) and value.lower() in _BOOLS:
+            return _BOOLS[value.lower()]
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, got {value!r}")
+        return value
     if kind == "optstr":
         if not isinstance(value, str):
             raise ConfigError(f"{where} must be a string, got {value!r}")
@@ -322,6 +363,8 @@ def _coerce(where: str, value: Any, meta: dict[str, Any], from_text: bool) -> An
         raise ConfigError(f"{where} must be at least {meta['min']}, got {value!r}")
     return float(value) if kind == "float" else value
 
+
+_BOOLS = {"true": True, "false": False, "1": True, "0": False, "yes": True, "no": False}
 
 # Keys renamed since a release: the old name still works, meaning the new one.
 RENAMED = {("completer", "item_deadline_seconds"): "call_deadline_seconds"}
@@ -390,7 +433,7 @@ def env_overrides(environ: dict[str, str], base: Config) -> Config:
 
 
 # Variables with the DREAMD_ prefix that are not configuration keys.
-_NOT_CONFIG = frozenset({"DREAMD_CONFIG"})
+_NOT_CONFIG = frozenset({"DREAMD_CONFIG", "DREAMD_API_TOKEN"})
 
 
 def load(

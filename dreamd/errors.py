@@ -42,6 +42,10 @@ class UnknownUser(DreamdError):
     """A user or session the memory file does not hold (a typo, most often)."""
 
 
+class SessionTaken(DreamdError):
+    """A turn for a session that belongs to another user: filing it would mix users."""
+
+
 class AlreadyRunning(DreamdError):
     """Another dreamd holds the memory file's lock."""
 

@@ -181,7 +181,9 @@ def test_notify_ready_status_watchdog_and_a_stuck_pass(tmp_path: Path) -> None:
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None,
                     reason="systemd-analyze is not installed on this machine")
 @pytest.mark.parametrize(("shipped", "instance"), [("dreamd.service", "dreamd.service"),
-                                                   ("dreamd@.service", "dreamd@1.service")])
+                                                   ("dreamd@.service", "dreamd@1.service"),
+                                                   ("dreamd-serve.service",
+                                                    "dreamd-serve.service")])
 def test_unit_file_verifies_silently_and_is_hardened(tmp_path: Path, shipped: str,
                                                      instance: str) -> None:
     """The shipped units (one dreamd on a file; a worker instance on PostgreSQL), with

@@ -16,8 +16,15 @@ import numpy as np
 
 from dreamd.backends.protocols import Embedder
 from dreamd.models import Completion, Prompt
-from dreamd.speech import could_name, opens_with_name, sentences, thing_word, unstaged
-from dreamd.text import CALENDAR, CHATTER
+from dreamd.speech import (
+    CALENDAR,
+    CHATTER,
+    could_name,
+    opens_with_name,
+    sentences,
+    thing_word,
+    unstaged,
+)
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{2,}")
 _SELF_DISCLOSURE = re.compile(

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
-import os
 import random
 import re
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Self
 
 import numpy as np
@@ -23,7 +21,7 @@ import openai
 
 from dreamd.backends import write_gate
 from dreamd.backends.llm_output import clean, estimate_tokens
-from dreamd.config import CompleterConfig, Config, server_url
+from dreamd.config import CompleterConfig, Config, secret, server_url
 from dreamd.errors import (
     BackendError,
     BackendMisconfigured,
@@ -37,15 +35,7 @@ from dreamd.models import Completion, Prompt
 
 def api_key(config: CompleterConfig, environ: dict[str, str] | None = None) -> str | None:
     """From the environment variable named in config, else the systemd credential file."""
-    env = os.environ if environ is None else environ
-    if env.get(config.api_key_env):
-        return env[config.api_key_env]
-    directory = env.get("CREDENTIALS_DIRECTORY")
-    if directory:
-        path = Path(directory) / config.credential
-        if path.is_file():
-            return path.read_text(encoding="utf-8").strip() or None
-    return None
+    return secret(config.api_key_env, config.credential, environ=environ)
 
 
 class Breaker:

@@ -443,3 +443,4 @@ def export(obj: dict[str, Any], user: str, output: Path | None) -> None:
     click.echo(f"{output}: {len(document['sessions'])} sessions, "
                f"{sum(len(s['turns']) for s in document['sessions'])} turns, "
                f"{len(document['gists'])} gists, {len(document['eras'])} eras")
+

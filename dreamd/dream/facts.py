@@ -19,7 +19,7 @@ from datetime import date
 
 from dreamd import speech
 from dreamd.dream.dates import day_of, resolve
-from dreamd.text import CALENDAR, STOPWORDS
+from dreamd.speech import CALENDAR, STOPWORDS
 
 MAX_CHARS = 300  # a fact is a sentence, not a paragraph
 

@@ -11,7 +11,7 @@ from dreamd import speech
 from dreamd.dream.dates import day_of, long_date
 from dreamd.dream.facts import MONTHS, NUMBER, PROPER
 from dreamd.models import Fact
-from dreamd.text import CALENDAR
+from dreamd.speech import CALENDAR
 
 # Topics of a profile, in order: the areas of a life, in general English (not any one
 # conversation's words). A fact goes under the first whose words it has.

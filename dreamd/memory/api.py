@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -24,6 +25,7 @@ from dreamd.config import load as load_config
 from dreamd.dream.dates import asked_period
 from dreamd.dream.keys import Said, in_names, space, vector_key
 from dreamd.dream.shown import asks_about_the_past, fact_line
+from dreamd.errors import SessionTaken, UnknownUser
 from dreamd.ids import (
     DEFAULT_USER,
     era_key,
@@ -59,7 +61,9 @@ from dreamd.store.opening import open_readonly, open_store
 from dreamd.store.state import to_blob
 from dreamd.store.tiers import eras_for_user, gist_texts, narrative_row, profile_row, self_state
 from dreamd.store.turns import (
+    add_session,
     add_turn,
+    filed_owner,
     last_turns,
     session_owner,
     sessions_of,
@@ -69,6 +73,17 @@ from dreamd.store.turns import (
 from dreamd.store.vectors import put_turn_vector, search_words, vector_of
 
 T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class NewTurn:
+    """One turn as an app hands it over (created_at: now when None)."""
+
+    session_id: str
+    role: str
+    content: str
+    created_at: datetime | None = None
+    user: str | None = None  # a new session is filed under this user
 
 
 def serialized(method: Callable[..., T]) -> Callable[..., T]:
@@ -152,18 +167,40 @@ class Memory:
 
     @serialized
     def remember(self, session_id: str, role: str, content: str, *,
-                 created_at: datetime | None = None, embed: bool = False) -> int:
-        """Add one turn; the daemon embeds it later, or now with `embed=True`."""
-        when = (created_at or datetime.now(UTC)).astimezone(UTC).isoformat()
-        vector = None
-        if embed:
-            said = Said(role, content, when)  # whom it speaks to is not known yet
-            vector = to_blob(self.embedder.embed([vector_key(said)])[0])
+                 created_at: datetime | None = None, embed: bool = False,
+                 user: str | None = None) -> int:
+        """Add one turn; the daemon embeds it later, or now with `embed=True`. With
+        `user`, a new session is filed under that user, and a session of someone else's
+        is refused (SessionTaken)."""
+        return self._add([NewTurn(session_id, role, content, created_at, user)], embed)[0]
+
+    @serialized
+    def remember_all(self, turns: list[NewTurn], *, embed: bool = False) -> list[int]:
+        """Add turns in one transaction (all or none), each as `remember` adds one."""
+        return self._add(turns, embed)
+
+    def _add(self, turns: list[NewTurn], embed: bool) -> list[int]:
+        when = [(t.created_at or datetime.now(UTC)).astimezone(UTC).isoformat() for t in turns]
+        vectors: list[bytes | None] = [None] * len(turns)
+        if embed:  # before the transaction: the model never runs inside one
+            # (whom each turn speaks to is not known yet)
+            said = [Said(t.role, t.content, w) for t, w in zip(turns, when, strict=True)]
+            vectors = [to_blob(v) for v in self.embedder.embed([vector_key(x) for x in said])]
+        ids = []
         with self.store.write() as conn:
-            exchange_id = add_turn(conn, session_id, role, content, when)
-            if vector is not None:
-                put_turn_vector(conn, space(self.embedder.model), exchange_id, vector)
-        return exchange_id
+            owners = {t.session_id: filed_owner(conn, t.session_id) for t in turns}
+            for turn in turns:
+                if turn.user is not None and owners[turn.session_id] not in (None, turn.user):
+                    raise SessionTaken(f"session {turn.session_id!r} belongs to another user, "
+                                       f"not {turn.user!r}")
+                owners[turn.session_id] = owners[turn.session_id] or turn.user
+            for turn, at, vector in zip(turns, when, vectors, strict=True):
+                if turn.user is not None:
+                    add_session(conn, turn.session_id, None, at, turn.user)
+                ids.append(add_turn(conn, turn.session_id, turn.role, turn.content, at))
+                if vector is not None:
+                    put_turn_vector(conn, space(self.embedder.model), ids[-1], vector)
+        return ids
 
     @serialized
     def recall(self, query: str, *, k: int = 10, session: str | None = None,
@@ -243,18 +280,25 @@ class Memory:
         return in_names(query, name, self.config.agent.name)
 
     @serialized
-    def context(self, session: str, *, query: str | None = None, budget: int = 1000,
-                recent: int = 20, raw_turns: bool = True) -> Context:
+    def context(self, session: str | None = None, *, user: str | None = None,
+                query: str | None = None, budget: int = 1000, recent: int = 20,
+                raw_turns: bool = True) -> Context:
         """The tiered context block for `session`, within `budget` tokens: the memory of
-        the session's own user only.
+        the session's own user only. Without a session, the block for `user` (default:
+        the configured one) between conversations: no recent turns.
 
         The query defaults to the session's last user turn. `raw_turns=False` leaves out
         the raw details and recent turns: the consolidated tiers alone.
         """
         agent = self.config.agent.id
         with self.store.read() as conn:
-            user = session_owner(conn, session)
-            turns = last_turns(conn, session, recent)
+            if session is None:
+                user, turns = user or self.config.user.id, []
+            else:
+                owner = session_owner(conn, session)
+                if user is not None and user != owner:
+                    raise UnknownUser(f"user {user!r} has no session {session!r}")
+                user, turns = owner, last_turns(conn, session, recent)
             agent_state = self_state(conn, agent)
             state = self_state(conn, self_state_id(agent, user))
             profile = profile_row(conn, profile_id(user))
@@ -287,7 +331,7 @@ class Memory:
             parts["details"], parts["recent"] = [], []
         return build_context(parts, budget)
 
-    def _gist_lines(self, vector: np.ndarray, session: str, user: str) -> list[str]:
+    def _gist_lines(self, vector: np.ndarray, session: str | None, user: str) -> list[str]:
         best = self.indexes.gists(user).best(vector, 3, exclude=session)
         if not best:
             return []

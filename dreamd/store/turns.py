@@ -244,6 +244,15 @@ def session_owner(conn: Conn, session_id: str) -> str:
     return str(row[0])
 
 
+def filed_owner(conn: Conn, session_id: str) -> str | None:
+    """Whose session this is, if anyone has said: its sessions row, else the tally."""
+    row = conn.execute(
+        "SELECT COALESCE((SELECT user_id FROM sessions WHERE id = ?1), "
+        "(SELECT user_id FROM dreamd_sessions WHERE session_id = ?1))", (session_id,),
+    ).fetchone()
+    return None if row is None or row[0] is None else str(row[0])
+
+
 def sessions_of(conn: Conn, users: list[str], *, others: bool = False
                 ) -> set[str]:
     """Sessions known to belong to these users (or, with `others`, to anyone else)."""

@@ -1,0 +1,252 @@
+"""The HTTP server: the JSON API under /v1, health, metrics, the MCP endpoint and the
+page, on one FastAPI app that uvicorn runs.
+
+FastAPI (on Starlette, which the MCP SDK's HTTP transport already runs on) because it
+writes the OpenAPI document from the routes' own types: a TypeScript or Go client is
+generated from /openapi.json, and the document cannot drift from the code.
+"""
+
+# No `from __future__ import annotations` here: FastAPI reads the routes' annotations,
+# which name bounds from the config, when each route is defined.
+import time
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from fastapi import Body, FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from starlette.exceptions import HTTPException
+
+from dreamd import __version__
+from dreamd.backends.factory import embedder_model_name
+from dreamd.cli import report
+from dreamd.config import Config
+from dreamd.errors import DreamdError, SessionTaken, StoreBusy, StoreError, UnknownUser
+from dreamd.logger import Logger
+from dreamd.memory import users as users_
+from dreamd.memory.api import NewTurn
+from dreamd.memory.export import export_user
+from dreamd.serve import page, views
+from dreamd.serve.guard import Guard, is_loopback
+from dreamd.serve.metrics import Metrics
+from dreamd.serve.pool import Pool
+from dreamd.serve.schema import ID, Stored, TurnIn, TurnsIn, utc
+from dreamd.store.failure import engine_failure
+from dreamd.store.turns import newest_turn_id, session_owner
+
+
+def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
+          mcp_routes: list[Any] | None = None,
+          lifespan: Any = None) -> Any:
+    """The ASGI app: the API behind the guard (and CORS when origins are configured)."""
+    s = config.serve
+    # No /docs or /redoc: they load their scripts from a CDN, and the page runs none.
+    api = FastAPI(title="dreamd", version=__version__, lifespan=lifespan,
+                  docs_url=None, redoc_url=None,
+                  description="Memory a chat companion slept on: recall, the context "
+                  "block, what dreamd made of each user, and why it dreamed.")
+    metrics = Metrics(pool, config)
+
+    def fail(status: int, message: str) -> JSONResponse:
+        return JSONResponse({"error": message}, status_code=status)
+
+    @api.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0]
+        # ("body", "TurnIn", "content") -> "content": the models' names mean nothing to
+        # the caller; the place in the request does
+        where = ".".join(str(p) for p in first.get("loc", ())
+                         if p not in ("body", "TurnIn", "TurnsIn"))
+        return fail(400, f"{where or 'request'}: {first.get('msg', 'invalid')}")
+
+    @api.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+        return fail(exc.status_code, str(exc.detail))
+
+    @api.exception_handler(DreamdError)
+    async def refused(request: Request, exc: DreamdError) -> JSONResponse:
+        return failure(exc)
+
+    def failure(exc: DreamdError) -> JSONResponse:
+        if isinstance(exc, UnknownUser):
+            return fail(404, str(exc))
+        if isinstance(exc, SessionTaken):
+            return fail(409, str(exc))
+        if isinstance(exc, StoreBusy | StoreError):
+            return fail(503, str(exc))
+        return fail(400, str(exc))
+
+    @api.middleware("http")
+    async def timed(request: Request, call_next: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            response = await call_next(request)
+        except Exception as exc:  # one line in the answer and in the log, no traceback
+            known = engine_failure(exc)
+            if known is not None:
+                response = failure(known)
+            else:
+                log.error("request_failed", path=request.url.path,
+                          error=f"{type(exc).__name__}: {exc}")
+                response = fail(500, f"internal error, please report it: "
+                                     f"{type(exc).__name__}")
+        route = request.scope.get("route")
+        metrics.request(getattr(route, "path", "other"), request.method,
+                        response.status_code, time.perf_counter() - started)
+        return response
+
+    User = Annotated[str, Path(pattern=ID, max_length=200)]
+    OptId = Annotated[str | None, Query(pattern=ID, max_length=200)]
+
+    @api.get("/healthz", tags=["health"])
+    def healthz() -> dict[str, Any]:
+        """The process answers (no token needed)."""
+        return {"ok": True, "version": __version__}
+
+    @api.get("/readyz", tags=["health"])
+    def readyz() -> dict[str, Any]:
+        """The store answers."""
+        with pool.memory() as memory, memory.store.read() as conn:
+            newest = newest_turn_id(conn)
+        return {"ready": True, "newest_turn": newest}
+
+    @api.post("/v1/turns", status_code=201, tags=["turns"])
+    def add_turns(body: Annotated[TurnIn | TurnsIn, Body()], embed: bool = False) -> Stored:
+        """Add one turn, or a batch ({"turns": [...]}) in one transaction: what the
+        app's own INSERT into `exchanges` does. dreamd embeds and consolidates them;
+        `embed=true` embeds them now, so recall finds them at once."""
+        given = body.turns if isinstance(body, TurnsIn) else [body]
+        if len(given) > s.max_batch:
+            raise HTTPException(413, f"{len(given)} turns in one request; at most "
+                                f"{s.max_batch} (serve.max_batch)")
+        turns = [NewTurn(t.session, t.role, t.content, utc(t.created_at), t.user)
+                 for t in given]
+        with pool.memory() as memory:
+            return Stored(ids=memory.remember_all(turns, embed=embed))
+
+    @api.get("/v1/recall", tags=["memory"])
+    def recall(q: Annotated[str, Query(min_length=1, max_length=2000)],
+               user: OptId = None, session: OptId = None,
+               k: Annotated[int, Query(ge=1, le=s.max_k)] = 10) -> dict[str, Any]:
+        """The k turns most relevant to q among one user's sessions."""
+        who = user or config.user.id
+        with pool.memory() as memory:
+            if user is not None:
+                _known(memory, user, session)
+            hits = memory.recall(q, k=k, session=session, users=[who])
+        return {"user": who, "hits": [views.hit(h) for h in hits]}
+
+    @api.get("/v1/context", tags=["memory"])
+    def context(user: OptId = None, session: OptId = None,
+                q: Annotated[str | None, Query(max_length=2000)] = None,
+                budget: Annotated[int, Query(ge=50, le=s.max_budget)] = 1000,
+                ) -> dict[str, Any]:
+        """The context block for a prompt, within `budget` tokens: for `session` (its
+        own user's memory and recent turns), or for `user` between conversations."""
+        with pool.memory() as memory:
+            if user is not None:
+                _known(memory, user, session)
+            if session is not None:
+                with memory.store.read() as conn:
+                    user = session_owner(conn, session)
+            block = memory.context(session, user=user, query=q, budget=budget)
+        return {"user": user or config.user.id, "session": session, "budget": budget,
+                "tokens": block.tokens, "text": block.text,
+                "sections": {tier: list(lines) for tier, lines in block.sections}}
+
+    @api.get("/v1/users", tags=["users"])
+    def list_users() -> dict[str, Any]:
+        """Users with their sessions, turns and turns not yet in a gist."""
+        with pool.memory() as memory:
+            return users_.users(memory.store)
+
+    @api.get("/v1/users/{user}/memory", tags=["users"])
+    def user_memory(user: User, gists: Annotated[int, Query(ge=0, le=1000)] = 5
+                    ) -> dict[str, Any]:
+        """Profile, facts (current and replaced, with days and source turns), eras,
+        narrative, self-state and the latest gists."""
+        with pool.memory() as memory:
+            return views.user_memory(memory.store, config, user, gists)
+
+    @api.get("/v1/users/{user}/export", tags=["users"])
+    def export(user: User) -> dict[str, Any]:
+        """Everything stored about the user (the `dreamd export` document)."""
+        with pool.memory() as memory:
+            return export_user(memory.store, user, config.agent.id)
+
+    @api.delete("/v1/users/{user}", tags=["users"])
+    def forget(user: User, session: OptId = None,
+               before: Annotated[str | None, Query(max_length=40)] = None,
+               dry_run: bool = False) -> dict[str, Any]:
+        """Erase the user's turns (all, one session, or those before a date) and what
+        dreamd built from them: what `dreamd forget` erases."""
+        with pool.memory() as memory:
+            return memory.forget(user, session=session, before=before,
+                                 dry_run=dry_run).as_dict()
+
+    @api.get("/v1/status", tags=["status"])
+    def status(runs: Annotated[int, Query(ge=1, le=200)] = 5) -> dict[str, Any]:
+        """Backlog, drives, the last passes and why each job ran, workers, failures and
+        quarantine (`dreamd status --json`)."""
+        with pool.memory() as memory:
+            return report.status(memory.store, config, embedder_model_name(config),
+                                 datetime.now(UTC), runs)
+
+    @api.get("/metrics", tags=["status"], response_class=PlainTextResponse)
+    def prometheus() -> PlainTextResponse:
+        """Prometheus text: drives, backlog, the last pass, failures, requests."""
+        body, kind = metrics.scrape()
+        return PlainTextResponse(body, media_type=kind)
+
+    open_note = None if token is not None else (
+        "No API token is set: any program on this machine can read and change this memory.")
+
+    @api.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def index() -> HTMLResponse:
+        with pool.memory() as memory:
+            listing = users_.users(memory.store)
+            state = report.status(memory.store, config, embedder_model_name(config),
+                                  datetime.now(UTC), page.RUNS)
+        return _html(page.index(listing, state, config, open_note))
+
+    @api.get("/users/{user}", response_class=HTMLResponse, include_in_schema=False)
+    def user_page(user: User) -> HTMLResponse:
+        with pool.memory() as memory:
+            data = views.user_memory(memory.store, config, user, gists=20)
+        return _html(page.user(data, open_note))
+
+    @api.get("/users/{user}/sessions/{session}", response_class=HTMLResponse,
+             include_in_schema=False)
+    def session_page(user: User, session: Annotated[str, Path(max_length=200)]
+                     ) -> HTMLResponse:
+        with pool.memory() as memory:
+            _known(memory, user, session)
+            turns = views.session(memory.store, session, page.SESSION_TURNS)
+        return _html(page.session(user, session, turns, open_note))
+
+    for route in mcp_routes or []:
+        api.router.routes.append(route)
+
+    app: Any = api
+    origins = tuple(o.strip() for o in s.cors_origins.split(",") if o.strip())
+    if origins:
+        app = CORSMiddleware(app, allow_origins=list(origins), allow_credentials=False,
+                             allow_methods=["GET", "POST", "DELETE"],
+                             allow_headers=["authorization", "content-type"])
+    return Guard(app, token=token, loopback=is_loopback(s.host), origins=origins,
+                 max_body=s.max_body_kb * 1024)
+
+
+def _known(memory: Any, user: str, session: str | None) -> None:
+    with memory.store.read() as conn:
+        users_.require_user(conn, user, session)
+
+
+def _html(text: str) -> HTMLResponse:
+    # No script runs on these pages, whatever a turn holds: the policy forbids all.
+    return HTMLResponse(text, headers={
+        "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; "
+                                   "img-src 'self' data:; form-action 'self'",
+        "x-content-type-options": "nosniff", "referrer-policy": "no-referrer"})
+

@@ -1,0 +1,117 @@
+"""Starting the server: the token, the listening socket, uvicorn; and `dreamd mcp` on
+stdio. Every refusal is one line (ConfigError, StoreError) before anything listens."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from dreamd.config import Config, secret
+from dreamd.errors import ConfigError
+from dreamd.logger import Logger
+from dreamd.serve import mcp
+from dreamd.serve.guard import is_loopback
+from dreamd.serve.pool import Pool
+
+TOKEN_VARIABLE = "DREAMD_API_TOKEN"
+
+
+def token_of(config: Config) -> str | None:
+    """The bearer token: $DREAMD_API_TOKEN, else `serve.token_file`, else the systemd
+    credential `serve.credential`. Beyond loopback there must be one."""
+    token = secret(TOKEN_VARIABLE, config.serve.credential, config.serve.token_file)
+    if config.serve.token_file and token is None:
+        raise ConfigError(f"serve.token_file {config.serve.token_file!r} is missing or empty")
+    if token is None and not is_loopback(config.serve.host):
+        raise ConfigError(f"serve.host {config.serve.host!r} is beyond this machine, and no "
+                          f"API token is set: set {TOKEN_VARIABLE}, serve.token_file or the "
+                          f"credential {config.serve.credential!r} (see README, dreamd serve)")
+    if token is not None and len(token) < 16:
+        raise ConfigError("the API token is shorter than 16 characters: too easy to guess")
+    return token
+
+
+def listening(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    sock.listen(128)
+    sock.set_inheritable(True)
+    return sock
+
+
+def serve(config: Config, log: Logger, *, create: bool = False) -> int:
+    import uvicorn
+
+    from dreamd.serve.app import build
+
+    token = token_of(config)
+    sock = listening(config.serve.host, config.serve.port)
+    pool = Pool(config, size=config.serve.connections, create=create)
+    try:
+        tools = mcp.make(pool, config)
+        http = tools.streamable_http_app(streamable_http_path="/mcp", host=config.serve.host,
+                                         stateless_http=True)
+
+        @contextlib.asynccontextmanager
+        async def lifespan(app: Any) -> AsyncIterator[None]:
+            async with tools.session_manager.run():
+                yield
+
+        app = build(config, pool, token=token, log=log, mcp_routes=list(http.routes),
+                    lifespan=lifespan)
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        # One line for whoever started it (the port, when 0 asked for any free one).
+        print(f"dreamd serve: http://{shown}:{port}/ (API /v1, OpenAPI /openapi.json, "
+              f"MCP /mcp, metrics /metrics)" + ("" if token else "; no API token: "
+              "loopback only"), file=sys.stderr, flush=True)
+        server = _server()(uvicorn.Config(app, log_level="warning", access_log=False,
+                                               lifespan="on", server_header=False))
+        server.run(sockets=[sock])
+    finally:
+        pool.close()
+        sock.close()
+    return 0
+
+
+def _server() -> Any:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        """uvicorn, except that SIGTERM and SIGINT end it with exit 0 after a graceful
+        shutdown (uvicorn raises the signal again once done, and systemd, the tests and a
+        shell would see a process killed by it)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            previous = {s: signal.signal(s, self.handle_exit) for s in STOPPING}
+            try:
+                yield
+            finally:
+                for s, handler in previous.items():
+                    signal.signal(s, handler)
+
+    return Server
+
+
+STOPPING = (signal.SIGINT, signal.SIGTERM)
+
+
+def serve_stdio(config: Config) -> int:
+    """`dreamd mcp`: the MCP tools over stdin and stdout (stdout is the protocol's)."""
+    pool = Pool(config, size=1)
+    try:
+        mcp.make(pool, config).run("stdio")
+    finally:
+        pool.close()
+    return 0
