@@ -1,8 +1,13 @@
-"""The server's cost: `GET /v1/context` through `dreamd serve` against the same call on
-an in-process Memory, side by side in one run, at 1, 8 and 32 concurrent clients; and
-the server's resident memory after serving every user.
+"""The server's cost, side by side in one run.
 
-    python -m bench.serve [--turns 100000] [--users 500] [--requests 200]
+    python -m bench.serve [context] [insert] [--turns 100000] [--users 500] [--requests 200]
+
+context: `GET /v1/context` through `dreamd serve` against the same call on an
+         in-process Memory at 1, 8 and 32 concurrent clients; then the server's resident
+         memory after serving every user.
+insert:  the chat app's INSERT p99 (50 turns/s) during a `dreamd --force` pass over 5,000
+         turns, with the server answering 32 concurrent context clients, against the
+         same pass without the server (three runs each).
 
 The file is generated (bench/generate.py), consolidated once with the hashing embedder
 and the extractive completer (so the store and the server are what is measured), and
@@ -15,12 +20,14 @@ import argparse
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 from bench.generate import generate
+from bench.llm import writer_p99
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.config import load
 from dreamd.memory.api import Memory
@@ -71,10 +78,19 @@ def timed(clients: int, requests: int, call: Callable[[int, int], None]) -> tupl
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("parts", nargs="*", choices=("context", "insert"),
+                        default=["context", "insert"])
     parser.add_argument("--turns", type=int, default=100_000)
     parser.add_argument("--users", type=int, default=500)
     parser.add_argument("--requests", type=int, default=200, help="in all, per level")
     args = parser.parse_args()
+    if "context" in args.parts:
+        bench_context(args)
+    if "insert" in args.parts:
+        bench_insert()
+
+
+def bench_context(args: argparse.Namespace) -> None:
     path = prepared(args.turns, args.users)
     users = [f"u{u}" for u in range(args.users)]  # as bench.generate files them
     config = load(None, environ=env_for(), db=str(path))
@@ -119,6 +135,54 @@ def main() -> None:
                   f"{int(rss['VmRSS']) // 1024} MB (peak {int(rss['VmHWM']) // 1024} MB)")
     finally:
         server.stop()
+
+
+def insert_run(tmp: Path, run: int, served: bool) -> tuple[float, float]:
+    """(writer p99 alone, p99 during the pass), in ms."""
+    db = tmp / f"insert-{run}-{int(served)}.db"
+    generate(db, turns=5000, sessions=100, users=10, months=3, seed=run)
+    alone = writer_p99(db, 5.0)
+    server = Served(str(db)) if served else None
+    stop = threading.Event()
+
+    def load(n: int) -> None:
+        assert server is not None
+        with server.client() as http:
+            i = 0
+            while not stop.is_set():
+                http.get("/v1/context", params={"user": f"u{(n + i) % 10}", "budget": 1000,
+                                                "q": QUERIES[i % len(QUERIES)]})
+                i += 1
+
+    clients = [threading.Thread(target=load, args=(n,)) for n in range(32 if served else 0)]
+    for t in clients:
+        t.start()
+    flag, box = tmp / f"done-{run}-{int(served)}", dict[str, float]()
+    measure = threading.Thread(target=lambda: box.update(p99=writer_p99(db, None, flag)))
+    measure.start()
+    done = subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), "--force"],
+                          cwd=ROOT, env=env_for(), capture_output=True, text=True)
+    flag.touch()
+    measure.join()
+    stop.set()
+    for t in clients:
+        t.join()
+    if server is not None:
+        server.stop()
+    assert done.returncode == 0, done.stderr[-500:]
+    return alone, box["p99"]
+
+
+def bench_insert(runs: int = 3) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        without = [insert_run(Path(tmp), run, served=False) for run in range(runs)]
+        served = [insert_run(Path(tmp), run, served=True) for run in range(runs)]
+    for label, results in (("without the server", without),
+                            ("server under 32 clients", served)):
+        deltas = sorted(p - a for a, p in results)
+        each = ", ".join(f"{p:.2f} vs {a:.2f}" for a, p in results)
+        print(f"INSERT p99 during a pass, {label}: {each} ms -> median "
+              f"+{statistics.median(deltas):.2f} ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -43,6 +43,16 @@ def test_unused_share_goes_to_the_other_tiers() -> None:
     assert few["recent"][0] not in recent  # ... the oldest dropped
 
 
+@pytest.mark.parametrize("budget", range(20, 80, 3))
+def test_a_profile_heading_comes_only_with_a_point_under_it(budget: int) -> None:
+    profile = {"profile": ["Home:", "- Ana moved to a flat near the river in Porto last May.",
+                           "Work:", "- Ana teaches chemistry at the secondary school."]}
+    kept = dict(build(profile, budget).sections).get("profile", ())
+    for i, line in enumerate(kept):
+        if line.endswith(":"):
+            assert i + 1 < len(kept) and kept[i + 1].startswith("- ")
+
+
 @pytest.fixture
 def demo_memory(tmp_path: Path):
     db = tmp_path / "m.db"

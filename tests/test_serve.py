@@ -296,3 +296,23 @@ def test_mcp_over_http_needs_the_token(guarded: Served) -> None:
     assert not read.is_error and "new flat" in (read.structured_content["profile"] or "")
     with pytest.raises(BaseException):  # noqa: B017 (the SDK's error type is its own)
         asyncio.run(session("not-the-token-0123456789"))
+
+
+def test_a_users_requests_share_one_connection(demo: Path) -> None:
+    """So each user's recall matrix is built once, on the connection that serves them."""
+    from dreamd.config import load
+    from dreamd.serve.pool import Pool
+
+    pool = Pool(load(None, environ=env_for(), db=str(demo)), size=4)
+    try:
+        with pool.memory("ana") as first:
+            pass
+        with pool.memory("ana") as again:
+            assert again is first
+        seen = set()
+        for _ in range(8):
+            with pool.memory() as any_one:
+                seen.add(id(any_one))
+        assert len(seen) == 4  # the others take turns
+    finally:
+        pool.close()

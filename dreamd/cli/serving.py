@@ -17,7 +17,6 @@ def _server_config(obj: dict[str, Any], host: str | None, port: int | None) -> c
     import dataclasses
 
     config = load_config(obj)
-    changes = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
     try:  # the server's libraries are an extra: say so in one line
         import fastapi  # noqa: F401
         import mcp  # noqa: F401
@@ -26,7 +25,12 @@ def _server_config(obj: dict[str, Any], host: str | None, port: int | None) -> c
     except ImportError as exc:
         raise fail(f"the server needs libraries that are not installed ({exc.name}): "
                    "pip install 'dreamd[serve]'") from None
-    return dataclasses.replace(config, serve=dataclasses.replace(config.serve, **changes))
+    serve = config.serve
+    if host is not None:
+        serve = dataclasses.replace(serve, host=host)
+    if port is not None:
+        serve = dataclasses.replace(serve, port=port)
+    return dataclasses.replace(config, serve=serve)
 
 
 @main.command()

@@ -73,13 +73,14 @@ def _render(want: dict[str, list[str]], kept: dict[str, list[int]], budget: int)
     lines: list[str] = []
     sections = []
     for name, title, _ in TIERS:
-        chosen = sorted(kept[name])
-        if not chosen:
+        body = [want[name][i] for i in sorted(kept[name])]
+        if name in GROUPED:
+            body = _without_empty_groups(body)
+        if not body:
             continue
         if lines:
             lines.append("")
         lines.append(f"## {title}")
-        body = [want[name][i] for i in chosen]
         lines.extend(body)
         sections.append((name, tuple(body)))
     text = "\n".join(lines)
@@ -87,3 +88,13 @@ def _render(want: dict[str, list[str]], kept: dict[str, list[int]], budget: int)
     if tokens > budget:
         raise AssertionError(f"context of {tokens} tokens over its budget of {budget}")
     return Context(text, tokens, tuple(sections))
+
+
+GROUPED = ("profile",)  # tiers whose lines fall under headings ("Home:")
+
+
+def _without_empty_groups(lines: list[str]) -> list[str]:
+    """A group's heading only with a line of the group after it: a budget that kept
+    "Home:" but none of its points keeps neither."""
+    return [line for i, line in enumerate(lines)
+            if not (line.endswith(":") and (i + 1 == len(lines) or lines[i + 1].endswith(":")))]

@@ -131,7 +131,7 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
                k: Annotated[int, Query(ge=1, le=s.max_k)] = 10) -> dict[str, Any]:
         """The k turns most relevant to q among one user's sessions."""
         who = user or config.user.id
-        with pool.memory() as memory:
+        with pool.memory(who) as memory:
             if user is not None:
                 _known(memory, user, session)
             hits = memory.recall(q, k=k, session=session, users=[who])
@@ -144,7 +144,7 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
                 ) -> dict[str, Any]:
         """The context block for a prompt, within `budget` tokens: for `session` (its
         own user's memory and recent turns), or for `user` between conversations."""
-        with pool.memory() as memory:
+        with pool.memory(user or session or config.user.id) as memory:
             if user is not None:
                 _known(memory, user, session)
             if session is not None:
@@ -166,7 +166,7 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
                     ) -> dict[str, Any]:
         """Profile, facts (current and replaced, with days and source turns), eras,
         narrative, self-state and the latest gists."""
-        with pool.memory() as memory:
+        with pool.memory(user) as memory:
             return views.user_memory(memory.store, config, user, gists)
 
     @api.get("/v1/users/{user}/export", tags=["users"])
@@ -181,7 +181,7 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
                dry_run: bool = False) -> dict[str, Any]:
         """Erase the user's turns (all, one session, or those before a date) and what
         dreamd built from them: what `dreamd forget` erases."""
-        with pool.memory() as memory:
+        with pool.memory(user) as memory:
             return memory.forget(user, session=session, before=before,
                                  dry_run=dry_run).as_dict()
 

@@ -70,7 +70,7 @@ def make(pool: Pool, config: Config) -> MCPServer:
         """The k turns most relevant to `query` among one user's sessions (default: the
         configured user), best first, with the day each was said."""
         _bounded("k", k, 1, limits.max_k)
-        with pool.memory() as memory:
+        with pool.memory(user or config.user.id) as memory:
             known(memory, user, session)
             hits = memory.recall(query, k=k, session=session,
                                  users=[user or config.user.id])
@@ -84,7 +84,7 @@ def make(pool: Pool, config: Config) -> MCPServer:
         narrative, eras, relevant earlier conversations and details, and the session's
         recent turns."""
         _bounded("budget", budget, 50, limits.max_budget)
-        with pool.memory() as memory:
+        with pool.memory(user or session or config.user.id) as memory:
             known(memory, user, session)
             block = memory.context(session, user=user, query=query, budget=budget)
         return {"text": block.text, "tokens": block.tokens}

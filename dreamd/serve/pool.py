@@ -1,10 +1,14 @@
-"""The server's memories: a few Memory connections on one store, taken in turn, with one
-embedder between them (a Memory serves one call at a time; WAL lets several read)."""
+"""The server's memories: a few Memory connections on one store, each taken by one
+request at a time, with one embedder between them. A user's requests go to the same
+connection, so each user's vector matrix is built in one place and stays warm there
+(a Memory keeps the 16 it used last); WAL lets the connections read in parallel."""
 
 from __future__ import annotations
 
 import contextlib
-import queue
+import itertools
+import threading
+import zlib
 from collections.abc import Iterator
 
 from dreamd.backends.factory import make_embedder, release
@@ -25,30 +29,30 @@ class Pool:
         self.size = size
         self.embedder = make_embedder(config)
         where = config.store_url or config.db_path
-        self._free: queue.Queue[Memory] = queue.Queue()
         self._all: list[Memory] = []
         try:
             for n in range(size):
                 # dreamd's own process: its bundled SQLite (see store/sqlite_driver.py)
-                memory = Memory(where, config=config, embedder=self.embedder,
-                                create=create and n == 0, sqlite="bundled")
-                self._all.append(memory)
-                self._free.put(memory)
+                self._all.append(Memory(where, config=config, embedder=self.embedder,
+                                        create=create and n == 0, sqlite="bundled"))
         except BaseException:
             self.close()
             raise
+        self._locks = [threading.Lock() for _ in self._all]
+        self._turns = itertools.count()
 
     @contextlib.contextmanager
-    def memory(self) -> Iterator[Memory]:
+    def memory(self, user: str | None = None) -> Iterator[Memory]:
+        """A connection for one request: the user's own, or the next in turn."""
+        n = (zlib.crc32(user.encode("utf-8")) if user is not None
+             else next(self._turns)) % self.size
+        if not self._locks[n].acquire(timeout=WAIT_SECONDS):
+            raise PoolBusy(f"the store connection stayed busy for {WAIT_SECONDS:g} s; "
+                           "try again")
         try:
-            memory = self._free.get(timeout=WAIT_SECONDS)
-        except queue.Empty:
-            raise PoolBusy(f"all {self.size} store connections stayed busy for "
-                           f"{WAIT_SECONDS:g} s; try again") from None
-        try:
-            yield memory
+            yield self._all[n]
         finally:
-            self._free.put(memory)
+            self._locks[n].release()
 
     def close(self) -> None:
         for memory in self._all:
