@@ -5,7 +5,9 @@
 DB is a SQLite file or a PostgreSQL URL. Each turn is its own short transaction, as a
 chat server writes. With USERS, turns go round the users `w0`…, each into sessions of its
 own (the sessions row written first). It stops when STOPFILE exists, then writes a JSON
-report: ids inserted, errors seen, insert latencies.
+report: ids inserted, errors seen, insert latencies, and (on Linux) how each latency
+split: time running on a CPU and time runnable but waiting for one, from the kernel's
+schedstat of the writing thread; the rest is time blocked (SQLite's lock, the disk).
 """
 
 from __future__ import annotations
@@ -26,11 +28,14 @@ def main(db: str, rate: float, stop_file: str, report: str, users: int = 0) -> N
     ids: list[int] = []
     locked: list[str] = []
     latencies: list[float] = []
+    running: list[float] = []
+    runnable: list[float] = []
     interval = 1.0 / rate
     next_at = time.monotonic()
     n = 0
     while not Path(stop_file).exists():
         session = f"live-{n // 40}"
+        before = schedstat()
         started = time.perf_counter()
         try:
             cur = conn.execute(
@@ -43,11 +48,25 @@ def main(db: str, rate: float, stop_file: str, report: str, users: int = 0) -> N
         except sqlite3.OperationalError as exc:
             locked.append(str(exc))
         latencies.append(time.perf_counter() - started)
+        after = schedstat()
+        running.append(after[0] - before[0])
+        runnable.append(after[1] - before[1])
         n += 1
         next_at += interval
         time.sleep(max(0.0, next_at - time.monotonic()))
     conn.close()
-    Path(report).write_text(json.dumps({"ids": ids, "errors": locked, "latencies": latencies}))
+    Path(report).write_text(json.dumps({"ids": ids, "errors": locked, "latencies": latencies,
+                                        "running": running, "runnable": runnable}))
+
+
+def schedstat() -> tuple[float, float]:
+    """Seconds this thread has run on a CPU, and waited runnable for one (proc(5))."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            on_cpu, waiting, _ = f.read().split()
+        return int(on_cpu) / 1e9, int(waiting) / 1e9
+    except (OSError, ValueError):
+        return 0.0, 0.0
 
 
 def write_pg(url: str, rate: float, stop_file: str, report: str, users: int) -> None:

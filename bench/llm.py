@@ -94,6 +94,14 @@ def bench_tokens() -> None:
 
 def writer_p99(db: Path, seconds: float | None, stop_when: Path | None = None) -> float:
     """Run the chat writer at 50 turns/s; return its INSERT p99 in ms."""
+    return writer_latency(db, seconds, stop_when)[0]
+
+
+def writer_latency(db: Path, seconds: float | None, stop_when: Path | None = None
+                   ) -> tuple[float, float, float, float]:
+    """Run the chat writer at 50 turns/s: its INSERT p99 in ms, and what the slowest 1 %
+    of its INSERTs spent on average: running, runnable but not running (the CPU was
+    someone else's), and blocked (SQLite's lock, the disk)."""
     with tempfile.TemporaryDirectory() as tmp:
         stop, report = Path(tmp) / "stop", Path(tmp) / "report.json"
         proc = subprocess.Popen([sys.executable, "-m", "bench.chat_writer", str(db), "50",
@@ -105,8 +113,14 @@ def writer_p99(db: Path, seconds: float | None, stop_when: Path | None = None) -
                 time.sleep(0.05)
         stop.touch()
         proc.wait(timeout=30)
-        latencies = sorted(json.loads(report.read_text())["latencies"])
-    return latencies[int(len(latencies) * 0.99)] * 1000
+        data = json.loads(report.read_text())
+    rows = sorted(zip(data["latencies"], data["running"], data["runnable"], strict=True))
+    slowest = rows[int(len(rows) * 0.99):]
+    running = statistics.fmean(r[1] for r in slowest)
+    runnable = statistics.fmean(r[2] for r in slowest)
+    blocked = statistics.fmean(r[0] for r in slowest) - running - runnable
+    return (rows[int(len(rows) * 0.99)][0] * 1000, running * 1000, runnable * 1000,
+            max(0.0, blocked) * 1000)
 
 
 def timed_pass(db: Path, server: ServerProcess, workers: int, done_flag: Path) -> float:
@@ -139,8 +153,9 @@ class ServerProcess:
 
 
 def throughput_run(tmp: Path, server: ServerProcess, workers: int, run: int,
-                   rng: random.Random) -> tuple[float, float, float]:
-    """One pass over a fresh 500-session file: (seconds, writer p99 alone, p99 during)."""
+                   rng: random.Random) -> tuple[float, float, float, tuple[float, ...]]:
+    """One pass over a fresh 500-session file: (seconds, writer p99 alone, p99 during,
+    the slowest 1 %'s split during: running, runnable, blocked)."""
     import threading
 
     db = tmp / f"w{workers}-{run}.db"
@@ -156,16 +171,16 @@ def throughput_run(tmp: Path, server: ServerProcess, workers: int, run: int,
     chat.close()
     alone = writer_p99(db, 5.0)
     flag = tmp / f"done{workers}-{run}"
-    box: dict[str, float] = {}
+    box: dict[str, tuple[float, float, float, float]] = {}
 
     def measure() -> None:
-        box["p99"] = writer_p99(db, None, stop_when=flag)
+        box["during"] = writer_latency(db, None, stop_when=flag)
 
     thread = threading.Thread(target=measure)
     thread.start()
     elapsed = timed_pass(db, server, workers, flag)
     thread.join()
-    return elapsed, alone, box["p99"]
+    return elapsed, alone, box["during"][0], box["during"][1:]
 
 
 @contextlib.contextmanager
@@ -179,24 +194,27 @@ def gate_left_open() -> Iterator[None]:
         write_gate.Gate.closed = closed  # type: ignore[method-assign]
 
 
-def p99_line(label: str, runs: list[tuple[float, float, float]]) -> str:
-    deltas = sorted(p - a for _, a, p in runs)
-    each = ", ".join(f"{p:.2f} vs {a:.2f}" for _, a, p in runs)
+def p99_line(label: str, runs: list[tuple[float, float, float, tuple[float, ...]]]) -> str:
+    deltas = sorted(p - a for _, a, p, _ in runs)
+    each = ", ".join(f"{p:.2f} vs {a:.2f}" for _, a, p, _ in runs)
+    split = [statistics.median(r[3][i] for r in runs) for i in range(3)]
     return (f"  {label}: {each} -> median +{statistics.median(deltas):.2f} ms "
-            f"(range +{deltas[0]:.2f} to +{deltas[-1]:.2f})")
+            f"(range +{deltas[0]:.2f} to +{deltas[-1]:.2f}); the slowest 1 % waited "
+            f"{split[1]:.2f} ms runnable (CPU), {split[2]:.2f} ms blocked (lock, disk), ran "
+            f"{split[0]:.2f} ms")
 
 
 def bench_throughput(repeats: int = 5) -> None:
     server = ServerProcess(delay=0.1)
     rng = random.Random(2)
     with tempfile.TemporaryDirectory() as tmp:
-        t1, a1, p1 = throughput_run(Path(tmp), server, 1, 0, rng)
+        t1, a1, p1, _ = throughput_run(Path(tmp), server, 1, 0, rng)
         eights = [throughput_run(Path(tmp), server, 8, run, rng) for run in range(repeats)]
         with gate_left_open():
             open_gate = [throughput_run(Path(tmp), server, 8, repeats + run, rng)
                          for run in range(3)]
     server.stop()
-    t8 = statistics.median(t for t, _, _ in eights)
+    t8 = statistics.median(t for t, _, _, _ in eights)
     print(f"throughput: 500 sessions, 100 ms per call: 1 worker {t1:.1f} s, 8 workers "
           f"{t8:.1f} s (median of {repeats}) -> {t1 / t8:.1f}x faster")
     print(f"writer INSERT p99 (50/s), during vs alone, ms: 1 worker {p1:.2f} vs {a1:.2f}")

@@ -175,6 +175,7 @@ class PassConfig:
     max_seconds: float = field(default=900.0, metadata=_check("float", min=0))
     max_items: int = field(default=0, metadata=_check("int", min=0))
     stop_grace_seconds: float = field(default=8.0, metadata=_check("float", min=0.5, max=600))
+    background: bool = field(default=True, metadata=_check("bool"))
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
 import signal
 import sqlite3
@@ -293,3 +294,37 @@ def test_new_turns_wake_the_daemon_within_seconds(tmp_path: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
+
+
+def _scheduling(pid: int) -> list[tuple[int, int]]:
+    """(nice, policy) of every thread of the process (proc(5): fields 19 and 41)."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        found.append((int(fields[16]), int(fields[38])))
+    return found
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_the_daemon_and_its_model_threads_run_at_background_priority(
+        tmp_path: Path, background: bool) -> None:
+    db = tmp_path / "memory.db"
+    big_file(db, 10, 6)
+    env = dreamd_env(DREAMD_EMBED__BACKEND="local",  # the model's own threads too
+                     DREAMD_PASS__BACKGROUND=str(background).lower())
+    proc = start(db, "--loop", "60", env=env)
+    try:
+        assert wait_for(lambda: query(db, "SELECT COUNT(*) FROM dreamd_runs WHERE ended_at "
+                                          "IS NOT NULL", 0), 120)
+        threads = _scheduling(proc.pid)
+        io = subprocess.run(["ionice", "-p", str(proc.pid)], capture_output=True,
+                            text=True).stdout.strip()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert len(threads) > 2  # the main thread, the scheduler's, the model's
+    if background:
+        assert set(threads) == {(10, os.SCHED_BATCH)}, threads
+        assert io == "best-effort: prio 7"
+    else:
+        assert set(threads) == {(os.getpriority(os.PRIO_PROCESS, 0), os.SCHED_OTHER)}, threads
