@@ -28,6 +28,7 @@ from tests.helpers import (
     T0,
     RecordingCompleter,
     add_turns,
+    big_file,
     chat_texts,
     config_for,
     derived_digest,
@@ -167,6 +168,25 @@ def test_a_pass_records_how_long_it_held_the_write_lock(demo_store: Store) -> No
         raise RuntimeError("save failed")
     assert demo_store.lock_times.longest >= 0.05
     assert demo_store.lock_times.writes == lock["writes"] + 1 + 2  # finish_run, then ours
+
+
+def test_a_pass_writes_in_transactions_of_bounded_size_whatever_the_backlog(
+        tmp_path: Path) -> None:
+    """Every write of a pass is short however much waits: the tally folds new turns in
+    chunks, the words index and the embeddings go in batches. (4,000 new sessions used to
+    be folded into the tally by one write of 4,001 rows.)"""
+    most = {}
+    for sessions in (200, 4000):
+        db = tmp_path / f"{sessions}.db"
+        big_file(db, sessions, 2)
+        store = open_sqlite(config_for(db, pass_=PassConfig(max_items=5)))
+        try:
+            result = pass_(store, RecordingCompleter(store), config_for(
+                db, pass_=PassConfig(max_items=5)))
+        finally:
+            store.close()
+        most[sessions] = result.write_lock["most_rows"]
+    assert 0 < most[200] <= most[4000] <= 2500, most  # 20 times the backlog, still short
 
 
 def test_every_stored_tier_is_bounded_whatever_the_input(db: Path) -> None:

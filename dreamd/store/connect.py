@@ -8,11 +8,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from dreamd.errors import StoreBusy, StoreError
 from dreamd.store import sqlite_driver as driver
 from dreamd.store.interface import WriteLockTimes
 from dreamd.store.sqlite_driver import BUNDLED, SYSTEM, Raw
+
+AUTOCHECKPOINT_PAGES = 1000  # SQLite's default wal_autocheckpoint
 
 # The WAL-reset bug (sqlite.org/wal.html#walresetbug) can corrupt a WAL database when
 # two connections write and checkpoint at the same moment — exactly dreamd's setting.
@@ -73,6 +76,10 @@ class SqliteStore:
         self.read_only = read_only
         self._checkpointed = time.monotonic()
         self.lock_times = WriteLockTimes()
+        self._released: float | None = None
+        raw = getattr(conn, "raw", None)  # dreamd's own library (apsw): see `_committed`
+        if raw is not None and self.checkpoints:
+            raw.set_wal_hook(self._committed)
 
     @property
     def in_transaction(self) -> bool:
@@ -85,6 +92,7 @@ class SqliteStore:
             raise StoreError("internal: nested write transaction")
         self.conn.execute("BEGIN IMMEDIATE")
         locked = time.perf_counter()
+        before = self.conn.total_changes
         try:
             yield self.conn
         except BaseException:
@@ -94,8 +102,10 @@ class SqliteStore:
                 self.conn.execute("ROLLBACK")
             self.lock_times.add(time.perf_counter() - locked)
             raise
+        self._released = None
         self.conn.execute("COMMIT")
-        self.lock_times.add(time.perf_counter() - locked)
+        self.lock_times.add((self._released or time.perf_counter()) - locked,
+                            self.conn.total_changes - before)
         if time.monotonic() - self._checkpointed >= self.CHECKPOINT_EVERY:
             self.settle()
 
@@ -110,6 +120,16 @@ class SqliteStore:
         finally:
             if self.conn.in_transaction:
                 self.conn.execute("COMMIT")
+
+    def _committed(self, raw: Any, name: str, pages: int) -> int:
+        """SQLite's WAL hook: a commit has written its frames and let go of the write
+        lock. It marks that moment, so the write lock's time is what the app could have
+        waited, without the automatic checkpoint a COMMIT may go on to run; then does what
+        SQLite's own hook does, that checkpoint, past 1,000 pages of WAL."""
+        self._released = time.perf_counter()
+        if pages >= AUTOCHECKPOINT_PAGES:
+            raw.wal_checkpoint(name, driver.CHECKPOINT_PASSIVE)
+        return 0  # SQLITE_OK
 
     def settle_turns(self, wait: float = 0.0) -> int:
         """SQLite hands out ids under its write lock: every id a reader sees is final."""

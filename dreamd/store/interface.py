@@ -52,15 +52,17 @@ class WriteLockTimes:
     writes: int = 0
     held: float = 0.0  # seconds
     longest: float = 0.0
+    most_rows: int = 0  # rows one transaction wrote, at most
 
-    def add(self, seconds: float) -> None:
+    def add(self, seconds: float, rows: int = 0) -> None:
         self.writes += 1
         self.held += seconds
         self.longest = max(self.longest, seconds)
+        self.most_rows = max(self.most_rows, rows)
 
     def as_dict(self) -> dict[str, float]:
         return {"writes": self.writes, "held_ms": round(self.held * 1000, 1),
-                "longest_ms": round(self.longest * 1000, 2)}
+                "longest_ms": round(self.longest * 1000, 2), "most_rows": self.most_rows}
 
 
 class Store(Protocol):

@@ -33,6 +33,7 @@ from dreamd.store.sqlite_sql import SQLITE
 
 BUNDLED = "bundled"
 SYSTEM = "system"
+CHECKPOINT_PASSIVE = apsw.SQLITE_CHECKPOINT_PASSIVE
 LIBRARIES = (BUNDLED, SYSTEM)
 
 Error: tuple[type[Exception], ...] = (apsw.Error, sqlite3.Error)
