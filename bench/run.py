@@ -153,7 +153,8 @@ def bench_pass() -> None:
           f"profile+eras+narrative+reflect "
           f"{sum(jobs[j]['seconds'] for j in ('profile', 'eras', 'narrative', 'reflect')):.2f} s; "
           f"peak RSS {rss_mb:.0f} MB; write lock held {lock['held_ms']:.0f} ms over "
-          f"{lock['writes']} writes, longest {lock['longest_ms']:.1f} ms")
+          f"{lock['writes']} writes, longest {lock['longest_ms']:.1f} ms"
+          + (f", at most {lock['most_rows']} rows in one" if "most_rows" in lock else ""))
 
 
 class SlowEmbedder:

@@ -98,8 +98,10 @@ def render_status(data: dict[str, Any]) -> str:
             out.append(f"  tokens {run['tokens_in']} in, {run['tokens_out']} out")
         if run.get("write_lock"):
             lock = run["write_lock"]
+            rows = (f", at most {lock['most_rows']} rows in one" if lock.get("most_rows")
+                    else "")  # passes before dreamd counted them have none
             out.append(f"  write lock held {lock['held_ms']} ms over {lock['writes']} "
-                       f"writes, longest {lock['longest_ms']} ms")
+                       f"writes, longest {lock['longest_ms']} ms{rows}")
         for note in run.get("notes") or []:
             out.append(f"  ! {note}")
         if run.get("drives_after"):
