@@ -103,7 +103,7 @@ def test_a_busy_app_does_not_starve_the_jobs_after_embed(tmp_path: Path) -> None
     assert counts["narrative"] > 0 and counts["self_state"] > 0, counts
     # embed worked up to the turn it sensed at the start, not after the app's new turns
     assert 0 < embedded <= result.stats_before.max_exchange_id
-    assert result.outcome == "partial"
+    assert result.outcome == "partial", [r.as_dict() for r in result.jobs if r.errors or r.failed]
 
 
 def test_embed_stops_when_a_forget_lands_mid_pass(tmp_path: Path) -> None:

@@ -27,8 +27,11 @@ from dreamd.runtime import log as logging_
 def dream(obj: dict[str, Any], config: cfg.Config, *, force: bool, loop: float | None,
           create: bool) -> int:
     from dreamd.runtime.daemon import Daemon, run_force
+    from dreamd.runtime.priority import background
 
     log = logging_.get_logger()
+    if config.pass_.background:  # the process's own choice, before its threads start
+        log.debug("priority", **background())
     if force and sys.stderr.isatty():
         progress = Progress(sys.stderr)
         unregister = logging_.before_each_line(progress.clear)

@@ -29,7 +29,6 @@ from dreamd.logger import Logger
 from dreamd.runtime.lock import InstanceLock
 from dreamd.runtime.log import LoggedProgress
 from dreamd.runtime.notify import Notifier
-from dreamd.runtime.priority import background
 from dreamd.runtime.schedule import in_quiet_hours, next_delay
 from dreamd.store.interface import ENGINE_ERRORS
 from dreamd.store.leases import end_orphaned_runs
@@ -172,8 +171,6 @@ class Runner:
         self.backends: tuple[object, ...] = ()
 
     def start(self) -> None:
-        if self.config.pass_.background:  # before any thread starts: they inherit it
-            self.log.debug("priority", **background())
         self.flags.install()
         # The lock comes first: a second dreamd must not even migrate a file in use.
         if self.lock is None:
