@@ -436,8 +436,8 @@ def bench_forget() -> None:
             super().__init__()
             self.each: list[float] = []
 
-        def add(self, seconds: float) -> None:
-            super().add(seconds)
+        def add(self, seconds: float, rows: int = 0) -> None:
+            super().add(seconds, rows)
             self.each.append(seconds)
 
     configure("warning")

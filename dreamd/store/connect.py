@@ -131,7 +131,7 @@ class SqliteStore:
             # As SQLite's own hook, whatever the checkpoint says: the commit is done, and
             # an error here would be reported as the COMMIT's (another connection's
             # checkpoint running, say, is SQLITE_BUSY).
-            with contextlib.suppress(driver.Error):
+            with contextlib.suppress(*driver.Error):
                 raw.wal_checkpoint(name, driver.CHECKPOINT_PASSIVE)
         return 0  # SQLITE_OK
 
