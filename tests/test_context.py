@@ -51,6 +51,10 @@ def test_a_profile_heading_comes_only_with_a_point_under_it(budget: int) -> None
     for i, line in enumerate(kept):
         if line.endswith(":"):
             assert i + 1 < len(kept) and kept[i + 1].startswith("- ")
+    people = {"profile": ["About Ana:", "Home:", "- Ana lives in Porto.", "About Rui:",
+                          "Work:"]}
+    assert dict(build(people, 100).sections)["profile"] == (
+        "About Ana:", "Home:", "- Ana lives in Porto.")
 
 
 @pytest.fixture

@@ -94,7 +94,19 @@ GROUPED = ("profile",)  # tiers whose lines fall under headings ("Home:")
 
 
 def _without_empty_groups(lines: list[str]) -> list[str]:
-    """A group's heading only with a line of the group after it: a budget that kept
-    "Home:" but none of its points keeps neither."""
-    return [line for i, line in enumerate(lines)
-            if not (line.endswith(":") and (i + 1 == len(lines) or lines[i + 1].endswith(":")))]
+    """A group's heading only with a point of the group after it: a budget that kept
+    "Home:" but none of its points keeps neither. A person's heading ("About Ana:", when
+    the profile is of several people) heads groups: it stays while one of them does."""
+    kept = []
+    for i, line in enumerate(lines):
+        if not line.endswith(":"):
+            kept.append(line)
+            continue
+        person = line.startswith("About ")
+        for after in lines[i + 1:]:
+            if not after.endswith(":"):  # a point: this heading's, or a subgroup's
+                kept.append(line)
+                break
+            if not person or after.startswith("About "):
+                break  # the next group (or person) begins with nothing said
+    return kept
