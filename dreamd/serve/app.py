@@ -216,7 +216,7 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
             data = views.user_memory(memory.store, config, user, gists=20)
         return _html(page.user(data, open_note))
 
-    @api.get("/users/{user}/sessions/{session}", response_class=HTMLResponse,
+    @api.get("/users/{user}/sessions/{session:path}", response_class=HTMLResponse,
              include_in_schema=False)
     def session_page(user: User, session: Annotated[str, Path(max_length=200)]
                      ) -> HTMLResponse:
