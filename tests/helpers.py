@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import os
 import socket
 import sqlite3
 import subprocess
@@ -29,6 +28,7 @@ from dreamd.store.interface import Store
 from dreamd.store.migrations import CORE_TABLES
 from dreamd.store.opening import open_store
 from testkit.openai_server import FakeOpenAI
+from testkit.served import env_for
 
 T0 = datetime(2026, 3, 1, 9, 0, tzinfo=UTC)
 
@@ -134,10 +134,7 @@ ROOT = Path(__file__).parent.parent
 
 
 def dreamd_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMD_")}
-    env.update({"DREAMD_EMBED__BACKEND": "hashing", "DREAMD_LOG__FORMAT": "json",
-                "PYTHONPATH": str(ROOT)}, **extra)
-    return env
+    return env_for(**extra)
 
 
 def big_file(db: Path, sessions: int, turns_each: int) -> None:

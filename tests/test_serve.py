@@ -294,8 +294,17 @@ def test_mcp_over_http_needs_the_token(guarded: Served) -> None:
 
     read = asyncio.run(session(TOKEN))
     assert not read.is_error and "new flat" in (read.structured_content["profile"] or "")
-    with pytest.raises(BaseException):  # noqa: B017 (the SDK's error type is its own)
+    with pytest.raises(BaseExceptionGroup) as refused:  # the SDK's task groups wrap it
         asyncio.run(session("not-the-token-0123456789"))
+    assert {type(e).__name__ for e in _leaves(refused.value)} == {"MCPError"}
+    with guarded.client(token="not-the-token-0123456789") as wrong:
+        one_line_error(wrong.post("/mcp", json={}), 401)  # what the SDK was answered
+
+
+def _leaves(error: BaseException) -> list[BaseException]:
+    if isinstance(error, BaseExceptionGroup):
+        return [leaf for inner in error.exceptions for leaf in _leaves(inner)]
+    return [error]
 
 
 def test_a_users_requests_share_one_connection(demo: Path) -> None:

@@ -32,9 +32,9 @@ _FIRST_PERSON = re.compile(r"\b(?:I|I'm|I've|I'll|I'd|[Mm]y|[Mm]e|[Mm]ine|[Ww]e|
 # or an exclamation mark ("Wow, Priya, ...", "Thanks Omar! ...", "Oh no - ...").
 _LEAD = re.compile(r"^([\w'’]+(?:\s[\w'’]+)?)\s*(?:,|!|:|\.\.\.|…|—|–|\s-)\s*")
 _CONTRACTION_TAILS = frozenset("m s ve ll d re t".split())  # of "I'm", "it's", "don't"
-# An announcement before the news: "Update: I passed my driving test", "Big day: we ...".
+# An announcement before the news: "Update: I got the allotment", "Big day: we ...".
 _ANNOUNCED = re.compile(r"^[^:\d]{1,24}:\s+(?=(?:I|I['’]\w+|[Mm]y|[Ww]e|[Oo]ur)\b)")
-# A feeling before the news: "I'm so excited, we are adopting a child!".
+# A feeling before the news: "I'm so relieved, my visa came through!".
 _FEELING_FIRST = re.compile(r"^I['’]m (?:so |really |very |just |super |quite )?(\w+)\s*"
                             r"[,!—–-]\s*")
 # An adverb before the speaker's own: "Luckily my landlord ...", "Frankly I ...".
@@ -79,7 +79,7 @@ def bare(sentence: str, known: tuple[str, ...] = ()) -> str:
         text = text[m.end():]
     m = _FEELING_FIRST.match(text)
     if m and speech.describing(m.group(1)) and len(_WORD.findall(text[m.end():])) >= 3:
-        text = text[m.end():]  # "I'm so excited, we are adopting a child!"
+        text = text[m.end():]  # "I'm so relieved, my visa came through!"
     return text[:1].upper() + text[1:] if text else text
 
 
@@ -226,7 +226,7 @@ def resolve_people(tidy: str, before: str, known: tuple[str, ...]) -> str:
 
     def named_as(m: re.Match[str]) -> str:
         if _ANTECEDENT.search(tidy[:m.start()]):
-            return m.group()  # "my mum had her knee replaced": hers, named in the sentence
+            return m.group()  # "my aunt sold her boat": hers, named in the sentence
         after = re.findall(r"[A-Za-z]+", tidy[m.end():])[:1]
         if m.group("is"):  # "she's been" is "she has been"; "she's tall", "she is tall"
             return f"{name} has" if after and speech.past_participle(after[0]) else f"{name} is"

@@ -37,6 +37,6 @@ def hit(h: Hit) -> dict[str, Any]:
 def session(store: Store, session_id: str, limit: int) -> list[dict[str, Any]]:
     """A session's first `limit` turns, oldest first."""
     with store.read() as conn:
-        rows = session_turns(conn, session_id, 0, 2**62)[:limit]
+        rows = session_turns(conn, session_id, 0, 2**62, limit)
     return [{"id": t.id, "role": t.role, "content": t.content, "created_at": t.created_at}
             for t in rows]

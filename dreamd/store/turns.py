@@ -266,12 +266,15 @@ def sessions_of(conn: Conn, users: list[str], *, others: bool = False
 
 
 def session_turns(
-    conn: Conn, session_id: str, after_id: int, upto_id: int
+    conn: Conn, session_id: str, after_id: int, upto_id: int, limit: int | None = None
 ) -> list[Turn]:
+    """A session's turns in (after_id, upto_id], oldest first; the first `limit` of them
+    when given."""
     rows = conn.execute(
         "SELECT id, session_id, role, content, created_at FROM exchanges "
-        "WHERE session_id = ? AND id > ? AND id <= ? ORDER BY id",
-        (session_id, after_id, upto_id),
+        "WHERE session_id = ? AND id > ? AND id <= ? ORDER BY id"
+        + (" LIMIT ?" if limit is not None else ""),
+        (session_id, after_id, upto_id, *([limit] if limit is not None else [])),
     ).fetchall()
     return [Turn(*r) for r in rows]
 
