@@ -70,8 +70,9 @@ def answer(system: str, user: str) -> str:
         return json.dumps({"mood": "curious", "mood_score": 0.4, "energy": 0.6,
                            "self_narrative": "I have been listening closely.",
                            "reflection": f"Noticed: {last[:60]}", "topics": ["testing"]})
-    return f"<think>scratch</think>Here is the {task}:\n- {task.upper()} of {len(data)} lines; " \
-           f"last: {last[:80]}"
+    # Grounded as a real answer must be: every number and name it holds is in its input.
+    return f"<think>scratch</think>Here is the {task}:\n- {task.upper()} of the lines; " \
+           f"the last says {last[:80]}"
 
 
 _FILLER = ("river lamp quiet garden morning letter window travel music paper coffee bridge "

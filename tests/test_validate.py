@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 from dreamd.backends.hashing import HashingEmbedder
+from dreamd.backends.llm_output import clean
 from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.backends.validate import junk
 from dreamd.config import FactsConfig
 from dreamd.dream.cycle import PassResult, run_pass
 from dreamd.dream.prompts import era_prompt, reflect_prompt, summary_prompt
+from dreamd.errors import OutputInvalid
 from dreamd.models import Prompt
 from testkit.openai_server import FakeOpenAI
 from tests.helpers import (
@@ -64,6 +66,57 @@ def test_junk_is_named(answer: str, prompt: Prompt, why: str) -> None:
 ])
 def test_a_real_answer_passes(answer: str, prompt: Prompt) -> None:
     assert junk(answer, prompt) is None
+
+
+# What a 135M model gave back on a real conversation, each line as it was stored
+# before these checks (names changed), with the input it was given.
+SMALL = summary_prompt({"user": "Mia", "agent": "Leo"}, None, [
+    "user: Hey Leo! So, I started a new job at the animal shelter last week.",
+    "assistant: Absolutely! That sounds wonderful, how are the dogs settling in?",
+    "user: Pretty well, the new house has a big yard so they can explore."], 8)
+
+
+@pytest.mark.parametrize(("raw", "why"), [
+    ("<data-9636476888c>\nuser: Hey Leo! So, I started a new job at the animal shelter "
+     "last week.\nassistant: Absolutely! That sounds wonderful.\n</data-9636476888c>",
+     "replays the conversation"),
+    ("<data-312e3ef608c>\n- Mia started a new job at the animal shelter.\n"
+     "- User: Hey Leo! So, I started a new job", "replays the conversation"),
+    ("You're looking for a new job, and your dog is getting ready to explore the house.",
+     "speaks to the reader"),
+    ("- Mia started at the shelter.\n- Your dogs love the yard.", "speaks to the reader"),
+    ("Hi Mia! Great to hear about the shelter.", "speaks to the reader"),
+    ("Mia started a new job at the animal shelter and the dogs like the yard.\n\nBest,\nAlex",
+     "speaks to the reader"),
+    ("Mia started a new job; she buys treats at www.gabby-babe-cafe.com/products for them.",
+     "names what its input does not: www.gabby-babe-cafe.com/products"),
+    ("Mia started a new job at the shelter with her friend Priya last week.",
+     "names what its input does not: Priya"),
+    ("Mia started at the animal shelter 3 weeks ago and walks 12 dogs.",
+     "names what its input does not: 3, 12"),
+    ("Mia's new job <b>at the shelter</b> is going well.", "marker '<b>'"),
+    ("Mia started a new job. <|assistant|> Great!", "marker '<|assistant|>'"),
+])
+def test_a_small_models_stored_lines_are_rejected(raw: str, why: str) -> None:
+    problem = junk(clean(raw, "summarize"), SMALL)
+    assert problem is not None and why in problem, problem
+
+
+@pytest.mark.parametrize("raw", ["</data-96364768c5a1b>", "<data-312e3ef608c>\n</data-3>"])
+def test_an_answer_that_is_only_a_copied_delimiter_is_empty(raw: str) -> None:
+    with pytest.raises(OutputInvalid, match="empty"):
+        clean(raw, "era")
+
+
+@pytest.mark.parametrize("answer", [
+    # the copied delimiter is stripped: what is inside is a fine gist
+    "<data-9636476888c>\nMia started a new job at the animal shelter last week; her "
+    "dogs explore the big yard of the new house.\n</data-9636476888c>",
+    "In the last week Mia began working at an animal shelter. Leo asked about the dogs.",
+    "- Mia's dogs are settling into the new house.\n- Mia works at the animal shelter.",
+])
+def test_a_grounded_third_person_answer_passes(answer: str) -> None:
+    assert junk(clean(answer, "summarize"), SMALL) is None
 
 
 def pass_against(tmp_path: Path, *plan: str) -> tuple[PassResult, list[str], list[str],

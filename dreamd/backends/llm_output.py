@@ -14,7 +14,10 @@ _PREAMBLE = re.compile(
     re.IGNORECASE,
 )
 _FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
-
+# A data block's tag given back, its digest often garbled ("<data-9636476888c>"): small
+# models copy the delimiters around what they write. Stripped, never stored; any other
+# markup left is junk (backends.validate).
+_DELIMITER = re.compile(r"</?\s*data\b[^<>\n]{0,40}>", re.IGNORECASE)
 
 
 def estimate_tokens(text: str) -> int:
@@ -27,6 +30,7 @@ def clean(text: str | None, task: str, limit: int = DEFAULT_BOUND) -> str:
     text = _THINK.sub("", text or "")
     if "</think>" not in text.lower():
         text = _UNCLOSED_THINK.sub("", text)
+    text = _DELIMITER.sub("", text)
     text = _PREAMBLE.sub("", text, count=1)
     fenced = _FENCE.match(text)
     if fenced:

@@ -17,10 +17,12 @@ from collections import Counter
 from dreamd.models import JSON_TASKS, Prompt
 
 # Chat-template and prompt markers no answer should contain: Llama 2, ChatML, Gemma,
-# Mistral/Llama 3 headers, and dreamd's own data delimiters.
+# Mistral/Llama 3 headers, and any tag-like markup (a data block's tag copied with its
+# digest garbled, HTML, a made-up template tag). A copied data tag is stripped before
+# validation (llm_output.clean); any other markup is junk.
 MARKERS = re.compile(
-    r"<<\s*/?\s*SYS\s*>>|\[/?INST\]|<\|im_(?:start|end)\|>|<\|(?:start|end)_header_id\|>|"
-    r"<\|eot_id\|>|<start_of_turn>|<end_of_turn>|</?data(?:-[0-9a-f]{12})?>",
+    r"<<\s*/?\s*SYS\s*>>|\[/?INST\]|<\|[^|<>\n]{1,40}\|>|<start_of_turn>|<end_of_turn>|"
+    r"</?[A-Za-z][\w.:-]{0,40}(?:\s[^<>\n]{0,200})?/?>",
     re.IGNORECASE)
 
 ECHO_SHARE = 0.5  # of the answer's words in runs of 8 that also stand in the instructions
@@ -64,6 +66,51 @@ def copied(answer: str, material: str) -> bool:
     return sum(ln in material for ln in lines) / len(lines) >= COPY_SHARE
 
 
+# A line given as a turn of the conversation ("User: …", "assistant: …").
+ROLE_LINE = re.compile(r"^[\s*•-]*(user|assistant|system|human|ai)\s*:", re.I | re.M)
+# Words that open a line spoken to the reader rather than about the people: the second
+# person, a greeting, an assistant's offer; and a letter's closing line.
+TO_READER = re.compile(
+    r"^[\s*•-]*(?:you(?:'re|'ve|'ll|'d)?|your|yours|hi|hello|hey|dear|greetings|"
+    r"let me know|feel free|i hope this|hope this helps|is there anything)\b", re.I | re.M)
+SIGNATURE = re.compile(
+    r"^\s*(?:best(?: wishes| regards)?|kind regards|regards|cheers|sincerely|warmly|"
+    r"yours(?: truly)?|with love|all the best|take care)\s*,?\s*(?:\n\s*)?[\w .-]{0,40}\s*$",
+    re.I | re.M)
+# What a model can make up: a number, an address, a name in the middle of a sentence.
+NUMBER = re.compile(r"\d{1,18}")
+ADDRESS = re.compile(r"(?:https?://|www\.)[^\s)>\]]+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+", re.I)
+NAME = re.compile(r"(?<![\w'’])[A-Z][\w'’-]*[a-z][\w'’-]*")
+# Before these, a capitalized word starts a sentence or an item, not necessarily a name.
+OPENS = re.compile(r"(?:^|[.!?:;\n\"“(\[]|^\s*[-*•]|\n\s*[-*•])\s*$")
+# Calendar words a model writes from a date given as digits ("2023-09" -> "September").
+MONTHS = ("january february march april may june july august september october november "
+          "december").split()
+CALENDAR = frozenset(MONTHS + "monday tuesday wednesday thursday friday saturday sunday".split())
+
+
+def ungrounded(answer: str, source: str) -> list[str]:
+    """The numbers, addresses and mid-sentence names of `answer` that `source` (the
+    prompt: instructions, material and the memory it was given) never mentions."""
+    lowered = source.lower()
+    words = set(re.findall(r"[\w'’-]+", lowered))
+    # By value, and a month named in words gives its number: "7 May 2023" -> 2023-05-07.
+    numbers = {int(n) for n in NUMBER.findall(source)}
+    numbers |= {i + 1 for i, month in enumerate(MONTHS) if month in words}
+    missing = [a for a in ADDRESS.findall(answer) if a.lower().rstrip(".,") not in lowered]
+    rest = ADDRESS.sub(" ", answer)
+    missing += [n for n in NUMBER.findall(rest) if int(n) not in numbers]
+    for match in NAME.finditer(rest):
+        word = match.group(0).rstrip("'’-")
+        base = re.sub(r"['’]s$", "", word).lower()
+        if base in CALENDAR or base in words or word.lower() in words:
+            continue
+        if OPENS.search(rest[max(0, match.start() - 40) : match.start()]):
+            continue  # a sentence's first word: a capital says nothing there
+        missing.append(word)
+    return list(dict.fromkeys(missing))
+
+
 def junk(answer: str, prompt: Prompt) -> str | None:
     """Why `answer` must not become memory, or None when it may."""
     text = answer.strip()
@@ -80,4 +127,13 @@ def junk(answer: str, prompt: Prompt) -> str | None:
         return "the answer echoes the instructions"
     if copied(text, prompt.user):
         return "the answer copies the material instead of condensing it"
+    role = ROLE_LINE.search(text)
+    if role:
+        return f"the answer replays the conversation ({role.group(0).strip()!r} lines)"
+    reader = TO_READER.search(text) or SIGNATURE.search(text)
+    if reader:
+        return f"the answer speaks to the reader ({reader.group(0).strip()[:30]!r}), not about them"
+    made_up = ungrounded(text, prompt.system + "\n" + prompt.user)
+    if made_up:
+        return f"the answer names what its input does not: {', '.join(made_up[:4])}"
     return None

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from dreamd.backends.validate import ungrounded
 from dreamd.config import Config
 from dreamd.dream.dates import day_of, long_date
 from dreamd.dream.facts import CHANGE, MAX_CHARS, Candidate, extract
@@ -154,10 +155,11 @@ PER_TURN = 3  # facts an LLM may draw from one turn
 KNOWN_SHOWN = 40  # current facts shown to the LLM, so it can say which a new one replaces
 
 
-def parsed(raw: str, turn_ids: set[int], known: set[int]) -> list[tuple[Candidate, int,
-                                                                       list[int]]]:
-    """An LLM's facts, checked against the schema: (candidate, its first turn, the known
-    facts it replaces). Anything off is OutputInvalid naming the problem."""
+def parsed(raw: str, turn_ids: set[int], known: set[int], source: str = ""
+           ) -> list[tuple[Candidate, int, list[int]]]:
+    """An LLM's facts, checked against the schema and, given the prompt as `source`,
+    grounded in it: (candidate, its first turn, the known facts it replaces). Anything
+    off is OutputInvalid naming the problem."""
     try:
         data = json.loads(raw)
     except ValueError as exc:
@@ -177,6 +179,9 @@ def parsed(raw: str, turn_ids: set[int], known: set[int]) -> list[tuple[Candidat
             raise OutputInvalid(f"{where}: subject must be a name")
         if not (isinstance(statement, str) and 0 < len(statement.strip()) <= MAX_CHARS):
             raise OutputInvalid(f"{where}: statement must be 1..{MAX_CHARS} characters")
+        made_up = ungrounded(f"{subject}: {statement}", source) if source else []
+        if made_up:
+            raise OutputInvalid(f"{where} names what the turns do not: {', '.join(made_up[:4])}")
         about = item.get("about")
         if about is not None and about not in ABOUTS:
             raise OutputInvalid(f"{where}: about must be one of {sorted(ABOUTS)} or null")
@@ -223,11 +228,12 @@ def llm_candidates(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | N
                     raise
                 cap = max(1, n // 2)  # the server counts tokens its own way: smaller
                 continue
+            source = prompt.system + "\n" + prompt.user
             try:
-                found = parsed(raw, part_ids, {f.id for f in known})
+                found = parsed(raw, part_ids, {f.id for f in known}, source)
             except OutputInvalid as exc:  # one repair, then the batch's failure
                 raw = ctx.complete(facts_repair_prompt(prompt, str(exc))).text
-                found = parsed(raw, part_ids, {f.id for f in known})
+                found = parsed(raw, part_ids, {f.id for f in known}, source)
             for candidate, turn_id, replaces in found:
                 out.append((user, turn_id, dataclasses.replace(
                     candidate, said_at=said[turn_id].created_at,

@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from dreamd.backends.validate import ungrounded
 from dreamd.config import Config
 from dreamd.dream.jobs.base import JobContext, complete_once
 from dreamd.dream.jobs.fitting import newest_that_fit
@@ -48,8 +49,9 @@ SCHEMA: dict[str, tuple[type | tuple[type, ...], Any]] = {
 }
 
 
-def validate(text: str) -> dict[str, Any]:
-    """Parse and check a reflection; raise OutputInvalid naming the first problem."""
+def validate(text: str, source: str = "") -> dict[str, Any]:
+    """Parse and check a reflection (grounded in `source`, the prompt, when given); raise
+    OutputInvalid naming the first problem."""
     try:
         data = json.loads(text)
     except ValueError as exc:
@@ -60,6 +62,12 @@ def validate(text: str) -> dict[str, Any]:
         value = data.get(key)
         if isinstance(value, bool) or not isinstance(value, kind) or not check(value):
             raise OutputInvalid(f"reflection field {key!r} is missing or invalid: {value!r}")
+    if source:
+        said = "\n".join([data["self_narrative"], data["reflection"], *data["topics"]])
+        made_up = ungrounded(said, source)
+        if made_up:
+            raise OutputInvalid(f"reflection names what its input does not: "
+                                f"{', '.join(made_up[:4])}")
     return {key: data[key] for key in SCHEMA}
 
 
@@ -130,14 +138,15 @@ def think(ctx: JobContext, work: Work) -> tuple[dict[str, Any], str, str]:
     prompt = build(newest_that_fit(ctx, said, build))  # the latest turns, as many as fit
     completion, digest = complete_once(ctx, prompt, work.cached)
     raw = completion.text
+    source = prompt.system + "\n" + prompt.user if ctx.llm else ""
     try:
-        return validate(raw), digest, raw
+        return validate(raw, source), digest, raw
     except OutputInvalid as exc:
         if not ctx.llm:
             raise
         # One repair attempt; if that fails too, the old self-state stays.
         raw = ctx.complete(repair_prompt(raw, str(exc))).text
-        return validate(raw), digest, raw
+        return validate(raw, source), digest, raw
 
 
 def save(ctx: JobContext, conn: Conn, work: Work,

