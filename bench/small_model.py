@@ -162,8 +162,8 @@ def report(db: Path, config: Path, env: dict[str, str], passes: list[dict[str, A
     for name, c in jobs.items():
         print(f"  {name:9} accepted {c['accepted']:3}, failed {c['failed']:3}, "
               f"fallback {c['fallback']:3}, tokens {c['tokens']:7,}, {c['seconds']:5} s")
-    for name, why in reasons.items():
-        for text, n in why.most_common(6):
+    for name, said in reasons.items():
+        for text, n in said.most_common(6):
             print(f"    rejected {name}: {n} x {text}")
     done = dreamd("export", "--user", "default", db=db, config=config, env=env)
     if done.returncode != 0:
@@ -176,8 +176,8 @@ def report(db: Path, config: Path, env: dict[str, str], passes: list[dict[str, A
     print("  stored:", ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
     bad = defects(rows, said)
     print(f"  stored rows with markup, a role line, an echoed turn or a loop: {len(bad)}")
-    for line in bad[:12]:
-        print("    " + line[:160])
+    for defect in bad[:12]:
+        print("    " + defect[:160])
 
 
 def main() -> None:
