@@ -162,8 +162,8 @@ def report(db: Path, config: Path, env: dict[str, str], passes: list[dict[str, A
     for name, c in jobs.items():
         print(f"  {name:9} accepted {c['accepted']:3}, failed {c['failed']:3}, "
               f"fallback {c['fallback']:3}, tokens {c['tokens']:7,}, {c['seconds']:5} s")
-    for name, said in reasons.items():
-        for text, n in said.most_common(6):
+    for name, why_counts in reasons.items():
+        for text, n in why_counts.most_common(6):
             print(f"    rejected {name}: {n} x {text}")
     done = dreamd("export", "--user", "default", db=db, config=config, env=env)
     if done.returncode != 0:
