@@ -168,6 +168,8 @@ class JobsConfig:
     max_attempts: int = field(default=5, metadata=_check("int", min=1, max=100))
     backoff_seconds: float = field(default=60.0, metadata=_check("float", min=0))
     backoff_max_seconds: float = field(default=21600.0, metadata=_check("float", min=0))
+    fallback: bool = field(default=True, metadata=_check("bool"))
+    fallback_retry_hours: float = field(default=24.0, metadata=_check("float", min=0))
 
 
 @dataclass(frozen=True)

@@ -83,7 +83,7 @@ _FILLER = ("river lamp quiet garden morning letter window travel music paper cof
 def padded(content: str, size: int) -> str:
     """`content` grown to `size` characters with sentences that never repeat, like a real
     model's longer answer (a repeated filler would be a loop, which dreamd rejects)."""
-    sentences, i = [content], 0
+    sentences, i = [content if content.endswith(".") else content + "."], 0
     while sum(len(x) + 1 for x in sentences) < size:
         seed = hashlib.sha256(f"{content}|{i}".encode()).digest()
         sentences.append(" ".join(_FILLER[b % len(_FILLER)] for b in seed[:9]).capitalize() + ".")

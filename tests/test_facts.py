@@ -3,6 +3,7 @@ and the profile a person would call useful on the shipped sample conversations."
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -10,7 +11,7 @@ from typing import Any
 import pytest
 
 from dreamd.cli.demo import parse_samples, sample_sessions, write_sessions
-from dreamd.config import Config, EmbedConfig, UserConfig
+from dreamd.config import Config, EmbedConfig, JobsConfig, UserConfig
 from dreamd.dream.cycle import run_pass
 from dreamd.dream.facts import MAX_CHARS, extract
 from dreamd.dream.shown import profile_from
@@ -290,22 +291,83 @@ def test_with_an_llm_the_same_tier_is_filled_by_structured_extraction(tmp_path: 
     assert server.tasks()[:2] == ["facts", "facts"]  # asked, and asked again once
 
 
-def test_an_llm_that_answers_junk_twice_stores_no_fact(tmp_path: Path) -> None:
-    import dataclasses
-
-    from dreamd.backends.hashing import HashingEmbedder
-    from dreamd.backends.openai_backend import OpenAICompleter
+def junk_twice(tmp_path: Path, jobs: JobsConfig) -> tuple[Config, Any]:
+    """A file with one turn that says something, and the test server about to answer a
+    facts request with junk twice: (config, server)."""
     from testkit.openai_server import FakeOpenAI
-    from tests.helpers import KEY, completer_config
+    from tests.helpers import completer_config
 
     server = FakeOpenAI().start()
     db = tmp_path / "m.db"
     config = dataclasses.replace(
         Config(db=str(db), embed=EmbedConfig(backend="hashing"), user=UserConfig(name="Sam")),
-        completer=completer_config(server))
+        completer=completer_config(server), jobs=jobs)
     app = make_chat_file(db)
     add_turns(app, "s1", ["I moved to Porto for university.", "Nice!"], start=T0)
     server.plan("say:not json at all", 'say:{"facts": [{"subject": "Sam", "turns": [999]}]}')
+    return config, server
+
+
+def test_junk_twice_gives_the_batch_offline_facts_marked_as_the_fallback(
+        tmp_path: Path) -> None:
+    from dreamd.backends.hashing import HashingEmbedder
+    from dreamd.backends.openai_backend import OpenAICompleter
+    from tests.helpers import KEY
+
+    config, server = junk_twice(tmp_path, JobsConfig())
+    store = open_sqlite(config)
+    with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY}) as client:
+        result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
+    with store.read() as conn:
+        origins = [r[0] for r in conn.execute("SELECT origin FROM facts")]
+        unread = count_unread(conn)
+    store.close()
+    server.stop()
+    facts = next(j for j in result.jobs if j.job == "facts")
+    assert facts.failed == 0 and unread == 0
+    assert any("Porto" in f.statement for f in facts_in(Path(config.db), config))
+    assert origins and set(origins) == {"fallback:test-model"}
+    assert any("extractive fallback" in n and "facts 1" in n for n in result.notes)
+
+
+def test_a_quarantined_batch_does_not_hold_back_the_turns_after_it(tmp_path: Path) -> None:
+    """Fallback off, one attempt allowed: the first batch is quarantined; the next pass
+    passes over its turns (status still lists it) and reads the batch after it."""
+    from dreamd.backends.hashing import HashingEmbedder
+    from dreamd.backends.openai_backend import OpenAICompleter
+    from dreamd.dream.jobs.facts import BATCH
+    from tests.helpers import KEY
+
+    config, server = junk_twice(tmp_path, JobsConfig(fallback=False, max_attempts=1))
+    app = make_chat_file(Path(config.db))
+    add_turns(app, "s2", [f"I walked {n} km today." for n in range(BATCH)], start=T0)
+    store = open_sqlite(config)
+    with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY}) as client:
+        run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
+        with store.read() as conn:
+            quarantined = [f.item for f in runbook.failures(conn, "facts") if f.quarantined]
+            before = count_unread(conn)
+        second = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
+    with store.read() as conn:
+        after = count_unread(conn)
+        still = [f.item for f in runbook.failures(conn, "facts") if f.quarantined]
+    store.close()
+    server.stop()
+    assert quarantined == ["after:0"] and before == BATCH + 2
+    facts = next(j for j in second.jobs if j.job == "facts")
+    assert after == 0 and still == ["after:0"]
+    assert any("passed over" in e for e in facts.errors)
+    later = facts_in(Path(config.db), config)  # from the batch after the quarantined one
+    assert later and all("walked" in f.statement for f in later)
+
+
+def test_an_llm_that_answers_junk_twice_stores_no_fact(tmp_path: Path) -> None:
+    from dreamd.backends.hashing import HashingEmbedder
+    from dreamd.backends.openai_backend import OpenAICompleter
+    from tests.helpers import KEY
+
+    config, server = junk_twice(tmp_path, JobsConfig(fallback=False))
+    db = Path(config.db)
     store = open_sqlite(config)
     with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY}) as client:
         result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)

@@ -18,7 +18,7 @@ import pytest
 
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.openai_backend import Breaker, OpenAICompleter, api_key
-from dreamd.config import BudgetConfig, CompleterConfig, Config, FactsConfig
+from dreamd.config import BudgetConfig, CompleterConfig, Config, FactsConfig, JobsConfig
 from dreamd.dream.cycle import run_pass
 from dreamd.dream.keys import space
 from dreamd.errors import (
@@ -249,7 +249,8 @@ def test_invalid_reflection_gets_one_repair_then_the_old_state_stays(
     db: Path, server: FakeOpenAI
 ) -> None:
     chat_file(db, sessions=1)
-    config = llm_config(db, server)
+    # LLM-only memory: with the fallback on, the extractive producer would reflect instead.
+    config = dataclasses.replace(llm_config(db, server), jobs=JobsConfig(fallback=False))
     store = open_sqlite(config)
     server.plan("ok", "ok", "ok", "ok", "badjson", "ok")  # repaired on the second try
     llm_pass(store, config, server)

@@ -11,7 +11,7 @@ from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.llm_output import clean
 from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.backends.validate import junk
-from dreamd.config import FactsConfig
+from dreamd.config import FactsConfig, JobsConfig
 from dreamd.dream.cycle import PassResult, run_pass
 from dreamd.dream.prompts import era_prompt, reflect_prompt, summary_prompt
 from dreamd.errors import OutputInvalid
@@ -119,8 +119,8 @@ def test_a_grounded_third_person_answer_passes(answer: str) -> None:
     assert junk(clean(answer, "summarize"), SMALL) is None
 
 
-def pass_against(tmp_path: Path, *plan: str) -> tuple[PassResult, list[str], list[str],
-                                                     list[str]]:
+def pass_against(tmp_path: Path, *plan: str, jobs: JobsConfig | None = None
+                 ) -> tuple[PassResult, list[str], list[str], list[str]]:
     """One forced pass over a one-session file with the test server answering `plan`
     first: the result, the gists stored, summarize's failure records, the tasks asked."""
     server = FakeOpenAI().start()
@@ -130,7 +130,8 @@ def pass_against(tmp_path: Path, *plan: str) -> tuple[PassResult, list[str], lis
         add_turns(conn, "s1", chat_texts(0, 8))
         conn.close()
         config = dataclasses.replace(config_for(db), completer=completer_config(server),
-                                     facts=FactsConfig(producer="offline"))
+                                     facts=FactsConfig(producer="offline"),
+                                     jobs=jobs or JobsConfig(fallback=False))
         server.plan(*plan)
         store = open_sqlite(config)
         with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"}) as completer:
@@ -163,3 +164,71 @@ def test_one_bad_answer_then_a_good_one_is_stored(tmp_path: Path) -> None:
     _, gists, failures, _ = pass_against(tmp_path, "say:<<SYS>>")
     assert len(gists) == 1 and "SUMMARIZE" in gists[0] and "<<SYS>>" not in gists[0]
     assert failures == []
+
+
+def test_junk_twice_is_built_by_the_extractive_fallback_and_marked(tmp_path: Path) -> None:
+    """With the fallback on (the default), the session still gets a gist: the extractive
+    producer's, marked as the fallback's, with the reason in the pass's notes."""
+    loop = "\\n".join(["The user keeps thinking about hiking with the sister."] * 40)
+    result, gists, failures, tasks = pass_against(tmp_path, "say:<<SYS>>", f"say:{loop}",
+                                                  jobs=JobsConfig())
+    assert len(gists) == 1 and "<<SYS>>" not in gists[0] and "keeps thinking" not in gists[0]
+    assert failures == []
+    assert tasks.count("summarize") == 2  # the model was asked twice, then not again
+    note = next(n for n in result.notes if "extractive fallback" in n)
+    assert "summarize 1" in note and "repeats itself in a loop" in note
+    store = open_sqlite(config_for(tmp_path / "memory.db"))
+    sources = [r[0] for r in store.conn.execute("SELECT dreamd_source FROM summaries")]
+    store.close()
+    assert sources == ["fallback:test-model"]
+
+
+def test_the_model_is_asked_again_later_and_its_answer_replaces_the_fallback(
+        tmp_path: Path) -> None:
+    server = FakeOpenAI().start()
+    try:
+        db = tmp_path / "memory.db"
+        conn = make_chat_file(db)
+        add_turns(conn, "s1", chat_texts(0, 8))
+        conn.close()
+        config = dataclasses.replace(config_for(db), completer=completer_config(server),
+                                     facts=FactsConfig(producer="offline"),
+                                     jobs=JobsConfig(fallback_retry_hours=0))
+        store = open_sqlite(config)
+        with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"}) as completer:
+            server.plan("say:<<SYS>>", "say:<<SYS>>")
+            run_pass(store, config, HashingEmbedder(), completer, trigger="test", force=True)
+            first = store.conn.execute("SELECT dreamd_source FROM summaries").fetchall()
+            run_pass(store, config, HashingEmbedder(), completer, trigger="test", force=True)
+        rows = store.conn.execute("SELECT content, dreamd_source FROM summaries").fetchall()
+        store.close()
+    finally:
+        server.stop()
+    assert first == [("fallback:test-model",)]
+    assert len(rows) == 1 and rows[0][1] == "llm:test-model" and "SUMMARIZE" in rows[0][0]
+
+
+def test_a_prompt_that_failed_is_not_sent_again_in_the_same_pass(tmp_path: Path) -> None:
+    """Under --force a second round runs summarize again for what is left; the session
+    whose answers were junk twice waits for the next pass instead of being asked again."""
+    server = FakeOpenAI().start()
+    try:
+        db = tmp_path / "memory.db"
+        conn = make_chat_file(db)
+        add_turns(conn, "s1", chat_texts(0, 8))
+        add_turns(conn, "s2", chat_texts(1, 8))
+        conn.close()
+        config = dataclasses.replace(config_for(db), completer=completer_config(server),
+                                     facts=FactsConfig(producer="offline"),
+                                     jobs=JobsConfig(fallback=False))
+        server.plan("say:<<SYS>>", "say:<<SYS>>")
+        store = open_sqlite(config)
+        with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"}) as completer:
+            result = run_pass(store, config, HashingEmbedder(), completer, trigger="test",
+                              force=True)
+        store.close()
+    finally:
+        server.stop()
+    summarize = {r.job: r for r in result.jobs}["summarize"]
+    assert summarize.done == 1 and summarize.failed == 1
+    assert server.tasks().count("summarize") == 3  # junk, junk, then the other session

@@ -13,6 +13,7 @@ from dreamd.ids import narrative_id, profile_id, self_state_id
 from dreamd.memory.users import require_user
 from dreamd.runtime.lock import holder_of
 from dreamd.store.erasure import pending as pending_forget
+from dreamd.store.fallback import fallback_counts
 from dreamd.store.interface import Store
 from dreamd.store.leases import workers as lease_workers
 from dreamd.store.runbook import failures, recent_runs
@@ -39,6 +40,7 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
         forget = pending_forget(conn)
         next_pass = get_state(conn, "next_pass_at")
         waiting, most = backlog_by_user(conn)
+        fell_back = fallback_counts(conn)
     holder = holder_of(Path(store.where)) if store.engine == "sqlite" else None
     workers = ([w.__dict__ for w in lease_workers(store, 3 * config.workers.lease_seconds)]
                if store.shared else None)
@@ -60,6 +62,9 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
         "failures": [f.__dict__ for f in fails if not f.quarantined],
         "quarantined": [f.__dict__ for f in fails if f.quarantined],
         "forget": forget,
+        # Rows the extractive fallback made where the model's answers were rejected.
+        "fallback": {"rows": fell_back, "retry_hours": config.jobs.fallback_retry_hours,
+                     "on": config.jobs.fallback},
     }
 
 

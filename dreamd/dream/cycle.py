@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from dreamd.backends.protocols import Completer, Embedder
 from dreamd.config import Config
@@ -19,11 +20,16 @@ from dreamd.dream.workers import Claims
 from dreamd.logger import Logger, silent
 from dreamd.models import BacklogStats, Drives, JobResult, JobSpec
 from dreamd.store.erasure import finish_pending
+from dreamd.store.fallback import retry_fallback_gists
 from dreamd.store.interface import Store, WriteLockTimes
 from dreamd.store.runbook import finish_run, start_run, tokens_since
 from dreamd.store.state import get_state
 from dreamd.store.tally import sync_tally
-from dreamd.store.tiers import save_self_state, self_state, settle_tier_queue
+from dreamd.store.tiers import (
+    save_self_state,
+    self_state,
+    settle_tier_queue,
+)
 
 # Drives are rewritten into the self-state only when one moved by more than this, so
 # an idle pass leaves the memory file untouched.
@@ -118,6 +124,7 @@ def run_pass(
         sync_tally(store)
         sync_owners(store, config.agent.id)
         finish_pending(store)
+        retry_fallbacks(ctx)
         with store.read() as conn:
             ctx.epoch = get_state(conn, "vector_epoch", "0")
         previous = read_drives(store, config.agent.id)
@@ -137,6 +144,8 @@ def run_pass(
             finish_run(conn, run_id, ended_at=clock().isoformat(), outcome="error",
                          error=f"{type(exc).__name__}: {exc}"[:500])
         raise
+    if ctx.fell_back:
+        ctx.notes.append(fallback_note(ctx))
     outcome = outcome_of(results, stop(), budget, stats_after)
     write_lock = store.lock_times.as_dict()
     with store.write() as conn:
@@ -288,3 +297,26 @@ def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Logger, share:
         log.info("job_finished", job=name, done=result.done, failed=result.failed,
                  skipped=result.skipped, remaining=result.remaining, reason=result.reason)
     return result
+
+
+def retry_fallbacks(ctx: JobContext) -> None:
+    """Gists the extractive fallback made more than jobs.fallback_retry_hours ago go back
+    to the model (the tiers above follow the new gists)."""
+    if not ctx.fallback:
+        return
+    made_before = ctx.now() - timedelta(hours=ctx.config.jobs.fallback_retry_hours)
+    with ctx.store.write() as conn:
+        again = retry_fallback_gists(conn, made_before.isoformat(), None)
+    if again:
+        ctx.log.info("fallback_retried", gists=again)
+
+
+def fallback_note(ctx: JobContext) -> str:
+    """What the fallback built this pass, by job, and the first reason."""
+    jobs = Counter(job for job, _, _ in ctx.fell_back)
+    _, item, why = ctx.fell_back[0]
+    return (f"the extractive fallback built {len(ctx.fell_back)} items whose model answers "
+            f"were rejected twice ({', '.join(f'{j} {n}' for j, n in jobs.items())}; "
+            f"first, {item}: {why[:160]}); the model is asked again after "
+            f"{ctx.config.jobs.fallback_retry_hours:g} h")
+

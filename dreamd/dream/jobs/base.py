@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import hashlib
 import threading
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.llm_output import bounded, estimate_tokens
 from dreamd.backends.protocols import Completer, Embedder
 from dreamd.backends.validate import junk
@@ -95,6 +97,21 @@ class Tokens:
         return self.used_in + self.used_out
 
 
+# Set on a thread while an item is built (or saved) by the extractive fallback: why the
+# model's answer for it was rejected.
+_FALLING_BACK: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "dreamd_falling_back", default=None)
+
+
+@dataclass(frozen=True)
+class FellBack:
+    """An item's result built by the extractive producer after the model's answer was
+    rejected twice; `why` says what was wrong with it."""
+
+    value: Any
+    why: str
+
+
 @dataclass
 class JobContext:
     store: Store
@@ -126,6 +143,11 @@ class JobContext:
     users: tuple[str, ...] | None = None
     # A worker's pass: which jobs are due, decided once on every user's backlog.
     due: dict[str, Any] | None = None
+    # Items built by the extractive fallback this pass: (job, item, why).
+    fell_back: list[tuple[str, str, str]] = field(default_factory=list)
+    # (job, item) that failed in this pass: not asked again before the next one.
+    failed_now: set[tuple[str, str]] = field(default_factory=set)
+    _extractive: ExtractiveCompleter | None = None
 
     def now(self) -> datetime:
         return self.clock()
@@ -151,14 +173,37 @@ class JobContext:
         return self.completer.name != "extractive"
 
     @property
+    def fallback(self) -> bool:
+        """Whether an item the model keeps failing is built extractively instead."""
+        return self.llm and self.config.jobs.fallback
+
+    @contextlib.contextmanager
+    def falling_back(self, why: str) -> Iterator[None]:
+        """On this thread: answers come from the extractive producer, and what is saved is
+        marked as its work (source "fallback:<model>")."""
+        token = _FALLING_BACK.set(why)
+        try:
+            yield
+        finally:
+            _FALLING_BACK.reset(token)
+
+    def extractive(self) -> ExtractiveCompleter:
+        if self._extractive is None:
+            self._extractive = ExtractiveCompleter(self.embedder)
+        return self._extractive
+
+    @property
     def workers(self) -> int:
         """Concurrent backend calls: an LLM waits on the network; extraction is CPU-bound."""
         return self.config.completer.workers if self.llm else 1
 
     @property
     def source(self) -> str:
-        """How derived rows are marked: which kind of backend and model made them."""
+        """How derived rows are marked: which kind of backend and model made them;
+        "fallback:<model>" for the extractive producer's work in place of the model's."""
         kind = "llm" if self.llm else "extractive"
+        if self.llm and _FALLING_BACK.get() is not None:
+            kind = "fallback"
         return f"{kind}:{getattr(self.completer, 'model', self.completer.name)}"
 
     def stopped(self) -> bool:
@@ -218,6 +263,10 @@ class JobContext:
         if spec is not None:
             prompt = dataclasses.replace(prompt, model_key=spec.model_key,
                                          max_chars=spec.bounds[prompt.task])
+        if _FALLING_BACK.get() is not None:
+            completion = self.extractive().complete(prompt)
+            return dataclasses.replace(completion, text=bounded(
+                completion.text, prompt.max_chars, prompt.task))
         completion = self._call(prompt)
         if not self.llm:
             return completion
@@ -271,7 +320,7 @@ def failed_items(ctx: JobContext, job: str) -> dict[str, str | None]:
     """Items of `job` that failed before: item -> why not to try it now (None: try it).
 
     Quarantined items wait for a person; backing-off items wait for their time, except
-    under --force, which retries them at once.
+    under --force, which retries them at once (but not in the pass they failed in).
     """
     with ctx.store.read() as conn:
         rows = runbook.failures(conn, job)
@@ -280,6 +329,8 @@ def failed_items(ctx: JobContext, job: str) -> dict[str, str | None]:
     for f in rows:
         if f.quarantined:
             out[f.item] = "quarantined"
+        elif (job, f.item) in ctx.failed_now:  # the same prompt would fail the same way
+            out[f.item] = "failed earlier in this pass"
         elif not ctx.force and f.next_attempt_at > now:
             out[f.item] = f"backing off until {f.next_attempt_at}"
         else:
@@ -299,6 +350,7 @@ def note_failure(ctx: JobContext, job: str, item: str, error: BaseException) -> 
     Anything else is retried with backoff and quarantined after max_attempts.
     """
     message = f"{type(error).__name__}: {error}"
+    ctx.failed_now.add((job, item))
     if isinstance(error, PASS_STOPPING):
         ctx.halt(error)
         return f"{item}: {message[:200]} (no attempt counted)"

@@ -11,6 +11,7 @@ watermark.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -284,19 +285,19 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         if not rows:
             break
         item = f"after:{rows[0][0].id - 1}"  # the batch after the turns read before it
-        if failures.get(item):  # quarantined, or backing off: not this pass
+        passed_over = failures.get(item) == "quarantined"
+        if failures.get(item) and not passed_over:  # backing off: not this pass
             errors.append(f"{item}: {failures[item]}")
             break
         state |= {user: Known(facts, {f.id: from_blob(blobs[f.id]) for f in facts
                                       if f.id in blobs}) for user, facts in known.items()}
+        fell_back = None
         try:
-            if by_llm(ctx):  # the same tier, filled by structured extraction
-                found = llm_candidates(ctx, rows, owners, state)
+            if passed_over:  # its record stays in status; the turns after it go on
+                found, vectors = list[Any](), None
+                errors.append(f"{item}: quarantined; its {len(rows)} turns are passed over")
             else:
-                found = [(user, turn, c, []) for user, turn, c in candidates(ctx, rows, owners)]
-            vectors = embedded(ctx, [c.statement for _, _, c, _ in found]) if found else None
-            if vectors is not None and not by_llm(ctx):
-                found, vectors = worth_keeping(ctx, found, vectors)
+                found, vectors, fell_back = batch_facts(ctx, rows, owners, state)
         except Exception as exc:  # a backend fault or junk twice: recorded, as for embed
             errors.append(note_failure(ctx, JOB, item, exc))
             failed += 1
@@ -307,7 +308,8 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             for user in {u for u, _, _, _ in found}:
                 state[user].prepare(vectors)
         try:
-            with ctx.store.write() as conn:
+            with ctx.store.write() as conn, (ctx.falling_back(fell_back) if fell_back
+                                             else contextlib.nullcontext()):
                 if not ctx.still_current(conn):
                     break
                 mark_read(conn, marks)
@@ -318,13 +320,40 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         except Moved:  # another worker read these turns: its facts stand, read afresh
             state.clear()
             continue
+        if fell_back:
+            ctx.fell_back.append((JOB, item, fell_back))
+            ctx.log.warning("fell_back", job=JOB, item=item, why=fell_back[:200])
         done += len(rows)
         ctx.budget.spend()
-        note_success(ctx, JOB, item, failures)
+        if not passed_over:
+            note_success(ctx, JOB, item, failures)
     with ctx.store.read() as conn:
         left = count_unread(conn, ctx.scope)
     return JobResult(JOB, True, reason, done=done, remaining=left, errors=tuple(errors),
                      failed=failed)
+
+
+def batch_facts(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
+                owners: dict[str, str], state: dict[str, Known]
+                ) -> tuple[list[Any], np.ndarray | None, str | None]:
+    """The batch's facts and their vectors, from the LLM (`facts.producer`) or sentence by
+    sentence; where the LLM's answers were rejected twice, sentence by sentence with the
+    reason (the fallback's, unless jobs.fallback is off)."""
+    why = None
+    if by_llm(ctx):  # the same tier, filled by structured extraction
+        try:
+            found = llm_candidates(ctx, rows, owners, state)
+            vectors = embedded(ctx, [c.statement for _, _, c, _ in found]) if found else None
+            return found, vectors, None
+        except OutputInvalid as exc:
+            if not ctx.fallback:
+                raise
+            why = str(exc)
+    found = [(user, turn, c, []) for user, turn, c in candidates(ctx, rows, owners)]
+    vectors = embedded(ctx, [c.statement for _, _, c, _ in found]) if found else None
+    if vectors is not None:
+        found, vectors = worth_keeping(ctx, found, vectors)
+    return found, vectors, why
 
 
 def embedded(ctx: JobContext, statements: list[str]) -> np.ndarray:

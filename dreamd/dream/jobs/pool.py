@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dreamd.backends import write_gate
-from dreamd.dream.jobs.base import JobContext, failed_items, note_failure
+from dreamd.dream.jobs.base import FellBack, JobContext, failed_items, note_failure
+from dreamd.errors import OutputInvalid
 from dreamd.models import JobResult
 from dreamd.store.interface import Conn
 from dreamd.store.runbook import clear_failure
@@ -157,8 +158,28 @@ def run_keyed(
     failures = failed_items(ctx, job)
     blocked = [key(item) for item in todo if failures.get(key(item))]
 
+    def think_or_fall_back(inputs: Any) -> Any:
+        """The model's result; where its answers were rejected twice, the extractive
+        producer's (unless jobs.fallback is off)."""
+        try:
+            return think(inputs)
+        except OutputInvalid as exc:
+            if not ctx.fallback:
+                raise
+            why = str(exc)
+        with ctx.falling_back(why):
+            value = think(inputs)
+        return None if value is None else FellBack(value, why)
+
     def save_and_clear(conn: Conn, inputs: Any, value: Any) -> bool:
-        stored = save(conn, inputs, value)
+        if isinstance(value, FellBack):
+            with ctx.falling_back(value.why):
+                stored = save(conn, inputs, value.value)
+            if stored:
+                ctx.fell_back.append((job, inputs.key, value.why))
+                ctx.log.warning("fell_back", job=job, item=inputs.key, why=value.why[:200])
+        else:
+            stored = save(conn, inputs, value)
         if stored and inputs.key in failures:
             clear_failure(conn, job, inputs.key)
         return stored
@@ -167,7 +188,7 @@ def run_keyed(
         ctx,
         (item for item in todo if not failures.get(key(item))),
         prepare=prepare,
-        think=think,
+        think=think_or_fall_back,
         save=save_and_clear,
         on_error=lambda item, exc: note_failure(ctx, job, key(item), exc),
         after=(lambda t: ctx.progress(job, t.done + t.failed + t.skipped, len(todo)))

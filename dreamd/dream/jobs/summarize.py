@@ -104,7 +104,10 @@ def prepare(ctx: JobContext, session: DirtySession) -> Work:
         existing = summary_row(conn, session.session_id)
         turns = session_turns(conn, session.session_id, session.summarized_id, session.last_id)
         vectors = turn_vectors(conn, space(ctx.embedder.model), [t.id for t in turns])
-    return Work(session, existing[0] if existing else None, turns, vectors)
+    # A mark at the start with a gist stored: the gist is being made afresh (a fallback's
+    # retry), from every turn and not from itself.
+    previous = existing[0] if existing and session.summarized_id else None
+    return Work(session, previous, turns, vectors)
 
 
 def think(ctx: JobContext, work: Work) -> tuple[str, bytes] | None:
