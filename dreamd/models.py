@@ -155,6 +155,10 @@ class Prompt:
     # model for this task ("" = completer.model) and the characters the answer may keep.
     model_key: str = ""
     max_chars: int = DEFAULT_BOUND
+    # A JSON schema the answer must follow, sent as `response_format` where the server
+    # honours one (OpenAI structured outputs; llama.cpp, vLLM and Ollama make a grammar
+    # of it); None for a text answer.
+    schema: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)

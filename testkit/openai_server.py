@@ -80,6 +80,13 @@ _FILLER = ("river lamp quiet garden morning letter window travel music paper cof
            "office plan dinner weekend sister doctor ticket concert").split()
 
 
+def is_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except ValueError:
+        return False
+
+
 def padded(content: str, size: int) -> str:
     """`content` grown to `size` characters with sentences that never repeat, like a real
     model's longer answer (a repeated filler would be a loop, which dreamd rejects)."""
@@ -92,8 +99,14 @@ def padded(content: str, size: int) -> str:
 
 
 class FakeOpenAI:
-    def __init__(self, delay: float = 0.0, pad: int = 0, context_tokens: int = 0) -> None:
+    def __init__(self, delay: float = 0.0, pad: int = 0, context_tokens: int = 0,
+                 schema: str = "honour") -> None:
+        """`context_tokens`: the model's window (longer requests are refused, /props
+        reports it as llama.cpp's server does). `schema`, what a `response_format` JSON
+        schema meets: "honour" (the answer follows it, as a grammar makes it), "refuse"
+        (400, as a server without structured outputs), "ignore" (taken, not followed)."""
         self.delay = delay
+        self.schema = schema
         self.context_tokens = context_tokens
         self.largest_request = 0  # prompt + max_tokens of the largest chat request served
         self.refused = 0  # chat requests refused as longer than the context window
@@ -172,6 +185,18 @@ class FakeOpenAI:
                                              "code": status}}).encode()
                 self.reply(status, body, headers)
 
+            def do_GET(self) -> None:
+                with fake.lock:
+                    fake.requests.append({"path": self.path, "body": {}, "behaviour": "get",
+                                          "auth": self.headers.get("Authorization", "")})
+                if self.path.endswith("/models"):
+                    return self.reply(200, json.dumps({"object": "list", "data": [
+                        {"id": "test-model", "object": "model"}]}).encode())
+                if self.path == "/props" and fake.context_tokens:
+                    return self.reply(200, json.dumps({"default_generation_settings": {
+                        "n_ctx": fake.context_tokens}}).encode())
+                return self.error(404, message="not found")
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length", 0))
                 body = json.loads(self.rfile.read(length) or b"{}")
@@ -222,6 +247,10 @@ class FakeOpenAI:
                         "length of the messages or completion. (context_length_exceeded)"))
                 with fake.lock:
                     fake.largest_request = max(fake.largest_request, asked)
+                shaped = (body.get("response_format") or {}).get("type") == "json_schema"
+                if shaped and fake.schema == "refuse":
+                    return self.error(400, message="response_format type json_schema is "
+                                      "not supported")
                 content = answer(system, user)
                 if fake.pad and task_of(system) not in ("reflect", "facts"):
                     content = padded(content, fake.pad)
@@ -231,6 +260,8 @@ class FakeOpenAI:
                     content = ""
                 elif kind == "badjson":
                     content = "I feel fine, thanks for asking!"
+                if shaped and fake.schema == "honour" and not is_object(content):
+                    content = answer(system, user)  # a grammar allows nothing else
                 prompt_tokens = (len(system) + len(user)) // 4
                 completion_tokens = len(content) // 4 + 1
                 response: dict[str, Any] = {

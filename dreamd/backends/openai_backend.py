@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import email.utils
+import json
 import random
 import re
 import threading
@@ -197,6 +198,13 @@ class _Caller:
             return result
 
 
+def _json_object(raw: str | None) -> bool:
+    try:
+        return isinstance(json.loads(raw or ""), dict)
+    except ValueError:
+        return False
+
+
 class _HttpClient(openai.DefaultHttpxClient):
     """The SDK's HTTP client with its defaults, closing its pooled connections when
     dropped (as the client the SDK makes for itself does)."""
@@ -252,6 +260,9 @@ class OpenAICompleter(_Connected):
         self._caller = _Caller(config, self.breaker, sleep, stop, where=url,
                                secret=api_key(config, environ))
         self._client = client(url, config, environ)
+        # Models this server will not constrain to a JSON schema (it refused one, or an
+        # answer ignored it), and how: their JSON tasks are asked by prompt and repaired.
+        self.schema_refused: dict[str, str] = {}
 
     def model_for(self, prompt: Prompt) -> str:
         """The job's own model (its spec's model key names the [completer] key), else
@@ -262,16 +273,30 @@ class OpenAICompleter(_Connected):
         model = self.model_for(prompt)
         messages = [{"role": "system", "content": prompt.system},
                     {"role": "user", "content": prompt.user}]
+        constrained = prompt.schema is not None and model not in self.schema_refused
 
         def request(timeout: float) -> Any:
+            shape = {"response_format": {"type": "json_schema", "json_schema": {
+                "name": prompt.task, "schema": prompt.schema, "strict": True}}
+            } if constrained else {}
             return self._client.chat.completions.create(
                 model=model, messages=messages, temperature=self.config.temperature,
-                max_tokens=self.config.max_output_tokens, timeout=timeout,
+                max_tokens=self.config.max_output_tokens, timeout=timeout, **shape,
             )
 
-        response = self._caller.call(request)
+        try:
+            response = self._caller.call(request)
+        except InputRejected as refused:
+            if not constrained:
+                raise
+            constrained = False  # asked again without the schema: was it the schema?
+            response = self._caller.call(request)
+            self.schema_refused[model] = f"refused: {refused}"
         choices = getattr(response, "choices", None) or []
         raw = choices[0].message.content if choices and choices[0].message else None
+        if constrained and not _json_object(raw):
+            # The server took the schema but its answer ignores it: it makes no grammar.
+            self.schema_refused[model] = "ignored: the answer did not follow the schema"
         text = clean(raw, prompt.task, prompt.max_chars)
         usage = getattr(response, "usage", None)
         if usage is not None and usage.prompt_tokens is not None:

@@ -71,18 +71,45 @@ FACTS_SYSTEM = (
 )
 
 
+def _object(properties: dict[str, Any]) -> dict[str, Any]:
+    """A JSON-schema object with every property required and no other (the shape OpenAI's
+    strict structured outputs ask for; a grammar-making server takes it as it is)."""
+    return {"type": "object", "properties": properties, "required": list(properties),
+            "additionalProperties": False}
+
+
+_IDS = {"type": "array", "items": {"type": "integer"}}
+FACTS_SCHEMA = _object({"facts": {"type": "array", "items": _object({
+    "subject": {"type": "string"},
+    "statement": {"type": "string"},
+    "about": {"enum": ["job", "home", "partner", None]},
+    "valid_from": {"type": ["string", "null"]},
+    "turns": _IDS,
+    "replaces": _IDS,
+})}})
+REFLECT_SCHEMA = _object({
+    "mood": {"type": "string"},
+    "mood_score": {"type": "number"},
+    "energy": {"type": "number"},
+    "self_narrative": {"type": "string"},
+    "reflection": {"type": "string"},
+    "topics": {"type": "array", "items": {"type": "string"}},
+})
+
+
 def facts_prompt(names: dict[str, str], turns: list[str], known: list[str],
                  per_turn: int = 3) -> Prompt:
     """`turns` as "[id] Sunday 7 May 2023. Sam: text"; `known` as "#id Sam (home): …"."""
     user = ("Known facts:\n" + _data(known) + "\n\n" if known else "") + (
         "Turns:\n" + _data(turns))
     return Prompt(task="facts", system=FACTS_SYSTEM.format(per_turn=per_turn, **names),
-                  user=user, items=tuple(turns), context={"known": len(known)})
+                  user=user, items=tuple(turns), context={"known": len(known)},
+                  schema=FACTS_SCHEMA)
 
 
 def repair_prompt(invalid: str, problem: str) -> Prompt:
     user = f"Problem: {problem}\n\nYour answer was:\n" + _data(invalid.splitlines())
-    return Prompt(task="reflect", system=REPAIR_SYSTEM, user=user)
+    return Prompt(task="reflect", system=REPAIR_SYSTEM, user=user, schema=REFLECT_SCHEMA)
 
 
 def facts_repair_prompt(asked: Prompt, problem: str) -> Prompt:
@@ -216,4 +243,5 @@ def reflect_prompt(
         user=user,
         items=tuple(turn_lines),
         context={**context, "user_name": names["user"], "agent_name": names["agent"]},
+        schema=REFLECT_SCHEMA,
     )
