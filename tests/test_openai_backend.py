@@ -249,6 +249,7 @@ def test_invalid_reflection_gets_one_repair_then_the_old_state_stays(
     db: Path, server: FakeOpenAI
 ) -> None:
     chat_file(db, sessions=1)
+    server.schema = "ignore"  # a server without grammars: the model's prose comes through
     # LLM-only memory: with the fallback on, the extractive producer would reflect instead.
     config = dataclasses.replace(llm_config(db, server), jobs=JobsConfig(fallback=False))
     store = open_sqlite(config)
