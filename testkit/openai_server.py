@@ -104,7 +104,9 @@ class FakeOpenAI:
         """`context_tokens`: the model's window (longer requests are refused, /props
         reports it as llama.cpp's server does). `schema`, what a `response_format` JSON
         schema meets: "honour" (the answer follows it, as a grammar makes it), "refuse"
-        (400, as a server without structured outputs), "ignore" (taken, not followed)."""
+        (400, as a server without structured outputs), "ignore" (taken, not followed),
+        "json_object" (llama-cpp-python's: json_schema is a 500, a json_object with a
+        schema is honoured)."""
         self.delay = delay
         self.schema = schema
         self.context_tokens = context_tokens
@@ -219,6 +221,8 @@ class FakeOpenAI:
                     return self.reply(200, b'{"id": "x", "choices": [ {not json')
                 if self.path.endswith("/embeddings"):
                     return self.embeddings(body)
+                if not self.path.endswith("/chat/completions"):
+                    return self.error(404, message="not found")
                 return self.chat(body, kind, arg)
 
             def embeddings(self, body: dict[str, Any]) -> None:
@@ -247,10 +251,14 @@ class FakeOpenAI:
                         "length of the messages or completion. (context_length_exceeded)"))
                 with fake.lock:
                     fake.largest_request = max(fake.largest_request, asked)
-                shaped = (body.get("response_format") or {}).get("type") == "json_schema"
+                shape = body.get("response_format") or {}
+                shaped = shape.get("type") == "json_schema" or "schema" in shape
                 if shaped and fake.schema == "refuse":
-                    return self.error(400, message="response_format type json_schema is "
-                                      "not supported")
+                    return self.error(400, message=f"response_format type {shape['type']} "
+                                      "is not supported")
+                if shape.get("type") == "json_schema" and fake.schema == "json_object":
+                    return self.error(500, message="1 validation error: body.response_format"
+                                      ".type: Input should be 'text' or 'json_object'")
                 content = answer(system, user)
                 if fake.pad and task_of(system) not in ("reflect", "facts"):
                     content = padded(content, fake.pad)
@@ -260,7 +268,8 @@ class FakeOpenAI:
                     content = ""
                 elif kind == "badjson":
                     content = "I feel fine, thanks for asking!"
-                if shaped and fake.schema == "honour" and not is_object(content):
+                if shaped and fake.schema in ("honour", "json_object") and \
+                        not is_object(content):
                     content = answer(system, user)  # a grammar allows nothing else
                 prompt_tokens = (len(system) + len(user)) // 4
                 completion_tokens = len(content) // 4 + 1

@@ -4,6 +4,9 @@ prompt-and-repair where it does not (refused with a 400, or taken and ignored)."
 from __future__ import annotations
 
 import dataclasses
+import socket
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,15 @@ from dreamd.config import Config, FactsConfig, UserConfig
 from dreamd.dream.cycle import PassResult, run_pass
 from dreamd.dream.prompts import FACTS_SCHEMA, REFLECT_SCHEMA
 from testkit.openai_server import FakeOpenAI, task_of
-from tests.helpers import KEY, add_turns, completer_config, config_for, make_chat_file, open_sqlite
+from tests.helpers import (
+    KEY,
+    add_turns,
+    completer_config,
+    config_for,
+    dreamd_env,
+    make_chat_file,
+    open_sqlite,
+)
 
 SAID = ["I moved to Porto for university.", "How is it?", "I started a job at a bakery.",
         "Nice!"]
@@ -72,13 +83,27 @@ def test_a_server_that_refuses_the_schema_is_asked_without_it_from_then_on(
         tmp_path: Path, server: FakeOpenAI) -> None:
     result, _, completer = llm_pass(tmp_path, server)
     sent = chat_requests(server)
-    shaped = [i for i, (_, fmt) in enumerate(sent) if fmt is not None]
-    assert len(shaped) == 1  # refused once (400), then never sent again to this model
-    assert sent[shaped[0] + 1] == (sent[shaped[0]][0], None)  # the same task, plainly
+    # Refused (400) in both shapes servers know, then asked plainly, and from then on
+    # this model is never sent a schema again.
+    assert [(task, fmt and fmt["type"]) for task, fmt in sent[:3]] == [
+        ("facts", "json_schema"), ("facts", "json_object"), ("facts", None)]
+    assert all(fmt is None for _, fmt in sent[3:]) and len(sent) > 3
     assert "refused" in completer.schema_refused["test-model"]
     assert result.outcome == "ok"
     facts = next(j for j in result.jobs if j.job == "facts")
     assert facts.done and not facts.failed
+
+
+@pytest.mark.parametrize("server", ["json_object"], indirect=True)
+def test_llama_cpp_pythons_schema_shape_is_found_and_kept(
+        tmp_path: Path, server: FakeOpenAI) -> None:
+    """llama-cpp-python answers json_schema with a 500 naming response_format (not a
+    transient failure: asked once), and takes a json_object with the schema."""
+    result, _, completer = llm_pass(tmp_path, server, "badjson")
+    sent = [(task, fmt and fmt["type"]) for task, fmt in chat_requests(server)]
+    assert sent[:2] == [("facts", "json_schema"), ("facts", "json_object")]
+    assert ("reflect", "json_object") in sent and sent.count(("facts", "json_schema")) == 1
+    assert completer.schema_refused == {} and result.outcome == "ok"
 
 
 @pytest.mark.parametrize("server", ["ignore"], indirect=True)
@@ -90,7 +115,65 @@ def test_a_server_that_ignores_the_schema_gets_prompt_and_repair(
     sent = chat_requests(server)
     first, repair = sent[0], sent[1]
     assert first[1] is not None and repair == ("facts", None)
-    assert "ignored" in completer.schema_refused["test-model"]
+    assert "answered without it" in completer.schema_refused["test-model"]
     assert all(fmt is None for _, fmt in sent[1:])
     facts = next(j for j in result.jobs if j.job == "facts")
     assert facts.done and not facts.failed
+
+
+def check_llm(tmp_path: Path, base_url: str, window: int = 8192
+              ) -> subprocess.CompletedProcess[str]:
+    """`dreamd check-llm` as a user runs it, against `base_url`."""
+    config = tmp_path / "dreamd.toml"
+    config.write_text(f'[completer]\nbackend = "openai"\nbase_url = "{base_url}"\n'
+                      f'model = "test-model"\ncontext_window = {window}\n'
+                      'connect_timeout_seconds = 1.0\n')
+    return subprocess.run([sys.executable, "-m", "dreamd", "--config", str(config),
+                           "--db", str(tmp_path / "none.db"), "check-llm"],
+                          capture_output=True, text=True, env=dreamd_env(OPENAI_API_KEY=KEY),
+                          timeout=120)
+
+
+def test_check_llm_on_a_good_server_says_usable(tmp_path: Path, server: FakeOpenAI) -> None:
+    run = check_llm(tmp_path, server.base_url)
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = run.stdout.splitlines()
+    assert any(ln.startswith("ok   server") for ln in lines)
+    assert any(ln.startswith("ok   schema") and "json_schema" in ln for ln in lines)
+    assert any(ln.startswith("ok   summary  accepted") for ln in lines)
+    assert any(ln.startswith("ok   facts    accepted") for ln in lines)
+    assert lines[-1] == "this model will give usable memory"
+    assert not (tmp_path / "none.db").exists()  # a probe writes nothing
+
+
+@pytest.mark.parametrize("server", ["refuse"], indirect=True)
+def test_check_llm_says_when_the_server_takes_no_schema(tmp_path: Path,
+                                                        server: FakeOpenAI) -> None:
+    run = check_llm(tmp_path, server.base_url)
+    assert run.returncode == 1
+    schema = next(ln for ln in run.stdout.splitlines() if "schema" in ln.split()[:2])
+    assert schema.startswith("FAIL schema") and "refused" in schema
+    assert "grammar" in run.stdout  # what to change
+
+
+def test_check_llm_reads_a_4k_window_and_says_what_to_set(tmp_path: Path) -> None:
+    small = FakeOpenAI(context_tokens=4096).start()
+    try:
+        run = check_llm(tmp_path, small.base_url, window=8192)
+    finally:
+        small.stop()
+    assert run.returncode == 1
+    assert "FAIL context  the model holds 4096 tokens (llama.cpp /props), dreamd assumes " \
+           "8192" in run.stdout
+    assert "set completer.context_window = 4096" in run.stdout
+    assert run.stdout.splitlines()[-1].startswith("usable, once the configuration is mended")
+
+
+def test_check_llm_on_a_dead_server_is_one_line_and_69(tmp_path: Path) -> None:
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = check_llm(tmp_path, f"http://127.0.0.1:{port}/v1")
+    assert run.returncode == 69 and run.stdout == ""
+    assert len(run.stderr.strip().splitlines()) == 1
+    assert "cannot reach" in run.stderr and "Connection refused" in run.stderr

@@ -129,7 +129,8 @@ def classify(exc: BaseException, where: str = "the server", secret: str | None =
     """Map an SDK error to one of dreamd's three classes, with its cause in words."""
     status = getattr(exc, "status_code", None)
     why = reason(exc, where, secret)
-    if status in (400, 413, 422):
+    if status in (400, 413, 422) or (status is not None and "response_format" in why):
+        # (llama-cpp-python answers an unknown response_format with a 500 naming it)
         return InputRejected(f"the server rejected the input ({why})")
     if status in (401, 403, 404):
         hint = {401: "authentication failed: check the API key",
@@ -198,6 +199,15 @@ class _Caller:
             return result
 
 
+# The ways servers take a JSON schema: OpenAI's structured outputs (also vLLM, Ollama,
+# llama.cpp's own server), then llama-cpp-python's json_object with a schema.
+SHAPES: tuple[Callable[[str, Any], dict[str, Any]], ...] = (
+    lambda name, schema: {"type": "json_schema",
+                          "json_schema": {"name": name, "schema": schema, "strict": True}},
+    lambda name, schema: {"type": "json_object", "schema": schema},
+)
+
+
 def _json_object(raw: str | None) -> bool:
     try:
         return isinstance(json.loads(raw or ""), dict)
@@ -260,9 +270,30 @@ class OpenAICompleter(_Connected):
         self._caller = _Caller(config, self.breaker, sleep, stop, where=url,
                                secret=api_key(config, environ))
         self._client = client(url, config, environ)
-        # Models this server will not constrain to a JSON schema (it refused one, or an
-        # answer ignored it), and how: their JSON tasks are asked by prompt and repaired.
+        # Per model: the response_format shape the server takes (an index into SHAPES;
+        # past its end, none), and why none, where it refused them all or ignored one:
+        # such a model's JSON tasks are asked by prompt and repaired.
+        self._shape: dict[str, int] = {}
         self.schema_refused: dict[str, str] = {}
+
+    def schema_shape(self, model: str) -> str | None:
+        """The response_format type this server takes a schema in for `model` (as far as
+        it has been asked), or None where it takes none."""
+        shape = self._shape.get(model, 0)
+        return SHAPES[shape]("", {})["type"] if shape < len(SHAPES) else None
+
+    def models(self) -> list[str]:
+        """The models the server lists (GET /models), asked once without retries: a probe.
+        A server with no such list gives []; one that cannot be reached raises
+        BackendUnavailable, one that refuses the key BackendMisconfigured."""
+        try:
+            page = self._client.models.list(timeout=self.config.connect_timeout_seconds + 5)
+        except (openai.APIStatusError, openai.APIConnectionError,
+                openai.APITimeoutError) as exc:
+            if getattr(exc, "status_code", None) in (404, 405, 501):
+                return []
+            raise classify(exc, self._caller.where, self._caller.secret) from None
+        return [str(m.id) for m in page.data]
 
     def model_for(self, prompt: Prompt) -> str:
         """The job's own model (its spec's model key names the [completer] key), else
@@ -273,30 +304,35 @@ class OpenAICompleter(_Connected):
         model = self.model_for(prompt)
         messages = [{"role": "system", "content": prompt.system},
                     {"role": "user", "content": prompt.user}]
-        constrained = prompt.schema is not None and model not in self.schema_refused
+        shape = self._shape.get(model, 0) if prompt.schema is not None else len(SHAPES)
 
         def request(timeout: float) -> Any:
-            shape = {"response_format": {"type": "json_schema", "json_schema": {
-                "name": prompt.task, "schema": prompt.schema, "strict": True}}
-            } if constrained else {}
+            extra = ({"response_format": SHAPES[shape](prompt.task, prompt.schema)}
+                     if shape < len(SHAPES) else {})
             return self._client.chat.completions.create(
                 model=model, messages=messages, temperature=self.config.temperature,
-                max_tokens=self.config.max_output_tokens, timeout=timeout, **shape,
+                max_tokens=self.config.max_output_tokens, timeout=timeout, **extra,
             )
 
-        try:
-            response = self._caller.call(request)
-        except InputRejected as refused:
-            if not constrained:
-                raise
-            constrained = False  # asked again without the schema: was it the schema?
-            response = self._caller.call(request)
-            self.schema_refused[model] = f"refused: {refused}"
+        while True:
+            try:
+                response = self._caller.call(request)
+                break
+            except InputRejected as refused:
+                if shape >= len(SHAPES):
+                    raise
+                # Asked again in the next shape the servers know, then without one; the
+                # shape that is taken is remembered for the model.
+                if shape + 1 == len(SHAPES):
+                    self.schema_refused[model] = f"refused it ({refused})"
+                shape += 1
+                self._shape[model] = shape
         choices = getattr(response, "choices", None) or []
         raw = choices[0].message.content if choices and choices[0].message else None
-        if constrained and not _json_object(raw):
+        if shape < len(SHAPES) and not _json_object(raw):
             # The server took the schema but its answer ignores it: it makes no grammar.
-            self.schema_refused[model] = "ignored: the answer did not follow the schema"
+            self.schema_refused[model] = "took it but answered without it"
+            self._shape[model] = len(SHAPES)
         text = clean(raw, prompt.task, prompt.max_chars)
         usage = getattr(response, "usage", None)
         if usage is not None and usage.prompt_tokens is not None:
