@@ -180,6 +180,64 @@ def report(db: Path, config: Path, env: dict[str, str], passes: list[dict[str, A
         print("    " + defect[:160])
 
 
+def prompts_by_kind() -> dict[str, list[Any]]:
+    """Prompts of every kind a pass sends, built from the shipped sample conversations."""
+    from dreamd.cli.demo import sample_sessions
+    from dreamd.dream.dates import day_of, long_date
+    from dreamd.dream.prompts import (
+        era_prompt,
+        facts_prompt,
+        merge_prompt,
+        narrative_prompt,
+        profile_prompt,
+        reflect_prompt,
+        summary_prompt,
+        turn_line,
+    )
+
+    names = {"user": "Sam", "agent": "Wren"}
+    out: dict[str, list[Any]] = collections.defaultdict(list)
+    sessions = sample_sessions()
+    gists = []
+    for s in sessions:
+        lines = [turn_line(role, text) for role, text, _ in s.turns]
+        out["summarize"].append(summary_prompt(names, None, lines, 8))
+        said = [t for t in s.turns if t[0] == "user"]
+        gist = " ".join(text for _, text, _ in said[:4])
+        gists.append(gist)
+        out["facts"].append(facts_prompt(names, [
+            f"[{1000 + i}] {long_date(day) + '. ' if (day := day_of(at)) else ''}Sam: {text}"
+            for i, (_, text, at) in enumerate(said)], []))
+        out["reflect"].append(reflect_prompt(names, {}, [f"user: {t}" for _, t, _ in said], {}))
+    for i in range(0, len(gists), 4):
+        out["merge"].append(merge_prompt(names, gists[i : i + 4], 8))
+        out["profile"].append(profile_prompt(names, None, gists[i : i + 4], 16, "user"))
+        out["era"].append(era_prompt(names, "2026-10", gists[i : i + 4], 6))
+        out["narrative"].append(narrative_prompt(names, "\n".join(gists[i : i + 2]),
+                                                 [("2026-10", gists[i])], 8))
+    return out
+
+
+def measure_tokens(url: str) -> None:
+    """Characters a token, per prompt kind, by the server's own tokenizer."""
+    from dreamd.backends.llm_output import estimate_tokens
+
+    root = url.removesuffix("/v1")
+    for kind, prompts in prompts_by_kind().items():
+        ratios, lows = [], []
+        for prompt in prompts:
+            text = prompt.system + "\n" + prompt.user
+            request = urllib.request.Request(
+                f"{root}/extras/tokenize", data=json.dumps({"input": text}).encode(),
+                headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                real = len(json.load(answer)["tokens"])
+            ratios.append(len(text) / real)
+            lows.append(estimate_tokens(text) / real)
+        print(f"  {kind:9} {len(prompts):3} prompts: {min(ratios):.2f}-{max(ratios):.2f} "
+              f"characters a token; dreamd's estimate / real {min(lows):.2f}-{max(lows):.2f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--passes", type=int, default=2)
@@ -187,9 +245,17 @@ def main() -> None:
     parser.add_argument("--ctx", type=int, default=4096, help="the server's context window")
     parser.add_argument("--keep", type=Path, help="keep the memory file in this directory")
     parser.add_argument("--show", action="store_true", help="print what was stored")
+    parser.add_argument("--tokens", action="store_true",
+                        help="only measure characters a token per prompt kind")
     args = parser.parse_args()
     python = llama_python()
     model = args.model or default_model(python)
+    if args.tokens:
+        with tempfile.TemporaryDirectory() as tmp, \
+                llama_server(python, model, args.ctx, Path(tmp) / "llama.log") as url:
+            print(f"tokens: {model.name}'s tokenizer, prompts from the sample conversations")
+            measure_tokens(url)
+        return
     work = Path(args.keep or tempfile.mkdtemp(prefix="dreamd-small-"))
     work.mkdir(parents=True, exist_ok=True)
     db, config = work / "memory.db", work / "dreamd.toml"

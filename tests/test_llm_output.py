@@ -42,8 +42,26 @@ def test_length_is_bounded_at_a_sentence() -> None:
     assert len(out) <= 4000 and out.endswith(".")
 
 
-def test_token_estimate() -> None:
-    assert estimate_tokens("") == 1 and estimate_tokens("x" * 400) == 100
+# Lines of the kinds prompts hold, with their token counts by SmolLM2's tokenizer
+# (llama.cpp), a llama-family BPE: one line may be off by a third either way (a rare
+# name is many tokens, a common word one); a prompt of many lines is near the sum.
+COUNTED = [
+    ("[12] Monday 27 March 2023. Sam: I started a new job.", 23),
+    ("Sam spent the weekend hiking with his sister and felt closer to her.", 14),
+    ("user: We booked the flat on 14 Rue Oberkampf for 3 nights, 240 euros in total!", 30),
+    ("Ana's café in Málaga opens at 9:30 — she's thrilled.", 21),
+]
+
+
+def test_token_estimate_is_near_a_real_tokenizer() -> None:
+    """Within the spare prompts keep (fitting.SPARE) of the real count, dates and
+    numbers included (four characters a token said 0.70 of it)."""
+    from dreamd.dream.jobs.fitting import SPARE
+
+    text = "\n".join(line for line, _ in COUNTED)
+    real = sum(n for _, n in COUNTED) + len(COUNTED) - 1  # a token each line break
+    assert real / SPARE <= estimate_tokens(text) <= real * SPARE
+    assert estimate_tokens("") == 1
 
 
 def test_prompts_use_configured_names_and_delimit_conversation_as_data() -> None:

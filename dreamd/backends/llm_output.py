@@ -20,9 +20,23 @@ _FENCE = re.compile(r"^\s*```[a-zA-Z]*\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
 _DELIMITER = re.compile(r"</?\s*data\b[^<>\n]{0,40}>", re.IGNORECASE)
 
 
+# How BPE tokenizers cut text, roughly: a run of ASCII letters about one token per five
+# letters, every digit one (llama-family tokenizers split numbers into digits), a
+# punctuation mark half of one, any other character one. Against SmolLM2's tokenizer
+# (bench.small_model --tokens) this is 0.91-1.13 of the real count on conversations
+# (LoCoMo, the samples: every prompt kind) where four characters a token was 0.71-1.11
+# (facts prompts, full of dates, lowest), and 0.77 on symbol-dense math.
+_LETTERS = re.compile(r"[A-Za-z]+")
+_ONE_EACH = re.compile(r"[0-9]|[^\x00-\x7f]")
+_PUNCTUATION = re.compile(r"[!-/:-@\[-`{-~]")
+
+
 def estimate_tokens(text: str) -> int:
-    """About four characters a token for English; used where a server reports no usage."""
-    return max(1, (len(text) + 3) // 4)
+    """Tokens `text` takes, estimated without the model's tokenizer (see above): for
+    fitting prompts to the window, budgets, and where a server reports no usage."""
+    letters = sum((len(run) + 4) // 5 for run in _LETTERS.findall(text))
+    return max(1, letters + len(_ONE_EACH.findall(text))
+               + (len(_PUNCTUATION.findall(text)) + 1) // 2)
 
 
 def clean(text: str | None, task: str, limit: int = DEFAULT_BOUND) -> str:
