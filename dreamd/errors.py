@@ -55,6 +55,8 @@ class AlreadyRunning(DreamdError):
 class BackendError(DreamdError):
     """A Completer or Embedder failed to produce usable output."""
 
+    part = "completer"  # which backend: "completer" or "embedder"
+
 
 class ModelFileError(BackendError):
     """The embedded model's files are missing or differ from the pinned version."""

@@ -7,13 +7,17 @@ import dataclasses
 import socket
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
+from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.hashing import HashingEmbedder
-from dreamd.backends.openai_backend import OpenAICompleter
-from dreamd.config import Config, FactsConfig, UserConfig
+from dreamd.backends.openai_backend import OpenAICompleter, OpenAIEmbedder
+from dreamd.cli import report
+from dreamd.cli.render import render_status
+from dreamd.config import CompleterConfig, Config, EmbedConfig, FactsConfig, PassConfig, UserConfig
 from dreamd.dream.cycle import PassResult, run_pass
 from dreamd.dream.prompts import FACTS_SCHEMA, REFLECT_SCHEMA
 from testkit.openai_server import FakeOpenAI, task_of
@@ -177,3 +181,62 @@ def test_check_llm_on_a_dead_server_is_one_line_and_69(tmp_path: Path) -> None:
     assert run.returncode == 69 and run.stdout == ""
     assert len(run.stderr.strip().splitlines()) == 1
     assert "cannot reach" in run.stderr and "Connection refused" in run.stderr
+
+
+def test_a_job_cut_short_by_its_share_of_the_pass_says_so(tmp_path: Path) -> None:
+    """A model this slow cannot summarize every session in a two-second pass: the job
+    says it stopped at its share, and how much is left (the status shows it)."""
+    slow = FakeOpenAI(delay=0.3).start()
+    try:
+        db = tmp_path / "m.db"
+        conn = make_chat_file(db)
+        for s in range(12):
+            add_turns(conn, f"s{s}", SAID)
+        conn.close()
+        config = dataclasses.replace(
+            config_for(db), completer=completer_config(slow),
+            facts=FactsConfig(producer="offline"), pass_=PassConfig(max_seconds=2.0))
+        store = open_sqlite(config)
+        with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY}) as completer:
+            result = run_pass(store, config, HashingEmbedder(), completer, trigger="test",
+                              force=True)
+        status = render_status(report.status(store, config, "hashing", datetime.now(UTC)))
+        store.close()
+    finally:
+        slow.stop()
+    summarize = next(j for j in result.jobs if j.job == "summarize")
+    assert summarize.remaining > 0
+    said = summarize.errors[0]
+    assert said.startswith("stopped at its share of the pass (50% of what was left)")
+    assert said.endswith(f"with {summarize.remaining} left for the next round or pass")
+    assert said in status
+
+
+def test_an_embedder_failure_is_named_as_such_once(tmp_path: Path) -> None:
+    """An embedding server that cannot be reached, beside the offline completer: the pass
+    says embedding stopped (not LLM work), with the cause once, and the jobs it kept from
+    running point to it instead of repeating it."""
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    db = tmp_path / "m.db"
+    conn = make_chat_file(db)
+    add_turns(conn, "s1", SAID)
+    conn.close()
+    config = dataclasses.replace(
+        config_for(db), embed=EmbedConfig(backend="openai", base_url=f"http://127.0.0.1:{port}/v1"),
+        completer=CompleterConfig(retries=0, breaker_failures=1, connect_timeout_seconds=0.5))
+    store = open_sqlite(config)
+    with OpenAIEmbedder(config, environ={"OPENAI_API_KEY": KEY}) as embedder:
+        result = run_pass(store, config, embedder, ExtractiveCompleter(embedder),
+                          trigger="test", force=True)
+    status = render_status(report.status(store, config, embedder.model, datetime.now(UTC)))
+    store.close()
+    stopped = [n for n in result.notes if "stopped for this pass" in n]
+    assert len(stopped) == 1 and stopped[0].startswith("embedding stopped for this pass")
+    assert "LLM work" not in status and status.count("Connection refused") <= 3
+    skipped = [j.reason for j in result.jobs if not j.ran and "stopped" in j.reason]
+    assert skipped and all(r.startswith("not run: embedding stopped") and "refused" not in r
+                           for r in skipped)
+    failed = [e for j in result.jobs for e in j.errors]
+    assert failed and all("the embedder: " in e for e in failed if "Unavailable" in e)

@@ -371,8 +371,14 @@ class OpenAIEmbedder(_Connected):
         self.calls += 1
         if not texts:
             return np.zeros((0, self._dim or 0), dtype=np.float32)
-        response = self._caller.call(lambda timeout: self._client.embeddings.create(
-            model=self._name, input=texts, timeout=timeout))
+        try:
+            response = self._caller.call(lambda timeout: self._client.embeddings.create(
+                model=self._name, input=texts, timeout=timeout))
+        except BackendError as exc:
+            # Named as the embedder's, so a pass says what stopped: embedding, not the LLM.
+            named = type(exc)(f"the embedder: {exc}")
+            named.part = "embedder"
+            raise named from None
         rows = sorted(response.data, key=lambda d: d.index)
         vectors = np.asarray([r.embedding for r in rows], dtype=np.float32)
         if vectors.shape[0] != len(texts):

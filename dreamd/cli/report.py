@@ -88,7 +88,7 @@ def backends(config: Config, embed_model: str) -> dict[str, str]:
 def llm_state(run: dict[str, Any] | None) -> str:
     """How LLM work went in the last pass: ok, degraded, stopped (configuration) or
     paused (budget), with the cause in the server's or the network's words."""
-    notes = (run or {}).get("notes") or []
+    notes = [n for n in (run or {}).get("notes") or [] if n.startswith("LLM work stopped")]
     for marker, state in (("BreakerOpen", "degraded"), ("BackendMisconfigured", "stopped"),
                           ("BudgetExhausted", "paused")):
         for note in notes:

@@ -269,8 +269,9 @@ def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Logger, share:
     if ctx.invalidated:
         return JobResult(name, False, "not run: memory was forgotten during this pass; "
                          "the next pass starts afresh")
-    if ctx.halted is not None and job.bounds:  # a job that calls the completer
-        return JobResult(name, False, f"not run: LLM work stopped for this pass ({ctx.halted})")
+    if ctx.halted is not None and job.bounds:  # a job that calls the backends
+        return JobResult(name, False, f"not run: {ctx.stopped_work} for this pass "
+                         f"({type(ctx.halted).__name__}, see the pass's note)")
     stats = read_backlog(ctx.store, ctx.config, ctx.now(), ctx.embedder.model, ctx.horizon,
                          ctx.scope)
     decision = drv.decide_job(job, stats, previous, ctx.config, ctx.now(), force=ctx.force)
@@ -283,12 +284,18 @@ def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Logger, share:
         return JobResult(name, False, decision.reason)
     started = time.monotonic()
     used_in, used_out = ctx.tokens.used_in, ctx.tokens.used_out
+    cut = ""
     try:
         with ctx.budget.share(share):
             result = job.run(ctx, decision.reason)
+            cut = cut_short(ctx, share)
     except Exception as exc:  # a bug or a broken file in one job must not end the pass
         result = JobResult(name, True, decision.reason, failed=1,
                            errors=(f"{type(exc).__name__}: {exc}"[:300],))
+    if cut and result.remaining:
+        result = dataclasses.replace(result, errors=(
+            f"{cut} with {result.remaining} left for the next round or pass",
+            *result.errors))
     result = dataclasses.replace(
         result, seconds=time.monotonic() - started,
         tokens_in=ctx.tokens.used_in - used_in, tokens_out=ctx.tokens.used_out - used_out,
@@ -297,6 +304,21 @@ def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Logger, share:
         log.info("job_finished", job=name, done=result.done, failed=result.failed,
                  skipped=result.skipped, remaining=result.remaining, reason=result.reason)
     return result
+
+
+def cut_short(ctx: JobContext, share: float) -> str:
+    """Why a job stopped with work left, in words, if a budget stopped it."""
+    budget = ctx.budget
+    if budget.stop():
+        return ""
+    if budget.pass_exhausted():
+        limit = (f"pass.max_items = {budget.max_items}" if budget.max_items
+                 and budget.items >= budget.max_items
+                 else f"pass.max_seconds = {budget.max_seconds:g}")
+        return f"stopped by the pass's budget ({limit})"
+    if budget.share_exhausted():
+        return f"stopped at its share of the pass ({share:.0%} of what was left)"
+    return ""
 
 
 def retry_fallbacks(ctx: JobContext) -> None:

@@ -223,12 +223,22 @@ class JobContext:
         self.log.warning("calls_abandoned", calls=calls)
 
     def halt(self, error: BaseException) -> None:
-        """Stop LLM work for the rest of the pass (configuration, breaker or budget)."""
+        """Stop backend work for the rest of the pass (configuration, breaker or budget),
+        saying once which backend stopped it."""
         if self.halted is None:
             self.halted = error
-            note = f"LLM work stopped for this pass: {type(error).__name__}: {error}"
-            self.notes.append(note)
-            self.log.error("llm_halted", reason=type(error).__name__, detail=str(error))
+            self.notes.append(f"{self.stopped_work} for this pass: "
+                              f"{type(error).__name__}: {error}")
+            event = "embedder_halted" if self.stopped_work.startswith("embedding") \
+                else "llm_halted"
+            self.log.error(event, reason=type(error).__name__, detail=str(error))
+
+    @property
+    def stopped_work(self) -> str:
+        """What the halt stopped, in words: "embedding stopped" or "LLM work stopped"."""
+        if getattr(self.halted, "part", "") == "embedder":
+            return "embedding stopped"
+        return "LLM work stopped"
 
     def _reserve(self, prompt: Prompt) -> int:
         if not self.llm:
