@@ -240,3 +240,24 @@ def test_an_embedder_failure_is_named_as_such_once(tmp_path: Path) -> None:
                            for r in skipped)
     failed = [e for j in result.jobs for e in j.errors]
     assert failed and all("the embedder: " in e for e in failed if "Unavailable" in e)
+
+
+def test_a_fact_copied_from_the_worked_example_is_made_up() -> None:
+    """The facts prompt shows one worked example; an answer that gives it back names what
+    the turns never said, and is rejected like any other made-up fact."""
+    from dreamd.backends.validate import source_of
+    from dreamd.dream.jobs.facts import parsed
+    from dreamd.dream.prompts import facts_prompt
+    from dreamd.errors import OutputInvalid
+
+    prompt = facts_prompt({"user": "Sam", "agent": "Wren"},
+                          ["[3] Sunday 7 May 2023. Sam: I moved to Porto for university."], [])
+    copied = ('{"facts": [{"subject": "Kai", "statement": "Kai moved into a flat on Elm '
+              'Street in late April 2024.", "about": "home", "valid_from": null, '
+              '"turns": [3], "replaces": []}]}')
+    with pytest.raises(OutputInvalid, match="names what the turns do not: Kai"):
+        parsed(copied, {3}, set(), source_of(prompt))
+    own = ('{"facts": [{"subject": "Sam", "statement": "Sam moved to Porto for university '
+           'in May 2023.", "about": "home", "valid_from": "2023-05-07", "turns": [3], '
+           '"replaces": []}]}')
+    assert parsed(own, {3}, set(), source_of(prompt))[0][0].statement.startswith("Sam moved")

@@ -102,6 +102,18 @@ def test_a_small_models_stored_lines_are_rejected(raw: str, why: str) -> None:
     assert problem is not None and why in problem, problem
 
 
+def test_a_summary_that_replays_named_speakers_is_rejected() -> None:
+    """An imported conversation names its speakers: a gist of "Mia: …" lines replays it."""
+    prompt = summary_prompt({"user": "Mia", "agent": "Leo"}, None, [
+        "Mia: I started a new job at the animal shelter last week.",
+        "Leo: How are the dogs settling in?",
+        "Mia: Pretty well, the yard is big.", "Leo: Lovely."], 8)
+    problem = junk("Mia: I started at the shelter.\nLeo: How are the dogs?", prompt)
+    assert problem is not None and "replays the conversation ('Mia:'" in problem
+    assert junk("Mia started a new job at the animal shelter; Leo asked about the dogs.",
+                prompt) is None
+
+
 @pytest.mark.parametrize("raw", ["</data-96364768c5a1b>", "<data-312e3ef608c>\n</data-3>"])
 def test_an_answer_that_is_only_a_copied_delimiter_is_empty(raw: str) -> None:
     with pytest.raises(OutputInvalid, match="empty"):

@@ -111,6 +111,29 @@ def ungrounded(answer: str, source: str) -> list[str]:
     return list(dict.fromkeys(missing))
 
 
+def replayed(answer: str, prompt: Prompt) -> str | None:
+    """A line of a summary that opens as the turns it condenses do ("Mia: …"), where the
+    turns are named by speaker rather than by role: the speaker's prefix, or None."""
+    if prompt.task not in ("summarize", "merge"):
+        return None
+    heads = Counter(item.split(":", 1)[0].strip().lower() for item in prompt.items
+                    if ":" in item and len(item.split(":", 1)[0].split()) <= 3)
+    speakers = {head for head, n in heads.items() if n >= 2}
+    for line in answer.splitlines():
+        head, colon, _ = line.strip(" -*•\t").partition(":")
+        if colon and head.strip().lower() in speakers:
+            return head.strip() + ":"
+    return None
+
+
+def source_of(prompt: Prompt) -> str:
+    """What an answer may draw on: the material and the instructions (which name the
+    people), without the prompt's worked example (an answer that copies it is made up)."""
+    example = str(prompt.context.get("example", ""))
+    system = prompt.system.replace(example, " ") if example else prompt.system
+    return system + "\n" + prompt.user
+
+
 def junk(answer: str, prompt: Prompt) -> str | None:
     """Why `answer` must not become memory, or None when it may."""
     text = answer.strip()
@@ -127,13 +150,14 @@ def junk(answer: str, prompt: Prompt) -> str | None:
         return "the answer echoes the instructions"
     if copied(text, prompt.user):
         return "the answer copies the material instead of condensing it"
-    role = ROLE_LINE.search(text)
+    role = ROLE_LINE.search(text) or replayed(text, prompt)
     if role:
-        return f"the answer replays the conversation ({role.group(0).strip()!r} lines)"
+        said = role if isinstance(role, str) else role.group(0).strip()
+        return f"the answer replays the conversation ({said!r} lines)"
     reader = TO_READER.search(text) or SIGNATURE.search(text)
     if reader:
         return f"the answer speaks to the reader ({reader.group(0).strip()[:30]!r}), not about them"
-    made_up = ungrounded(text, prompt.system + "\n" + prompt.user)
+    made_up = ungrounded(text, source_of(prompt))
     if made_up:
         return f"the answer names what its input does not: {', '.join(made_up[:4])}"
     return None

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 
 from dreamd.backends.openai_backend import OpenAICompleter
-from dreamd.backends.validate import junk
+from dreamd.backends.validate import junk, source_of
 from dreamd.config import Config, server_url
 from dreamd.dream.dates import day_of, long_date
 from dreamd.dream.jobs.facts import PER_TURN, parsed
@@ -159,7 +159,7 @@ def facts_check(completer: OpenAICompleter, names: dict[str, str],
     ids = {int(ln[1 : ln.index("]")]) for ln in lines}
     try:
         raw = completer.complete(prompt).text
-        facts = parsed(raw, ids, set(), prompt.system + "\n" + prompt.user)
+        facts = parsed(raw, ids, set(), source_of(prompt))
     except (BackendError, OutputInvalid) as exc:
         return Finding("facts", False, f"no facts: {exc}", _BIGGER)
     if not facts:

@@ -67,7 +67,18 @@ FACTS_SYSTEM = (
     "comes from) and replaces (the #ids of known facts it makes no longer true, else []). "
     "Keep names, places, numbers, dates, possessions, roles, plans and preferences; leave "
     "out questions, greetings, thanks and passing moods. At most {per_turn} facts a turn. "
-    + _DATA_RULE
+    "{example}" + _DATA_RULE
+)
+# One worked example, for a small model that has no grammar to hold it to the shape. Its
+# names and places are in no conversation: an answer that copies them is ungrounded.
+FACTS_EXAMPLE = (
+    "For example, the turn \"[7] Friday 3 May 2024. Kai: We moved into a flat on Elm Street "
+    "last week, and I start at the bakery on Monday.\" gives {{\"facts\": [{{\"subject\": "
+    "\"Kai\", \"statement\": \"Kai moved into a flat on Elm Street in late April 2024.\", "
+    "\"about\": \"home\", \"valid_from\": null, \"turns\": [7], \"replaces\": []}}, "
+    "{{\"subject\": \"Kai\", \"statement\": \"Kai starts a job at a bakery on 6 May "
+    "2024.\", \"about\": \"job\", \"valid_from\": \"2024-05-06\", \"turns\": [7], "
+    "\"replaces\": []}}]}}. "
 )
 
 
@@ -102,8 +113,11 @@ def facts_prompt(names: dict[str, str], turns: list[str], known: list[str],
     """`turns` as "[id] Sunday 7 May 2023. Sam: text"; `known` as "#id Sam (home): …"."""
     user = ("Known facts:\n" + _data(known) + "\n\n" if known else "") + (
         "Turns:\n" + _data(turns))
-    return Prompt(task="facts", system=FACTS_SYSTEM.format(per_turn=per_turn, **names),
-                  user=user, items=tuple(turns), context={"known": len(known)},
+    example = FACTS_EXAMPLE.format()
+    return Prompt(task="facts", system=FACTS_SYSTEM.format(per_turn=per_turn, example=example,
+                                                           **names),
+                  user=user, items=tuple(turns), context={"known": len(known),
+                                                          "example": example},
                   schema=FACTS_SCHEMA)
 
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from dreamd.backends.validate import ungrounded
+from dreamd.backends.validate import source_of, ungrounded
 from dreamd.config import Config
 from dreamd.dream.dates import day_of, long_date
 from dreamd.dream.facts import CHANGE, MAX_CHARS, Candidate, extract
@@ -229,7 +229,7 @@ def llm_candidates(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | N
                     raise
                 cap = max(1, n // 2)  # the server counts tokens its own way: smaller
                 continue
-            source = prompt.system + "\n" + prompt.user
+            source = source_of(prompt)
             try:
                 found = parsed(raw, part_ids, {f.id for f in known}, source)
             except OutputInvalid as exc:  # one repair, then the batch's failure

@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from dreamd.backends.validate import ungrounded
+from dreamd.backends.validate import source_of, ungrounded
 from dreamd.config import Config
 from dreamd.dream.jobs.base import JobContext, complete_once
 from dreamd.dream.jobs.fitting import newest_that_fit
@@ -138,7 +138,7 @@ def think(ctx: JobContext, work: Work) -> tuple[dict[str, Any], str, str]:
     prompt = build(newest_that_fit(ctx, said, build))  # the latest turns, as many as fit
     completion, digest = complete_once(ctx, prompt, work.cached)
     raw = completion.text
-    source = prompt.system + "\n" + prompt.user if ctx.llm else ""
+    source = source_of(prompt) if ctx.llm else ""
     try:
         return validate(raw, source), digest, raw
     except OutputInvalid as exc:
