@@ -180,6 +180,8 @@ def parsed(raw: str, turn_ids: set[int], known: set[int], source: str = ""
             raise OutputInvalid(f"{where}: subject must be a name")
         if not (isinstance(statement, str) and 0 < len(statement.strip()) <= MAX_CHARS):
             raise OutputInvalid(f"{where}: statement must be 1..{MAX_CHARS} characters")
+        if source and subject.strip().lower() not in source.lower():
+            raise OutputInvalid(f"{where} names what the turns do not: {subject.strip()}")
         made_up = ungrounded(f"{subject}: {statement}", source) if source else []
         if made_up:
             raise OutputInvalid(f"{where} names what the turns do not: {', '.join(made_up[:4])}")
