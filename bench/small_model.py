@@ -109,11 +109,7 @@ ROLE_LINE = re.compile(r"^\s*[-*]?\s*(user|assistant|system)\s*:", re.IGNORECASE
 
 
 def stored_rows(export: dict[str, Any]) -> list[tuple[str, str]]:
-    rows: list[tuple[str, str]] = []
-    for session in export.get("sessions", []):
-        gist = session.get("gist")
-        if gist:
-            rows.append((f"gist {session['id']}", gist["content"]))
+    rows = [(f"gist {g['session_id']}", g["content"]) for g in export.get("gists", [])]
     if export.get("profile"):
         rows.append(("profile", export["profile"]["content"]))
     if export.get("narrative"):
@@ -154,9 +150,10 @@ def report(db: Path, config: Path, env: dict[str, str], passes: list[dict[str, A
                 counts["seconds"] += round(result.get("seconds", 0))
     reasons: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
     for line in log_lines:
-        if line.get("event") in ("answer_rejected", "job_item_failed"):
+        if line.get("event") in ("job_item_failed", "fell_back"):
             why = re.sub(r"\s*\(asked twice.*", "", str(line.get("why") or line.get("error")))
-            reasons[str(line.get("job") or line.get("task"))][why[:90]] += 1
+            why = re.sub(r"^\w+: ", "", why)
+            reasons[str(line.get("job"))][re.sub(r"\d+", "N", why)[:90]] += 1
         if line.get("event") == "fell_back":
             jobs[str(line.get("job"))]["fallback"] += 1
     for name, c in jobs.items():
@@ -164,7 +161,7 @@ def report(db: Path, config: Path, env: dict[str, str], passes: list[dict[str, A
               f"fallback {c['fallback']:3}, tokens {c['tokens']:7,}, {c['seconds']:5} s")
     for name, why_counts in reasons.items():
         for text, n in why_counts.most_common(6):
-            print(f"    rejected {name}: {n} x {text}")
+            print(f"    {name} rejected: {n} x {text}")
     done = dreamd("export", "--user", "default", db=db, config=config, env=env)
     if done.returncode != 0:
         print("  export failed:", done.stderr.strip()[:300])
@@ -173,6 +170,9 @@ def report(db: Path, config: Path, env: dict[str, str], passes: list[dict[str, A
     said = {t["content"].strip() for s in export.get("sessions", []) for t in s.get("turns", [])}
     rows = stored_rows(export)
     kinds = collections.Counter(w.split(" ")[0] for w, _ in rows)
+    made = collections.Counter(str(g.get("made_by", "")).split(":")[0]
+                               for g in export.get("gists", []))
+    print("  gists made by:", ", ".join(f"{n} {k}" for k, n in sorted(made.items())))
     print("  stored:", ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
     bad = defects(rows, said)
     print(f"  stored rows with markup, a role line, an echoed turn or a loop: {len(bad)}")
@@ -276,7 +276,7 @@ def main() -> None:
         for i in range(args.passes):
             started = time.monotonic()
             done = dreamd("--force", db=db, config=config, env=env)
-            for line in done.stderr.splitlines():
+            for line in (done.stdout + "\n" + done.stderr).splitlines():
                 with contextlib.suppress(ValueError):
                     log_lines.append(json.loads(line))
             status = json.loads(dreamd("status", "--json", "--runs", "1", db=db, config=config,
