@@ -287,7 +287,8 @@ class OpenAICompleter(_Connected):
         A server with no such list gives []; one that cannot be reached raises
         BackendUnavailable, one that refuses the key BackendMisconfigured."""
         try:
-            page = self._client.models.list(timeout=self.config.connect_timeout_seconds + 5)
+            page = self._client.models.list()  # the configured timeouts: a busy server
+            # (llama.cpp serves one request at a time) answers after its current one
         except (openai.APIStatusError, openai.APIConnectionError,
                 openai.APITimeoutError) as exc:
             if getattr(exc, "status_code", None) in (404, 405, 501):

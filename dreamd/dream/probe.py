@@ -104,7 +104,7 @@ def probe(config: Config, environ: dict[str, str] | None = None) -> list[Finding
             found.append(Finding("model", None, f"{c.model!r} is not among them: a server "
                                  "with one model (llama.cpp) answers to any name, others "
                                  "(Ollama, vLLM) refuse it (see the summary below)"))
-        window = context_of(url, c.model, c.connect_timeout_seconds + 5)
+        window = context_of(url, c.model, c.read_timeout_seconds)
         if window is None:
             found.append(Finding("context", None, f"the server does not say its window; "
                                  f"dreamd assumes completer.context_window = "
