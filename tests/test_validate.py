@@ -244,3 +244,19 @@ def test_a_prompt_that_failed_is_not_sent_again_in_the_same_pass(tmp_path: Path)
     summarize = {r.job: r for r in result.jobs}["summarize"]
     assert summarize.done == 1 and summarize.failed == 1
     assert server.tasks().count("summarize") == 3  # junk, junk, then the other session
+
+
+def test_an_answer_about_nothing_in_its_input_is_rejected_by_the_embedder() -> None:
+    """With the local model, an answer far from its material (one a small model gave)
+    is off topic; a real gist of the same turns is not."""
+    from dreamd.backends.local import LocalEmbedder
+    from dreamd.config import Config
+    from dreamd.dream.jobs.base import Budget, JobContext
+    from tests.helpers import RecordingCompleter
+
+    embedder = LocalEmbedder()
+    ctx = JobContext(None, Config(), embedder, RecordingCompleter(None), Budget())  # type: ignore[arg-type]
+    off = ctx.off_topic("This is the text you're looking for.", SMALL)
+    assert off is not None and "not about its input" in off
+    assert ctx.off_topic("Mia started a new job at the animal shelter last week; her dogs "
+                         "like the big yard of the new house.", SMALL) is None

@@ -13,14 +13,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import numpy as np
+
 from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.llm_output import bounded, estimate_tokens
+from dreamd.backends.local import MODEL_ID
 from dreamd.backends.protocols import Completer, Embedder
 from dreamd.backends.validate import junk
 from dreamd.config import Config
 from dreamd.errors import PASS_STOPPING, BudgetExhausted, InputRejected, OutputInvalid
 from dreamd.logger import Logger, silent
-from dreamd.models import Completion, JobSpec, Prompt
+from dreamd.models import JSON_TASKS, Completion, JobSpec, Prompt
 from dreamd.store import runbook
 from dreamd.store.interface import Conn, Store
 from dreamd.store.runbook import clear_failure, failure_attempts, record_failure
@@ -280,14 +283,33 @@ class JobContext:
         completion = self._call(prompt)
         if not self.llm:
             return completion
-        problem = junk(completion.text, prompt)
+        problem = junk(completion.text, prompt) or self.off_topic(completion.text, prompt)
         if problem is None:
             return completion
         completion = self._call(dataclasses.replace(prompt, system=prompt.system + FIRMER))
-        again = junk(completion.text, prompt)
+        again = junk(completion.text, prompt) or self.off_topic(completion.text, prompt)
         if again is not None:
             raise OutputInvalid(f"{again} (asked twice; first: {problem})")
         return completion
+
+    def off_topic(self, answer: str, prompt: Prompt) -> str | None:
+        """Why a text answer is not about its material, by the embedder (the one model
+        whose scale is measured, see ON_TOPIC), or None."""
+        floor = ON_TOPIC.get(self.embedder.model)
+        if floor is None or prompt.task in JSON_TASKS or not prompt.items:
+            return None
+        items = list(prompt.items)
+        if prompt.vectors is not None and len(prompt.vectors) == len(items):
+            vectors = np.asarray(prompt.vectors, dtype=np.float32)
+        else:
+            step = max(1, len(items) // ON_TOPIC_ITEMS)  # an even sample of a long input
+            vectors = self.embedder.embed(items[::step][:ON_TOPIC_ITEMS])
+        centre = vectors.mean(axis=0)
+        centre /= max(float(np.linalg.norm(centre)), 1e-12)
+        cosine = float(self.embedder.embed([answer])[0] @ centre)
+        if cosine >= floor:
+            return None
+        return f"the answer is not about its input (cosine {cosine:.2f} with it, under {floor})"
 
     def _call(self, prompt: Prompt) -> Completion:
         estimate = self._reserve(prompt)
@@ -306,6 +328,13 @@ class JobContext:
         return dataclasses.replace(completion, text=bounded(completion.text, prompt.max_chars,
                                                             prompt.task))
 
+
+# The cosine an answer has at least with the centre of its material, by embedder model.
+# all-MiniLM-L6-v2 on LoCoMo's dev sessions: the annotators' session summaries 0.60-0.80
+# with their own turns; contentless answers a small model gave ("You're ready to
+# continue.", "I'll be happy to help you plan it.") 0.04-0.34.
+ON_TOPIC = {MODEL_ID: 0.4}
+ON_TOPIC_ITEMS = 64  # the material's lines embedded for the check, at most
 
 # Added to the instructions when an answer came back as junk.
 FIRMER = (" Answer with the text itself and nothing else: no markup or tags, no line twice,"
