@@ -11,7 +11,7 @@ from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.llm_output import clean
 from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.backends.validate import junk
-from dreamd.config import FactsConfig, JobsConfig
+from dreamd.config import Config, FactsConfig, JobsConfig
 from dreamd.dream.cycle import PassResult, run_pass
 from dreamd.dream.prompts import era_prompt, reflect_prompt, summary_prompt
 from dreamd.errors import OutputInvalid
@@ -131,19 +131,26 @@ def test_a_grounded_third_person_answer_passes(answer: str) -> None:
     assert junk(clean(answer, "summarize"), SMALL) is None
 
 
+def chat_with(tmp_path: Path, server: FakeOpenAI, jobs: JobsConfig, sessions: int = 1
+              ) -> Config:
+    """A file of `sessions` sessions of 8 turns, and a config that summarizes them with
+    the test server (facts offline)."""
+    db = tmp_path / "memory.db"
+    conn = make_chat_file(db)
+    for s in range(sessions):
+        add_turns(conn, f"s{s + 1}", chat_texts(s, 8))
+    conn.close()
+    return dataclasses.replace(config_for(db), completer=completer_config(server),
+                               facts=FactsConfig(producer="offline"), jobs=jobs)
+
+
 def pass_against(tmp_path: Path, *plan: str, jobs: JobsConfig | None = None
                  ) -> tuple[PassResult, list[str], list[str], list[str]]:
     """One forced pass over a one-session file with the test server answering `plan`
     first: the result, the gists stored, summarize's failure records, the tasks asked."""
     server = FakeOpenAI().start()
     try:
-        db = tmp_path / "memory.db"
-        conn = make_chat_file(db)
-        add_turns(conn, "s1", chat_texts(0, 8))
-        conn.close()
-        config = dataclasses.replace(config_for(db), completer=completer_config(server),
-                                     facts=FactsConfig(producer="offline"),
-                                     jobs=jobs or JobsConfig(fallback=False))
+        config = chat_with(tmp_path, server, jobs or JobsConfig(fallback=False))
         server.plan(*plan)
         store = open_sqlite(config)
         with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"}) as completer:
@@ -199,13 +206,7 @@ def test_the_model_is_asked_again_later_and_its_answer_replaces_the_fallback(
         tmp_path: Path) -> None:
     server = FakeOpenAI().start()
     try:
-        db = tmp_path / "memory.db"
-        conn = make_chat_file(db)
-        add_turns(conn, "s1", chat_texts(0, 8))
-        conn.close()
-        config = dataclasses.replace(config_for(db), completer=completer_config(server),
-                                     facts=FactsConfig(producer="offline"),
-                                     jobs=JobsConfig(fallback_retry_hours=0))
+        config = chat_with(tmp_path, server, JobsConfig(fallback_retry_hours=0))
         store = open_sqlite(config)
         with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"}) as completer:
             server.plan("say:<<SYS>>", "say:<<SYS>>")
@@ -225,14 +226,7 @@ def test_a_prompt_that_failed_is_not_sent_again_in_the_same_pass(tmp_path: Path)
     whose answers were junk twice waits for the next pass instead of being asked again."""
     server = FakeOpenAI().start()
     try:
-        db = tmp_path / "memory.db"
-        conn = make_chat_file(db)
-        add_turns(conn, "s1", chat_texts(0, 8))
-        add_turns(conn, "s2", chat_texts(1, 8))
-        conn.close()
-        config = dataclasses.replace(config_for(db), completer=completer_config(server),
-                                     facts=FactsConfig(producer="offline"),
-                                     jobs=JobsConfig(fallback=False))
+        config = chat_with(tmp_path, server, JobsConfig(fallback=False), sessions=2)
         server.plan("say:<<SYS>>", "say:<<SYS>>")
         store = open_sqlite(config)
         with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"}) as completer:
