@@ -254,3 +254,24 @@ def test_an_answer_about_nothing_in_its_input_is_rejected_by_the_embedder() -> N
     assert off is not None and "not about its input" in off
     assert ctx.off_topic("Mia started a new job at the animal shelter last week; her dogs "
                          "like the big yard of the new house.", SMALL) is None
+
+
+def test_a_fallbacks_answer_is_not_kept_as_the_models_for_its_input(tmp_path: Path) -> None:
+    """The era the fallback built is stored, but not as the answer to its input: the same
+    input later goes to the model instead of coming back from the cache as its answer."""
+    server = FakeOpenAI().start()
+    try:
+        config = chat_with(tmp_path, server, JobsConfig())
+        server.plan("ok", "ok", "say:<<SYS>>", "say:<<SYS>>")  # summarize, profile, era x2
+        store = open_sqlite(config)
+        with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"}) as completer:
+            run_pass(store, config, HashingEmbedder(), completer, trigger="test", force=True)
+        sources = dict(store.conn.execute("SELECT 'era', dreamd_source FROM eras UNION ALL "
+                                          "SELECT 'profile', dreamd_source FROM profile"))
+        cached = {job for (job,) in store.conn.execute("SELECT job FROM dreamd_outputs")}
+        store.close()
+    finally:
+        server.stop()
+    assert server.tasks()[:4] == ["summarize", "profile", "era", "era"]
+    assert sources == {"era": "fallback:test-model", "profile": "llm:test-model"}
+    assert "profile" in cached and "eras" not in cached

@@ -19,7 +19,7 @@ from dreamd.dream.jobs.base import FellBack, JobContext, failed_items, note_fail
 from dreamd.errors import OutputInvalid
 from dreamd.models import JobResult
 from dreamd.store.interface import Conn
-from dreamd.store.runbook import clear_failure
+from dreamd.store.runbook import clear_failure, drop_outputs
 
 Save = Callable[[Conn, Any, Any], bool]
 
@@ -157,6 +157,7 @@ def run_keyed(
     backing-off items wait, a success clears the item's record."""
     failures = failed_items(ctx, job)
     blocked = [key(item) for item in todo if failures.get(key(item))]
+    fallen = len(ctx.fell_back)
 
     def think_or_fall_back(inputs: Any) -> Any:
         """The model's result; where its answers were rejected twice, the extractive
@@ -176,8 +177,10 @@ def run_keyed(
             with ctx.falling_back(value.why):
                 stored = save(conn, inputs, value.value)
             if stored:
+                # Not kept as the answer to this input: an unchanged input next time
+                # must go to the model, not come back from the cache as the model's.
+                drop_outputs(conn, job, inputs.key)
                 ctx.fell_back.append((job, inputs.key, value.why))
-                ctx.log.warning("fell_back", job=job, item=inputs.key, why=value.why[:200])
         else:
             stored = save(conn, inputs, value)
         if stored and inputs.key in failures:
@@ -194,6 +197,8 @@ def run_keyed(
         after=(lambda t: ctx.progress(job, t.done + t.failed + t.skipped, len(todo)))
         if progress else (lambda t: None),
     )
+    for fell_job, item, why in ctx.fell_back[fallen:]:
+        ctx.log.warning("fell_back", job=fell_job, item=item, why=why[:200])
     errors = tuple(counts.errors) + tuple(f"{k}: {failures[k]}" for k in blocked[:5])
     return JobResult(job, True, reason, done=counts.done, failed=counts.failed,
                      skipped=counts.skipped + len(blocked), remaining=remaining(),
