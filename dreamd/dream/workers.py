@@ -12,10 +12,13 @@ from dreamd.dream.keys import space
 from dreamd.errors import DreamdError
 from dreamd.logger import Logger, silent
 from dreamd.store import leases
-from dreamd.store.interface import ENGINE_ERRORS, Store
+from dreamd.store.interface import Store, engine_errors
 from dreamd.store.pending import users_with_work
 
-STORE_FAULTS: tuple[type[Exception], ...] = (DreamdError, *ENGINE_ERRORS)
+
+def store_faults() -> tuple[type[Exception], ...]:
+    """What a worker's store may raise when its server is away."""
+    return (DreamdError, *engine_errors())
 
 
 class Claims:
@@ -66,7 +69,7 @@ class Claims:
         if self._beat is not None:
             try:
                 leases.leave(self._beat, self.worker)
-            except STORE_FAULTS as exc:  # the server is away
+            except store_faults() as exc:  # the server is away
                 self.log.warning("leases_not_released", error=str(exc)[:200],
                                  detail=f"they expire within {self.seconds:g} s")
             finally:

@@ -30,7 +30,7 @@ from dreamd.runtime.lock import InstanceLock
 from dreamd.runtime.log import LoggedProgress
 from dreamd.runtime.notify import Notifier
 from dreamd.runtime.schedule import in_quiet_hours, next_delay
-from dreamd.store.interface import ENGINE_ERRORS
+from dreamd.store.interface import engine_errors
 from dreamd.store.leases import end_orphaned_runs
 from dreamd.store.opening import check_sqlite, ensure_directory, open_brief, open_store
 from dreamd.store.runbook import end_crashed_runs, end_stopped_runs
@@ -359,7 +359,7 @@ class Daemon:
                 watcher.close()
         except DreamdError:
             return  # the schedule still runs; the next look may work
-        except ENGINE_ERRORS:
+        except engine_errors():
             return
         if newest <= last.stats_before.max_exchange_id:
             return

@@ -13,6 +13,7 @@ statements they spell apart live with each engine behind its `Dialect`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
@@ -106,18 +107,14 @@ class Store(Protocol):
     def close(self) -> None: ...
 
 
-# The engines' own exception classes, for code that must tell a store fault from a bug.
-def _engine_errors() -> tuple[type[Exception], ...]:
+def engine_errors() -> tuple[type[Exception], ...]:
+    """The engines' own exception classes, for code that must tell a store fault from a
+    bug (`except engine_errors():`). psycopg's once it is loaded: no PostgreSQL error can
+    come before, and a SQLite user's command never pays for importing it."""
     from dreamd.store.sqlite_driver import Error
 
-    try:
-        import psycopg
-    except ImportError:  # PostgreSQL is an optional extra
-        return Error
-    return (*Error, psycopg.Error)
-
-
-ENGINE_ERRORS = _engine_errors()
+    psycopg = sys.modules.get("psycopg")
+    return (*Error, psycopg.Error) if psycopg is not None else tuple(Error)
 
 
 class Dialect(Protocol):
