@@ -14,7 +14,14 @@ from typing import Any
 import pytest
 
 from dreamd.cli.demo import sample_sessions, write_sessions
-from dreamd.config import Config, EmbedConfig, JobsConfig, PassConfig, SummarizeConfig
+from dreamd.config import (
+    Config,
+    EmbedConfig,
+    FactsConfig,
+    JobsConfig,
+    PassConfig,
+    SummarizeConfig,
+)
 from dreamd.dream.cycle import run_pass
 from dreamd.dream.keys import space
 from dreamd.models import Completion, Prompt
@@ -391,3 +398,49 @@ def test_a_new_embedding_model_re_embeds_without_mixing_dimensions(target: str) 
                 f"SELECT model, MAX(length(vector)) FROM {table} GROUP BY model "
                 f"HAVING MIN(length(vector)) = MAX(length(vector))"))
             assert dims == {space("hashing-256"): 256 * 4, space("hashing-64"): 64 * 4}, table
+
+
+@dataclasses.dataclass
+class WeakModel:
+    """A Completer standing in for an LLM: a short grounded answer, or a chat template's
+    marker for a summary of turns holding POISON while `junk` is set."""
+
+    junk: bool = True
+    name: str = "openai"
+    model: str = "weak"
+
+    def complete(self, prompt: Prompt) -> Completion:
+        if self.junk and prompt.task == "summarize" and "POISON" in prompt.user:
+            return Completion("<<SYS>>", "openai", self.model)
+        if prompt.task == "reflect":
+            text = ('{"mood": "calm", "mood_score": 0.1, "energy": 0.5, "self_narrative": '
+                    '"I listened.", "reflection": "A quiet day.", "topics": []}')
+        else:
+            text = f"- the conversation went on: {prompt.items[-1][:60]}"
+        return Completion(text, "openai", self.model)
+
+
+def test_the_fallback_marks_what_it_built_and_the_model_redoes_it_later(target: str) -> None:
+    """Both engines: a session whose answers are junk twice gets the extractive gist,
+    marked and counted; once the model answers again, the next pass replaces it."""
+    from dreamd.backends.hashing import HashingEmbedder
+    from dreamd.store.fallback import fallback_counts
+
+    jobs, facts = JobsConfig(fallback_retry_hours=0), FactsConfig(producer="offline")
+    with on_engine(target, jobs=jobs, facts=facts) as (store, app, config):
+        app.turns("good", chat_texts(0, 6), T0)
+        app.turns("bad", ["POISON in every turn of this session", "a reply"] * 3, T0)
+        store.settle_turns(wait=5.0)
+        model = WeakModel()
+        run_pass(store, config, HashingEmbedder(), model, trigger="test", force=True)
+        made = dict(app.rows("SELECT session_id, dreamd_source FROM summaries"))
+        with store.read() as conn:
+            counted = fallback_counts(conn)
+        model.junk = False
+        run_pass(store, config, HashingEmbedder(), model, trigger="test", force=True)
+        again = dict(app.rows("SELECT session_id, dreamd_source FROM summaries"))
+        with store.read() as conn:
+            left = fallback_counts(conn)
+    assert made == {"good": "llm:weak", "bad": "fallback:weak"}
+    assert counted == {"gists": 1}
+    assert again == {"good": "llm:weak", "bad": "llm:weak"} and left == {}
