@@ -108,32 +108,41 @@ TAG = re.compile(r"</?[A-Za-z][\w-]*(?:\s[^<>]*)?>|<\|[^|]*\|>|\[/?INST\]")
 ROLE_LINE = re.compile(r"^\s*[-*]?\s*(user|assistant|system)\s*:", re.IGNORECASE | re.MULTILINE)
 
 
-def stored_rows(export: dict[str, Any]) -> list[tuple[str, str]]:
-    rows = [(f"gist {g['session_id']}", g["content"]) for g in export.get("gists", [])]
-    if export.get("profile"):
-        rows.append(("profile", export["profile"]["content"]))
-    if export.get("narrative"):
-        rows.append(("narrative", export["narrative"]["content"]))
-    rows += [(f"era {e['month']}", e["content"]) for e in export.get("eras", [])]
-    rows += [(f"fact #{f['id']}", f["statement"]) for f in export.get("facts", [])]
-    state = (export.get("reflection") or {}).get("data") or {}
-    rows += [(f"self-state {k}", str(state[k])) for k in ("self_narrative", "reflection")
+def stored_rows(export: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(where, made by, text) of every row the export holds."""
+    def made(row: dict[str, Any]) -> str:
+        return str(row.get("made_by") or "")
+
+    rows = [(f"gist {g['session_id']}", made(g), g["content"]) for g in export.get("gists", [])]
+    for tier in ("profile", "narrative"):
+        if export.get(tier):
+            rows.append((tier, made(export[tier]), export[tier]["content"]))
+    rows += [(f"era {e['month']}", made(e), e["content"]) for e in export.get("eras", [])]
+    rows += [(f"fact #{f['id']}", made(f), f["statement"]) for f in export.get("facts", [])]
+    reflection = export.get("reflection") or {}
+    state = reflection.get("data") or {}
+    source = str((state.get("dreamd") or {}).get("source") or "")
+    rows += [(f"self-state {k}", source, str(state[k])) for k in ("self_narrative", "reflection")
              if state.get(k)]
     return rows
 
 
-def defects(rows: list[tuple[str, str]], turns: set[str]) -> list[str]:
+def defects(rows: list[tuple[str, str, str]], turns: set[str]) -> list[str]:
+    """What must never be memory: markup or a loop anywhere; in what a model wrote, also a
+    role line or a turn given back (the extractive producer keeps turns verbatim by
+    design, marked as its own)."""
     found = []
-    for where, text in rows:
+    for where, made_by, text in rows:
         lines = [ln.strip(" -*\t") for ln in text.splitlines() if ln.strip()]
+        by_model = made_by.startswith("llm:")
         if TAG.search(text):
             found.append(f"{where}: markup {TAG.search(text).group(0)!r}")  # type: ignore[union-attr]
-        elif ROLE_LINE.search(text):
-            found.append(f"{where}: a role line")
-        elif any(ln in turns for ln in lines if len(ln) > 30):
-            found.append(f"{where}: a turn given back verbatim")
         elif len(lines) >= 3 and collections.Counter(lines).most_common(1)[0][1] >= 3:
             found.append(f"{where}: a line looping")
+        elif by_model and ROLE_LINE.search(text):
+            found.append(f"{where}: a role line")
+        elif by_model and any(ln in turns for ln in lines if len(ln) > 30):
+            found.append(f"{where}: a turn given back verbatim")
     return found
 
 
@@ -169,13 +178,13 @@ def report(db: Path, config: Path, env: dict[str, str], passes: list[dict[str, A
     export = json.loads(done.stdout)
     said = {t["content"].strip() for s in export.get("sessions", []) for t in s.get("turns", [])}
     rows = stored_rows(export)
-    kinds = collections.Counter(w.split(" ")[0] for w, _ in rows)
-    made = collections.Counter(str(g.get("made_by", "")).split(":")[0]
-                               for g in export.get("gists", []))
-    print("  gists made by:", ", ".join(f"{n} {k}" for k, n in sorted(made.items())))
+    kinds = collections.Counter(w.split(" ")[0] for w, _, _ in rows)
+    made = collections.Counter((w.split(" ")[0], m.split(":")[0]) for w, m, _ in rows)
+    print("  made by:", ", ".join(f"{kind} {n} {by}" for (kind, by), n in sorted(made.items())))
     print("  stored:", ", ".join(f"{n} {k}" for k, n in sorted(kinds.items())))
     bad = defects(rows, said)
-    print(f"  stored rows with markup, a role line, an echoed turn or a loop: {len(bad)}")
+    print(f"  stored rows with markup or a loop, or (by the model) a role line or an echoed "
+          f"turn: {len(bad)}")
     for defect in bad[:12]:
         print("    " + defect[:160])
 

@@ -126,6 +126,7 @@ def test_context_and_export_carry_facts_with_their_sources(target: str) -> None:
     assert "chemistry" in block.lower()
     exported = memory.export("ana")
     assert exported["facts"] and all(f["from_turns"] for f in exported["facts"])
+    assert all(f["made_by"].startswith("extractive:") for f in exported["facts"])
     assert "Saxophone number" not in json.dumps(exported)
     memory.close()
     app.close()

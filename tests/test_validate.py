@@ -92,6 +92,8 @@ SMALL = summary_prompt({"user": "Mia", "agent": "Leo"}, None, [
      "names what its input does not: www.gabby-babe-cafe.com/products"),
     ("Mia started a new job at the shelter with her friend Priya last week.",
      "names what its input does not: Priya"),
+    # an era a 135M model wrote: a list of the gist's topics, one name made up
+    ("Mia, shelter, job\nAlex, shelter, dogs", "names what its input does not: Alex"),
     ("Mia started at the animal shelter 3 weeks ago and walks 12 dogs.",
      "names what its input does not: 3, 12"),
     ("Mia's new job <b>at the shelter</b> is going well.", "marker '<b>'"),

@@ -89,6 +89,15 @@ MONTHS = ("january february march april may june july august september october n
 CALENDAR = frozenset(MONTHS + "monday tuesday wednesday thursday friday saturday sunday".split())
 
 
+def in_list(text: str, at: int) -> bool:
+    """Whether position `at` is in a line that is a list of short items ("Ana, Lisbon,
+    plan"): no sentence, so its first word is as much a name as the others."""
+    start = text.rfind("\n", 0, at) + 1
+    end = text.find("\n", at)
+    items = text[start : end if end >= 0 else len(text)].strip(" -*•\t.").split(",")
+    return len(items) >= 3 and all(0 < len(item.split()) <= 3 for item in items)
+
+
 def ungrounded(answer: str, source: str) -> list[str]:
     """The numbers, addresses and mid-sentence names of `answer` that `source` (the
     prompt: instructions, material and the memory it was given) never mentions."""
@@ -105,7 +114,8 @@ def ungrounded(answer: str, source: str) -> list[str]:
         base = re.sub(r"['’]s$", "", word).lower()
         if base in CALENDAR or base in words or word.lower() in words:
             continue
-        if OPENS.search(rest[max(0, match.start() - 40) : match.start()]):
+        if OPENS.search(rest[max(0, match.start() - 40) : match.start()]) and \
+                not in_list(rest, match.start()):
             continue  # a sentence's first word: a capital says nothing there
         missing.append(word)
     return list(dict.fromkeys(missing))

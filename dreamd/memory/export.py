@@ -15,7 +15,7 @@ from typing import Any
 from dreamd import __version__
 from dreamd.ids import era_key, narrative_id, profile_id, self_state_id
 from dreamd.memory.users import require_user
-from dreamd.store.facts import facts_of
+from dreamd.store.facts import fact_origins, facts_of
 from dreamd.store.interface import Store
 from dreamd.store.provenance import (
     gist_record,
@@ -63,10 +63,12 @@ def export_user(store: Store, user: str, agent_id: str) -> dict[str, Any]:
                 "stored_llm_output": stored_output(conn, "reflect", state_key),
             }
         gists = [g for s in sessions if (g := gist_record(conn, s)) is not None]
+        origins = fact_origins(conn, user)
         facts = [{"id": f.id, "subject": f.subject, "about": f.about, "statement": f.statement,
                   "valid_from": f.valid_from, "learned_at": f.learned_at,
                   "valid_to": f.valid_to, "replaced_by": f.replaced_by,
-                  "from_turns": list(f.sources)} for f in facts_of(conn, user)]
+                  "made_by": origins.get(f.id), "from_turns": list(f.sources)}
+                 for f in facts_of(conn, user)]
         return {
             "format": FORMAT,
             "dreamd_version": __version__,

@@ -35,6 +35,13 @@ def facts_of(conn: Conn, user_id: str, current_only: bool = False) -> list[Fact]
     return _facts(conn, rows.fetchall())
 
 
+def fact_origins(conn: Conn, user_id: str) -> dict[int, str]:
+    """Which backend and model made each of a user's facts ("llm:…", "extractive:…",
+    "fallback:…")."""
+    rows = conn.execute("SELECT id, origin FROM facts WHERE user_id = ?", (user_id,))
+    return {int(i): str(origin) for i, origin in rows.fetchall()}
+
+
 def facts_after(conn: Conn, user_id: str, after_id: int) -> list[Fact]:
     """A user's facts with ids above `after_id` (replaced ones too), by id."""
     rows = conn.execute(f"SELECT {_COLUMNS} FROM facts f WHERE f.user_id = ? AND f.id > ? "
