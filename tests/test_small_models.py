@@ -98,6 +98,20 @@ def test_a_server_that_refuses_the_schema_is_asked_without_it_from_then_on(
     assert facts.done and not facts.failed
 
 
+def test_a_refusal_for_another_reason_keeps_the_schema(tmp_path: Path,
+                                                      server: FakeOpenAI) -> None:
+    """A 400 that is not about the schema (the prompt too long, as a server counts it)
+    is the input's problem: the schema is not given up for it."""
+    _, _, completer = llm_pass(
+        tmp_path, server, "400:This model's maximum context length is 4096 tokens")
+    sent = chat_requests(server)
+    assert sent[0][0] == "facts" and sent[0][1] is not None and sent[0][1]["type"] == \
+        "json_schema"
+    assert completer.schema_refused == {}
+    assert all(fmt is not None and fmt["type"] == "json_schema" for task, fmt in sent
+               if task in ("facts", "reflect"))
+
+
 @pytest.mark.parametrize("server", ["json_object"], indirect=True)
 def test_llama_cpp_pythons_schema_shape_is_found_and_kept(
         tmp_path: Path, server: FakeOpenAI) -> None:

@@ -128,6 +128,7 @@ def test_an_answer_that_is_only_a_copied_delimiter_is_empty(raw: str) -> None:
     "dogs explore the big yard of the new house.\n</data-9636476888c>",
     "In the last week Mia began working at an animal shelter. Leo asked about the dogs.",
     "- Mia's dogs are settling into the new house.\n- Mia works at the animal shelter.",
+    "Best friends Mia and Leo talked about the dogs and the yard.",
 ])
 def test_a_grounded_third_person_answer_passes(answer: str) -> None:
     assert junk(clean(answer, "summarize"), SMALL) is None

@@ -208,6 +208,11 @@ SHAPES: tuple[Callable[[str, Any], dict[str, Any]], ...] = (
 )
 
 
+# Words with which servers refuse a response_format they do not take.
+_ABOUT_SCHEMA = re.compile(r"response_format|json_schema|json_object|schema|grammar",
+                           re.IGNORECASE)
+
+
 def _json_object(raw: str | None) -> bool:
     try:
         return isinstance(json.loads(raw or ""), dict)
@@ -320,8 +325,8 @@ class OpenAICompleter(_Connected):
                 response = self._caller.call(request)
                 break
             except InputRejected as refused:
-                if shape >= len(SHAPES):
-                    raise
+                if shape >= len(SHAPES) or not _ABOUT_SCHEMA.search(str(refused)):
+                    raise  # refused for something else (too long, say): not the schema
                 # Asked again in the next shape the servers know, then without one; the
                 # shape that is taken is remembered for the model.
                 if shape + 1 == len(SHAPES):

@@ -75,8 +75,8 @@ TO_READER = re.compile(
     r"let me know|feel free|i hope this|hope this helps|is there anything)\b", re.I | re.M)
 SIGNATURE = re.compile(
     r"^\s*(?:best(?: wishes| regards)?|kind regards|regards|cheers|sincerely|warmly|"
-    r"yours(?: truly)?|with love|all the best|take care)\s*,?\s*(?:\n\s*)?[\w .-]{0,40}\s*$",
-    re.I | re.M)
+    r"yours(?: truly)?|with love|all the best|take care)\s*(?:[,!]\s*[\w .-]{0,40})?\s*$",
+    re.I | re.M)  # the closing alone on its line, or with a name after its comma
 # What a model can make up: a number, an address, a name in the middle of a sentence.
 NUMBER = re.compile(r"\d{1,18}")
 ADDRESS = re.compile(r"(?:https?://|www\.)[^\s)>\]]+|[\w.+-]+@[\w-]+(?:\.[\w-]+)+", re.I)
