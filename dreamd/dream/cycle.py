@@ -25,11 +25,7 @@ from dreamd.store.interface import Store, WriteLockTimes
 from dreamd.store.runbook import finish_run, start_run, tokens_since
 from dreamd.store.state import get_state
 from dreamd.store.tally import sync_tally
-from dreamd.store.tiers import (
-    save_self_state,
-    self_state,
-    settle_tier_queue,
-)
+from dreamd.store.tiers import save_self_state, self_state, settle_tier_queue
 
 # Drives are rewritten into the self-state only when one moved by more than this, so
 # an idle pass leaves the memory file untouched.
@@ -326,9 +322,13 @@ def retry_fallbacks(ctx: JobContext) -> None:
     to the model (the tiers above follow the new gists)."""
     if not ctx.fallback:
         return
-    made_before = ctx.now() - timedelta(hours=ctx.config.jobs.fallback_retry_hours)
+    made_before = (ctx.now() - timedelta(hours=ctx.config.jobs.fallback_retry_hours)
+                   ).isoformat()
+    with ctx.store.read() as conn:  # a look first: most passes have none to send back
+        if not retry_fallback_gists(conn, made_before, write=False):
+            return
     with ctx.store.write() as conn:
-        again = retry_fallback_gists(conn, made_before.isoformat(), None)
+        again = retry_fallback_gists(conn, made_before, write=True)
     if again:
         ctx.log.info("fallback_retried", gists=again)
 

@@ -19,15 +19,15 @@ def fallback_counts(conn: Conn) -> dict[str, int]:
     return {kind: int(n) for kind, n in rows if n}
 
 
-def retry_fallback_gists(conn: Conn, made_before: str, users: list[str] | None) -> int:
-    """Inside a write: sessions whose gist the fallback made before `made_before` are
-    summarized afresh by the model (their mark goes back to the start; the gist stays
-    until the new one replaces it). Returns how many."""
-    scope, args = "", [made_before]
-    if users is not None:
-        scope = f" AND user_id IN ({', '.join('?' * len(users))})"
-        args += users
+def retry_fallback_gists(conn: Conn, made_before: str, write: bool) -> int:
+    """Sessions whose gist the fallback made before `made_before`; with `write` (inside a
+    write), sent back to the model: their mark returns to the start, and the gist stays
+    until the new one replaces it. Returns how many."""
+    made = ("SELECT session_id FROM summaries WHERE dreamd_source LIKE 'fallback:%' "
+            "AND created_at < ?")
+    if not write:
+        row = conn.execute(f"SELECT COUNT(*) FROM ({made}) AS due", (made_before,)).fetchone()
+        return int(row[0]) if row else 0
     return conn.execute(
         "UPDATE dreamd_sessions SET summarized_id = 0, summarized_turns = 0 WHERE "
-        "session_id IN (SELECT session_id FROM summaries WHERE dreamd_source LIKE "
-        f"'fallback:%' AND created_at < ?{scope}) AND summarized_id > 0", args).rowcount
+        f"session_id IN ({made}) AND summarized_id > 0", (made_before,)).rowcount
