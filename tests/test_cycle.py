@@ -442,5 +442,5 @@ def test_the_fallback_marks_what_it_built_and_the_model_redoes_it_later(target: 
         with store.read() as conn:
             left = fallback_counts(conn)
     assert made == {"good": "llm:weak", "bad": "fallback:weak"}
-    assert counted == {"gists": 1}
+    assert counted == {"gist": 1}
     assert again == {"good": "llm:weak", "bad": "llm:weak"} and left == {}

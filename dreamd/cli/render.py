@@ -88,10 +88,11 @@ def render_status(data: dict[str, Any]) -> str:
         out.append(f"             {b['turns_since_last_pass']} turns arrived since the last pass")
     fell_back = (data.get("fallback") or {}).get("rows")
     if fell_back:
-        counts = ", ".join(f"{n} {kind}" for kind, n in fell_back.items())
+        counts = ", ".join(_n(n, kind) for kind, n in fell_back.items())
         out.append(f"fallback     built extractively where the model's answers were rejected "
                    f"twice: {counts}; gists go back to the model after "
-                   f"{data['fallback']['retry_hours']:g} h (the pass notes say why)")
+                   f"{data['fallback']['retry_hours']:g} h (the notes of the pass that made "
+                   "them say why)")
     out.append("")
     if not data["runs"]:
         out.append("no passes yet")

@@ -9,12 +9,12 @@ from dreamd.store.interface import Conn
 def fallback_counts(conn: Conn) -> dict[str, int]:
     """How many rows of each tier the extractive fallback made in a model's place."""
     rows = conn.execute(
-        "SELECT 'gists', COUNT(*) FROM summaries WHERE dreamd_source LIKE 'fallback:%' "
-        "UNION ALL SELECT 'eras', COUNT(*) FROM eras WHERE dreamd_source LIKE 'fallback:%' "
-        "UNION ALL SELECT 'profiles', COUNT(*) FROM profile "
-        "WHERE dreamd_source LIKE 'fallback:%' UNION ALL SELECT 'narratives', COUNT(*) "
+        "SELECT 'gist', COUNT(*) FROM summaries WHERE dreamd_source LIKE 'fallback:%' "
+        "UNION ALL SELECT 'era', COUNT(*) FROM eras WHERE dreamd_source LIKE 'fallback:%' "
+        "UNION ALL SELECT 'profile', COUNT(*) FROM profile "
+        "WHERE dreamd_source LIKE 'fallback:%' UNION ALL SELECT 'narrative', COUNT(*) "
         "FROM narrative WHERE dreamd_source LIKE 'fallback:%' UNION ALL "
-        "SELECT 'facts', COUNT(*) FROM facts WHERE origin LIKE 'fallback:%' "
+        "SELECT 'fact', COUNT(*) FROM facts WHERE origin LIKE 'fallback:%' "
         "AND replaced_by IS NULL").fetchall()
     return {kind: int(n) for kind, n in rows if n}
 
