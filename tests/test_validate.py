@@ -278,3 +278,28 @@ def test_a_fallbacks_answer_is_not_kept_as_the_models_for_its_input(tmp_path: Pa
     assert server.tasks()[:4] == ["summarize", "profile", "era", "era"]
     assert sources == {"era": "fallback:test-model", "profile": "llm:test-model"}
     assert "profile" in cached and "eras" not in cached
+
+
+def test_retry_fallback_sends_the_fallbacks_gists_back_at_once(tmp_path: Path) -> None:
+    """After a model change a user need not wait a day: `dreamd retry --fallback`."""
+    from click.testing import CliRunner
+
+    from dreamd.cli import main
+
+    server = FakeOpenAI().start()
+    try:
+        config = chat_with(tmp_path, server, JobsConfig())  # retried after 24 h
+        server.plan("say:<<SYS>>", "say:<<SYS>>")
+        store = open_sqlite(config)
+        with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"}) as completer:
+            run_pass(store, config, HashingEmbedder(), completer, trigger="test", force=True)
+            sent = CliRunner().invoke(main, ["--db", config.db, "retry", "--fallback"])
+            again = CliRunner().invoke(main, ["--db", config.db, "retry", "--fallback"])
+            run_pass(store, config, HashingEmbedder(), completer, trigger="test", force=True)
+        sources = [r[0] for r in store.conn.execute("SELECT dreamd_source FROM summaries")]
+        store.close()
+    finally:
+        server.stop()
+    assert sent.exit_code == 0 and "1 gist the fallback made goes back" in sent.output
+    assert again.exit_code == 2 and "no fallback gist is waiting" in again.output
+    assert sources == ["llm:test-model"]

@@ -271,23 +271,43 @@ def sessions(obj: dict[str, Any], user: str | None, as_json: bool) -> None:
 @main.command()
 @click.argument("job", required=False)
 @click.argument("item", required=False)
+@click.option("--fallback", is_flag=True, help="Instead: send every gist the extractive "
+              "fallback made back to the model at the next pass (after a model change).")
 @file_options
 @click.pass_obj
-def retry(obj: dict[str, Any], job: str | None, item: str | None) -> None:
+def retry(obj: dict[str, Any], job: str | None, item: str | None, fallback: bool) -> None:
     """Release quarantined and backing-off items (all, one JOB's, or one ITEM of it): the
-    next pass tries them again.
+    next pass tries them again. With --fallback, the gists the fallback made go back to
+    the model now rather than after jobs.fallback_retry_hours.
 
     \b
     Examples:
       dreamd --db ~/chat/memory.db retry                 everything that failed
       dreamd --db ~/chat/memory.db retry profile         the profile job's items
       dreamd --db ~/chat/memory.db retry summarize s-42  one session's gist
+      dreamd --db ~/chat/memory.db retry --fallback      after switching to a better model
     """
     from dreamd.dream.jobs.registry import JOBS
+    from dreamd.store.fallback import retry_fallback_gists
     from dreamd.store.runbook import release_failures
 
+    if fallback and job is not None:
+        raise fail("--fallback sends back every fallback gist: give it no JOB or ITEM")
     if job is not None and job not in JOBS.names:
         raise fail(f"no job {job!r}; the jobs are {', '.join(JOBS.names)}")
+
+    def send_back(store: Any, config: Any) -> int:
+        with store.write() as conn:
+            return retry_fallback_gists(conn, "9999", write=True)  # made before any time
+
+    if fallback:
+        sent = read_existing(obj, send_back, read_only=False)
+        if not sent:
+            raise fail("no fallback gist is waiting for the model (none was made, or all "
+                       "go back at the next pass already)")
+        click.echo(f"{plural(sent, 'gist')} the fallback made "
+                   f"{'goes' if sent == 1 else 'go'} back to the model at the next pass")
+        return
 
     def release(store: Any, config: Any) -> int:
         with store.write() as conn:
