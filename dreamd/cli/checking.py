@@ -29,13 +29,14 @@ def check_llm(obj: dict[str, Any], as_json: bool) -> None:
     Example:
       dreamd --config ~/.config/dreamd/dreamd.toml check-llm
     """
+    from dreamd.cli.demo import sample_sessions
     from dreamd.dream.probe import as_dict, probe, verdict
 
     config = load_config(obj)
     if config.completer.backend != "openai":
         raise fail("completer.backend is extractive: there is no model to check (set "
                    "completer.backend = \"openai\" and its base_url and model)")
-    found = probe(config)
+    found = probe(config, list(sample_sessions()[0].turns))  # a shipped conversation
     usable, summary = verdict(found)
     if as_json:
         click.echo(json.dumps({"usable": usable, "verdict": summary,

@@ -1,6 +1,7 @@
 """`dreamd check-llm`: whether the configured server and model will give usable memory.
 
-It asks what a pass would ask, on a conversation shipped with dreamd: is the server
+It asks what a pass would ask, on a conversation it is given (the CLI gives one shipped
+with dreamd): is the server
 there, does it serve the model, how many tokens does the model hold (llama.cpp's /props,
 Ollama's /api/show, else the config), does it constrain JSON to a schema, and do one
 summary and one fact extraction pass the checks every answer meets before it is stored.
@@ -72,14 +73,6 @@ def context_of(base_url: str, model: str, timeout: float) -> tuple[int, str] | N
     return None
 
 
-def sample(names: dict[str, str]) -> list[tuple[int, str, str, str]]:
-    """(id, role, text, when) of the first shipped sample conversation."""
-    from dreamd.cli.demo import sample_sessions
-
-    session = sample_sessions()[0]
-    return [(i + 1, role, text, at) for i, (role, text, at) in enumerate(session.turns)]
-
-
 def timed(run: Callable[[], Finding]) -> Finding:
     started = time.monotonic()
     finding = run()
@@ -87,8 +80,10 @@ def timed(run: Callable[[], Finding]) -> Finding:
                    round(time.monotonic() - started, 1))
 
 
-def probe(config: Config, environ: dict[str, str] | None = None) -> list[Finding]:
-    """Every check in order; Unreachable when the server does not answer at all."""
+def probe(config: Config, turns: list[tuple[str, str, str]],
+          environ: dict[str, str] | None = None) -> list[Finding]:
+    """Every check in order, on a conversation's `turns` (role, text, ISO time);
+    Unreachable when the server does not answer at all."""
     c = config.completer
     url = server_url(c.base_url, environ)
     names = {"user": config.user.name, "agent": config.agent.name}
@@ -117,9 +112,9 @@ def probe(config: Config, environ: dict[str, str] | None = None) -> list[Finding
         else:
             found.append(Finding("context", True, f"the model holds {window[0]} tokens "
                                  f"({window[1]}); dreamd uses {c.context_window}"))
-        turns = sample(names)
-        found.append(timed(lambda: summary_check(completer, names, turns, config)))
-        found.append(timed(lambda: facts_check(completer, names, turns)))
+        numbered = [(i + 1, role, text, at) for i, (role, text, at) in enumerate(turns)]
+        found.append(timed(lambda: summary_check(completer, names, numbered, config)))
+        found.append(timed(lambda: facts_check(completer, names, numbered)))
         refused = completer.schema_refused.get(c.model)
         shape = completer.schema_shape(c.model)
         found.insert(-2, Finding(
