@@ -1,10 +1,10 @@
 """`dreamd check-llm`: whether the configured server and model will give usable memory.
 
-It asks what a pass would ask, on a conversation it is given (the CLI gives one shipped
-with dreamd): is the server
-there, does it serve the model, how many tokens does the model hold (llama.cpp's /props,
-Ollama's /api/show, else the config), does it constrain JSON to a schema, and do one
-summary and one fact extraction pass the checks every answer meets before it is stored.
+It asks what a pass would ask, on a conversation it is given (the command gives one
+shipped with dreamd): is the server there, does it serve the model, how many tokens does
+the model hold (llama.cpp's /props, Ollama's /api/show, else the config), does it
+constrain JSON to a schema, and do one summary and one fact extraction pass the checks
+every answer meets before it is stored.
 """
 
 from __future__ import annotations
