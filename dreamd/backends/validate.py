@@ -90,7 +90,7 @@ CALENDAR = frozenset(MONTHS + "monday tuesday wednesday thursday friday saturday
 
 
 def in_list(text: str, at: int) -> bool:
-    """Whether position `at` is in a line that is a list of short items ("Ana, Lisbon,
+    """Whether position `at` is in a line that is a list of short items ("Kai, Rome,
     plan"): no sentence, so its first word is as much a name as the others."""
     start = text.rfind("\n", 0, at) + 1
     end = text.find("\n", at)
