@@ -4,6 +4,7 @@ prompt-and-repair where it does not (refused with a 400, or taken and ignored)."
 from __future__ import annotations
 
 import dataclasses
+import json
 import socket
 import subprocess
 import sys
@@ -139,15 +140,15 @@ def test_a_server_that_ignores_the_schema_gets_prompt_and_repair(
     assert facts.done and not facts.failed
 
 
-def check_llm(tmp_path: Path, base_url: str, window: int = 8192
-              ) -> subprocess.CompletedProcess[str]:
+def check_llm(tmp_path: Path, base_url: str, window: int = 8192, *args: str,
+              backend: str = "openai") -> subprocess.CompletedProcess[str]:
     """`dreamd check-llm` as a user runs it, against `base_url`."""
     config = tmp_path / "dreamd.toml"
-    config.write_text(f'[completer]\nbackend = "openai"\nbase_url = "{base_url}"\n'
+    config.write_text(f'[completer]\nbackend = "{backend}"\nbase_url = "{base_url}"\n'
                       f'model = "test-model"\ncontext_window = {window}\n'
                       'connect_timeout_seconds = 1.0\n')
     return subprocess.run([sys.executable, "-m", "dreamd", "--config", str(config),
-                           "--db", str(tmp_path / "none.db"), "check-llm"],
+                           "--db", str(tmp_path / "none.db"), "check-llm", *args],
                           capture_output=True, text=True, env=dreamd_env(OPENAI_API_KEY=KEY),
                           timeout=120)
 
@@ -185,6 +186,17 @@ def test_check_llm_reads_a_4k_window_and_says_what_to_set(tmp_path: Path) -> Non
            "8192" in run.stdout
     assert "set completer.context_window = 4096" in run.stdout
     assert run.stdout.splitlines()[-1].startswith("usable, once the configuration is mended")
+
+
+def test_check_llm_json_and_the_offline_backend(tmp_path: Path, server: FakeOpenAI) -> None:
+    run = check_llm(tmp_path, server.base_url, 8192, "--json")
+    data = json.loads(run.stdout)
+    assert run.returncode == 0 and data["usable"] is True
+    assert [c["check"] for c in data["checks"]] == ["server", "context", "schema", "summary",
+                                                    "facts"]
+    offline = check_llm(tmp_path, server.base_url, backend="extractive")
+    assert offline.returncode == 2 and offline.stdout == ""
+    assert offline.stderr.strip().startswith("Error: completer.backend is extractive")
 
 
 def test_check_llm_on_a_dead_server_is_one_line_and_69(tmp_path: Path) -> None:
