@@ -287,3 +287,14 @@ def test_a_fact_copied_from_the_worked_example_is_made_up() -> None:
            'in May 2023.", "about": "home", "valid_from": "2023-05-07", "turns": [3], '
            '"replaces": []}]}')
     assert parsed(own, {3}, set(), source_of(prompt))[0][0].statement.startswith("Sam moved")
+
+
+def test_check_llm_gives_the_servers_words_not_a_bigger_model_for_a_misconfiguration(
+        tmp_path: Path, server: FakeOpenAI) -> None:
+    server.plan("404:model 'test-model' not found", "404:model 'test-model' not found")
+    run = check_llm(tmp_path, server.base_url)
+    lines = run.stdout.splitlines()
+    summary = lines.index(next(ln for ln in lines if ln.startswith("FAIL summary")))
+    assert "not found: check base_url and the model name" in lines[summary]
+    assert not lines[summary + 1].lstrip().startswith("->")  # no advice to change models
+    assert run.returncode == 1

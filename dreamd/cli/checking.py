@@ -37,7 +37,7 @@ def check_llm(obj: dict[str, Any], as_json: bool) -> None:
         raise fail("completer.backend is extractive: there is no model to check (set "
                    "completer.backend = \"openai\" and its base_url and model)")
     found = probe(config, list(sample_sessions()[0].turns))  # a shipped conversation
-    usable, summary = verdict(found)
+    usable, summary = verdict(found, config.jobs.fallback)
     if as_json:
         click.echo(json.dumps({"usable": usable, "verdict": summary,
                                "checks": as_dict(found)}, indent=2))

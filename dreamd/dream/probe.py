@@ -133,7 +133,9 @@ def summary_check(completer: OpenAICompleter, names: dict[str, str],
                             config.summarize.gist_lines)
     try:
         text = completer.complete(prompt).text
-    except (BackendError, OutputInvalid) as exc:
+    except BackendError as exc:  # the server's own words say what to change
+        return Finding("summary", False, f"no summary: {exc}")
+    except OutputInvalid as exc:
         return Finding("summary", False, f"no summary: {exc}", _BIGGER)
     problem = junk(text, prompt)
     if problem:
@@ -155,7 +157,9 @@ def facts_check(completer: OpenAICompleter, names: dict[str, str],
     try:
         raw = completer.complete(prompt).text
         facts = parsed(raw, ids, set(), source_of(prompt))
-    except (BackendError, OutputInvalid) as exc:
+    except BackendError as exc:  # the server's own words say what to change
+        return Finding("facts", False, f"no facts: {exc}")
+    except OutputInvalid as exc:
         return Finding("facts", False, f"no facts: {exc}", _BIGGER)
     if not facts:
         return Finding("facts", False, "the answer held no fact", _BIGGER)
@@ -166,16 +170,18 @@ _BIGGER = ("a larger instruct model (1B or more) gives usable memory; meanwhile 
            "extractive fallback builds what this one cannot (jobs.fallback)")
 
 
-def verdict(found: list[Finding]) -> tuple[bool, str]:
-    """Whether this model will give usable memory, in one line."""
+def verdict(found: list[Finding], fallback: bool = True) -> tuple[bool, str]:
+    """Whether this model will give usable memory, in one line (`fallback`: whether
+    jobs.fallback is on)."""
     failed = [f for f in found if f.ok is False]
     if not failed:
         return True, "this model will give usable memory"
     names = ", ".join(f.check for f in failed)
     memory = {"summary", "facts"} & {f.check for f in failed}
     if memory:
-        return False, (f"this model will not give usable memory as configured ({names}); "
-                       "the fallback keeps memory from its extractive producer")
+        keeps = ("the fallback keeps memory from its extractive producer" if fallback
+                 else "with jobs.fallback off, its items will fail")
+        return False, f"this model will not give usable memory as configured ({names}); {keeps}"
     return False, f"usable, once the configuration is mended ({names})"
 
 
