@@ -408,9 +408,11 @@ class WeakModel:
     junk: bool = True
     name: str = "openai"
     model: str = "weak"
+    junk_tasks: tuple[str, ...] = ()  # tasks answered with junk whatever the prompt holds
 
     def complete(self, prompt: Prompt) -> Completion:
-        if self.junk and prompt.task == "summarize" and "POISON" in prompt.user:
+        if prompt.task in self.junk_tasks or (
+                self.junk and prompt.task == "summarize" and "POISON" in prompt.user):
             return Completion("<<SYS>>", "openai", self.model)
         if prompt.task == "reflect":
             text = ('{"mood": "calm", "mood_score": 0.1, "energy": 0.5, "self_narrative": '
@@ -444,3 +446,31 @@ def test_the_fallback_marks_what_it_built_and_the_model_redoes_it_later(target: 
     assert made == {"good": "llm:weak", "bad": "fallback:weak"}
     assert counted == {"gist": 1}
     assert again == {"good": "llm:weak", "bad": "llm:weak"} and left == {}
+
+
+def test_the_fallback_builds_what_the_offline_default_builds(db: Path) -> None:
+    """A profile, eras and narrative the model fails twice are made as the offline default
+    makes them (from the facts), not by selecting lines from the gists."""
+    from dreamd.backends.hashing import HashingEmbedder
+    from dreamd.dream.shown import profile_from
+    from dreamd.ids import profile_id
+    from dreamd.store.facts import facts_of
+    from dreamd.store.tiers import profile_row
+
+    conn = make_chat_file(db)
+    write_sessions(conn, sample_sessions())
+    conn.close()
+    config = dataclasses.replace(config_for(db), facts=FactsConfig(producer="offline"))
+    store = open_sqlite(config)
+    model = WeakModel(junk=False, junk_tasks=("profile", "era", "narrative"))
+    run_pass(store, config, HashingEmbedder(), model, trigger="test", force=True)
+    with store.read() as conn:
+        profile = profile_row(conn, profile_id("default"))
+        facts = facts_of(conn, "default", current_only=True)
+        sources = {r[0] for r in conn.execute(
+            "SELECT dreamd_source FROM eras UNION SELECT dreamd_source FROM narrative")}
+    store.close()
+    assert profile is not None and profile.source == "fallback:weak"
+    assert profile.content == profile_from(facts, config.profile.max_facts,
+                                           listeners=(config.agent.name,))
+    assert sources == {"fallback:weak"}

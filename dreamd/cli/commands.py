@@ -288,7 +288,7 @@ def retry(obj: dict[str, Any], job: str | None, item: str | None, fallback: bool
       dreamd --db ~/chat/memory.db retry --fallback      after switching to a better model
     """
     from dreamd.dream.jobs.registry import JOBS
-    from dreamd.store.fallback import retry_fallback_gists
+    from dreamd.store.fallback import send_back
     from dreamd.store.runbook import release_failures
 
     if fallback and job is not None:
@@ -296,12 +296,12 @@ def retry(obj: dict[str, Any], job: str | None, item: str | None, fallback: bool
     if job is not None and job not in JOBS.names:
         raise fail(f"no job {job!r}; the jobs are {', '.join(JOBS.names)}")
 
-    def send_back(store: Any, config: Any) -> int:
+    def back(store: Any, config: Any) -> int:
         with store.write() as conn:
-            return retry_fallback_gists(conn, "9999", write=True)  # made before any time
+            return send_back(conn, "9999")  # made before any time: every one
 
     if fallback:
-        sent = read_existing(obj, send_back, read_only=False)
+        sent = read_existing(obj, back, read_only=False)
         if not sent:
             raise fail("no fallback gist is waiting for the model (none was made, or all "
                        "go back at the next pass already)")

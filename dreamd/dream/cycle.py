@@ -20,7 +20,7 @@ from dreamd.dream.workers import Claims
 from dreamd.logger import Logger, silent
 from dreamd.models import BacklogStats, Drives, JobResult, JobSpec
 from dreamd.store.erasure import finish_pending
-from dreamd.store.fallback import retry_fallback_gists
+from dreamd.store.fallback import fallback_gists_due, send_back
 from dreamd.store.interface import Store, WriteLockTimes
 from dreamd.store.runbook import finish_run, start_run, tokens_since
 from dreamd.store.state import get_state
@@ -325,10 +325,10 @@ def retry_fallbacks(ctx: JobContext) -> None:
     made_before = (ctx.now() - timedelta(hours=ctx.config.jobs.fallback_retry_hours)
                    ).isoformat()
     with ctx.store.read() as conn:  # a look first: most passes have none to send back
-        if not retry_fallback_gists(conn, made_before, write=False):
+        if not fallback_gists_due(conn, made_before):
             return
     with ctx.store.write() as conn:
-        again = retry_fallback_gists(conn, made_before, write=True)
+        again = send_back(conn, made_before)
     if again:
         ctx.log.info("fallback_retried", gists=again)
 

@@ -19,15 +19,20 @@ def fallback_counts(conn: Conn) -> dict[str, int]:
     return {kind: int(n) for kind, n in rows if n}
 
 
-def retry_fallback_gists(conn: Conn, made_before: str, write: bool) -> int:
-    """Sessions whose gist the fallback made before `made_before`; with `write` (inside a
-    write), sent back to the model: their mark returns to the start, and the gist stays
-    until the new one replaces it. Returns how many."""
-    made = ("SELECT session_id FROM summaries WHERE dreamd_source LIKE 'fallback:%' "
-            "AND created_at < ?")
-    if not write:
-        row = conn.execute(f"SELECT COUNT(*) FROM ({made}) AS due", (made_before,)).fetchone()
-        return int(row[0]) if row else 0
+# Sessions whose gist the fallback made before a time, not already going back.
+_DUE = ("FROM dreamd_sessions WHERE summarized_id > 0 AND session_id IN (SELECT session_id "
+        "FROM summaries WHERE dreamd_source LIKE 'fallback:%' AND created_at < ?)")
+
+
+def fallback_gists_due(conn: Conn, made_before: str) -> int:
+    """How many gists the fallback made before `made_before` wait to go back."""
+    row = conn.execute(f"SELECT COUNT(*) {_DUE}", (made_before,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def send_back(conn: Conn, made_before: str) -> int:
+    """Inside a write: those gists go back to the model: their session's mark returns to
+    the start, and the gist stays until the new one replaces it. Returns how many."""
     return conn.execute(
         "UPDATE dreamd_sessions SET summarized_id = 0, summarized_turns = 0 WHERE "
-        f"session_id IN ({made}) AND summarized_id > 0", (made_before,)).rowcount
+        f"session_id IN (SELECT session_id {_DUE})", (made_before,)).rowcount

@@ -176,6 +176,13 @@ class JobContext:
         return self.completer.name != "extractive"
 
     @property
+    def asks_model(self) -> bool:
+        """Whether answers on this thread come from the LLM: it is one, and the item is
+        not being built by the extractive fallback (which builds what the offline
+        default builds)."""
+        return self.llm and _FALLING_BACK.get() is None
+
+    @property
     def fallback(self) -> bool:
         """Whether an item the model keeps failing is built extractively instead."""
         return self.llm and self.config.jobs.fallback
@@ -189,6 +196,12 @@ class JobContext:
             yield
         finally:
             _FALLING_BACK.reset(token)
+
+    def note_fallback(self, job: str, item: str, why: str) -> None:
+        """Outside any write: an item the extractive fallback built, for the pass's notes
+        and the log."""
+        self.fell_back.append((job, item, why))
+        self.log.warning("fell_back", job=job, item=item, why=why[:200])
 
     def extractive(self) -> ExtractiveCompleter:
         if self._extractive is None:
@@ -204,9 +217,7 @@ class JobContext:
     def source(self) -> str:
         """How derived rows are marked: which kind of backend and model made them;
         "fallback:<model>" for the extractive producer's work in place of the model's."""
-        kind = "llm" if self.llm else "extractive"
-        if self.llm and _FALLING_BACK.get() is not None:
-            kind = "fallback"
+        kind = "llm" if self.asks_model else "fallback" if self.llm else "extractive"
         return f"{kind}:{getattr(self.completer, 'model', self.completer.name)}"
 
     def stopped(self) -> bool:
@@ -276,7 +287,7 @@ class JobContext:
         if spec is not None:
             prompt = dataclasses.replace(prompt, model_key=spec.model_key,
                                          max_chars=spec.bounds[prompt.task])
-        if _FALLING_BACK.get() is not None:
+        if self.llm and not self.asks_model:
             completion = self.extractive().complete(prompt)
             return dataclasses.replace(completion, text=bounded(
                 completion.text, prompt.max_chars, prompt.task))

@@ -59,7 +59,7 @@ def prepare(ctx: JobContext, user_month: tuple[str, str]) -> Work | None:
 
 
 def think(ctx: JobContext, work: Work) -> tuple[str, str, str, np.ndarray]:
-    body = "" if ctx.llm else era_from(work.facts, work.month, ctx.config.eras.lines)
+    body = "" if ctx.asks_model else era_from(work.facts, work.month, ctx.config.eras.lines)
     digest = raw = ""
     if not body:  # with an LLM, or a month without dated facts: from the gists
         lines = [ln for g in work.gists for ln in g.content.splitlines() if ln.strip()]

@@ -323,8 +323,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             state.clear()
             continue
         if fell_back:
-            ctx.fell_back.append((JOB, item, fell_back))
-            ctx.log.warning("fell_back", job=JOB, item=item, why=fell_back[:200])
+            ctx.note_fallback(JOB, item, fell_back)
         done += len(rows)
         ctx.budget.spend()
         if not passed_over:

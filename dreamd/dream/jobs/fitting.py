@@ -27,7 +27,7 @@ OVERHEAD = 16  # the chat template's own tokens around the two messages
 
 def room(ctx: JobContext) -> int | None:
     """Tokens a prompt may take (None: no window, as for the extractive backend)."""
-    if not ctx.llm:
+    if not ctx.asks_model:
         return None
     c = ctx.config.completer
     return max(64, int((c.context_window - c.max_output_tokens) / SPARE))

@@ -73,7 +73,7 @@ def prepare(ctx: JobContext, user: str) -> Work | None:
 
 def think(ctx: JobContext, work: Work) -> tuple[str, str, str]:
     since = f"{work.eras[0][0]}-01" if work.eras else ""
-    body = "" if ctx.llm else narrative_from(work.facts, since, ctx.config.narrative.lines)
+    body = "" if ctx.asks_model else narrative_from(work.facts, since, ctx.config.narrative.lines)
     digest = raw = ""
     if not body:  # with an LLM, or nothing dated changed: from the profile and eras
         names = ctx.names_for(work.user_id)

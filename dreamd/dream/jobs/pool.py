@@ -157,7 +157,7 @@ def run_keyed(
     backing-off items wait, a success clears the item's record."""
     failures = failed_items(ctx, job)
     blocked = [key(item) for item in todo if failures.get(key(item))]
-    fallen = len(ctx.fell_back)
+    fallen: list[tuple[str, str]] = []  # (item, why) the fallback built, noted after
 
     def think_or_fall_back(inputs: Any) -> Any:
         """The model's result; where its answers were rejected twice, the extractive
@@ -180,7 +180,7 @@ def run_keyed(
                 # Not kept as the answer to this input: an unchanged input next time
                 # must go to the model, not come back from the cache as the model's.
                 drop_outputs(conn, job, inputs.key)
-                ctx.fell_back.append((job, inputs.key, value.why))
+                fallen.append((inputs.key, value.why))
         else:
             stored = save(conn, inputs, value)
         if stored and inputs.key in failures:
@@ -197,8 +197,8 @@ def run_keyed(
         after=(lambda t: ctx.progress(job, t.done + t.failed + t.skipped, len(todo)))
         if progress else (lambda t: None),
     )
-    for fell_job, item, why in ctx.fell_back[fallen:]:
-        ctx.log.warning("fell_back", job=fell_job, item=item, why=why[:200])
+    for item, why in fallen:
+        ctx.note_fallback(job, item, why)
     errors = tuple(counts.errors) + tuple(f"{k}: {failures[k]}" for k in blocked[:5])
     return JobResult(job, True, reason, done=counts.done, failed=counts.failed,
                      skipped=counts.skipped + len(blocked), remaining=remaining(),

@@ -74,7 +74,7 @@ def prepare(ctx: JobContext, user: str) -> Work | None:
 
 
 def think(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
-    content = "" if ctx.llm else profile_from(
+    content = "" if ctx.asks_model else profile_from(
         work.facts, ctx.config.profile.max_facts,
         listeners=(ctx.names_for(work.user_id)["agent"],))
     if content:

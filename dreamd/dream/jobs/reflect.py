@@ -138,11 +138,11 @@ def think(ctx: JobContext, work: Work) -> tuple[dict[str, Any], str, str]:
     prompt = build(newest_that_fit(ctx, said, build))  # the latest turns, as many as fit
     completion, digest = complete_once(ctx, prompt, work.cached)
     raw = completion.text
-    source = source_of(prompt) if ctx.llm else ""
+    source = source_of(prompt) if ctx.asks_model else ""
     try:
         return validate(raw, source), digest, raw
     except OutputInvalid as exc:
-        if not ctx.llm:
+        if not ctx.asks_model:
             raise
         # One repair attempt; if that fails too, the old self-state stays.
         raw = ctx.complete(repair_prompt(raw, str(exc))).text
