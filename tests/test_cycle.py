@@ -457,9 +457,9 @@ def test_the_fallback_builds_what_the_offline_default_builds(db: Path) -> None:
     from dreamd.store.facts import facts_of
     from dreamd.store.tiers import profile_row
 
-    conn = make_chat_file(db)
-    write_sessions(conn, sample_sessions())
-    conn.close()
+    app = make_chat_file(db)
+    write_sessions(app, sample_sessions())
+    app.close()
     config = dataclasses.replace(config_for(db), facts=FactsConfig(producer="offline"))
     store = open_sqlite(config)
     model = WeakModel(junk=False, junk_tasks=("profile", "era", "narrative"))
