@@ -24,9 +24,11 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from bench.generate import generate
 from testkit.pg import PgServer
@@ -190,12 +192,154 @@ def sensing() -> None:
         server.stop()
 
 
+FLEET = (1, 4, 16, 64)
+NETNS = "dreamd-fleet"
+FLEET_PORT = 54329
+
+
+def one(conn: Any, sql: str, params: tuple[Any, ...] = ()) -> tuple[Any, ...]:
+    """The one row a statement returns."""
+    row = conn.execute(sql, params).fetchone()
+    assert row is not None, sql
+    return tuple(row)
+
+
+def fleet_pass(server: PgServer, source: Path, workers: int) -> dict[str, float]:
+    """`workers` dreamd processes started together on a new copy of the store, with
+    instant backends (the hashing embedder, the extractive completer: the store is what
+    is measured), beside the app inserting 100 turns a second. The server's view is
+    sampled meanwhile: its dreamd backends in a transaction, and those waiting for a
+    lock (an advisory lock: the fleet's own locks)."""
+    import psycopg
+
+    url = server.new_database()
+    copy_into(source, url)
+    database = urlsplit(url).path.lstrip("/")
+    with psycopg.connect(url) as conn:
+        turns = int(one(conn, "SELECT COUNT(*) FROM exchanges")[0])
+    log = server.root / "log"
+    log_start = log.stat().st_size
+    done = threading.Event()
+    samples = {"busy": 0, "lock": 0, "advisory": 0}
+
+    def sample() -> None:
+        with psycopg.connect(server.url(), autocommit=True) as conn:  # not the bench's db
+            while not done.is_set():
+                row = one(
+                    conn, "SELECT COUNT(*) FILTER (WHERE state <> 'idle'), "
+                    "COUNT(*) FILTER (WHERE wait_event_type = 'Lock'), "
+                    "COUNT(*) FILTER (WHERE wait_event_type = 'Lock' AND wait_event = "
+                    "'advisory') FROM pg_stat_activity WHERE datname = %s AND "
+                    "application_name = 'dreamd'", (database,))
+                for key, value in zip(samples, row, strict=True):
+                    samples[key] += int(value)
+                time.sleep(0.01)
+
+    def commits() -> int:
+        with psycopg.connect(server.url(), autocommit=True) as conn:
+            return int(one(conn, "SELECT COALESCE(SUM(xact_commit), 0) FROM "
+                           "pg_stat_database WHERE datname = %s", (database,))[0])
+
+    stop = Path(tempfile.mkdtemp()) / "stop"
+    report = stop.with_name("report.json")
+    writer = subprocess.Popen([sys.executable, "-m", "bench.chat_writer", url, "100",
+                               str(stop), str(report), "50"], cwd=ROOT, env=env())
+    time.sleep(1.5)  # the writer connected and writing; the copy's counts reported
+    sampler = threading.Thread(target=sample, daemon=True)
+    before = commits()
+    sampler.start()
+    wall = passes(url, workers, DREAMD_EMBED__BACKEND="hashing",
+                  DREAMD_COMPLETER__BACKEND="extractive",
+                  DREAMD_WORKERS__LEASE_SECONDS="60")
+    done.set()
+    sampler.join()
+    after = commits()
+    stop.touch()
+    writer.wait()
+    written = json.loads(report.read_text())
+    lat = sorted(written["latencies"])
+    with psycopg.connect(url) as conn:  # every turn there before the fleet started, done
+        left = one(
+            conn, "SELECT COUNT(*) FILTER (WHERE last_id > summarized_id OR last_id > "
+            "facts_id), (SELECT COUNT(*) FROM exchanges e WHERE e.session_id NOT LIKE "
+            "'live-%' AND NOT EXISTS (SELECT 1 FROM dreamd_exchange_vectors v WHERE "
+            "v.exchange_id = e.id)) FROM dreamd_sessions WHERE session_id NOT LIKE 'live-%'")
+    assert left == (0, 0), f"left undone: {left[0]} sessions, {left[1]} turns"
+    with log.open("rb") as f:
+        f.seek(log_start)
+        waits = [ln for ln in f.read().decode(errors="replace").splitlines()
+                 if "still waiting for" in ln]
+    return {"workers": workers, "wall": wall, "turns": turns,
+            "tps": (after - before - len(written["ids"])) / wall,
+            "lock_share": samples["lock"] / max(1, samples["busy"]),
+            "advisory_share": samples["advisory"] / max(1, samples["busy"]),
+            "waits": len(waits), "advisory_waits": sum("advisory lock" in w for w in waits),
+            "p99": lat[int(0.99 * (len(lat) - 1))] * 1000, "errors": len(written["errors"])}
+
+
+def fleet(users: int, turns: int, counts: tuple[int, ...], netem: bool) -> None:
+    """The fleet's lines: each N, over the Unix socket (or, with `netem`, over TCP
+    through a loopback device that adds 0.5 ms each way: 1 ms round trips)."""
+    OUT.mkdir(exist_ok=True)
+    source = OUT / f"fleet-{users}u-{turns}.db"
+    if not source.exists():
+        generate(source, turns, max(users, turns // 10), users=users, months=6)
+    settings = ("-c max_connections=400 -c log_lock_waits=on -c deadlock_timeout=5ms "
+                "-c shared_buffers=256MB")
+    if netem:
+        server = PgServer(port=FLEET_PORT, inside=["ip", "netns", "exec", NETNS],
+                          settings=settings)
+    else:
+        server = PgServer(settings=settings)
+    where = "1 ms round trips (netem)" if netem else "Unix socket"
+    try:
+        for n in counts:
+            r = fleet_pass(server, source, n)
+            print(f"fleet: {r['turns']:,} turns / {users:,} users, {where}, {n:>2} workers: "
+                  f"{r['turns'] / r['wall']:,.0f} turns/s ({r['wall']:.1f} s); "
+                  f"{r['tps']:,.0f} dreamd transactions/s; dreamd backends waiting for a "
+                  f"lock {r['lock_share']:.1%} of their busy time (advisory "
+                  f"{r['advisory_share']:.1%}); waits over 5 ms logged {r['waits']} "
+                  f"(advisory {r['advisory_waits']}); app INSERT p99 {r['p99']:.2f} ms, "
+                  f"errors {r['errors']}", flush=True)
+    finally:
+        server.stop()
+
+
+def in_netns(argv: list[str]) -> None:
+    """Run this bench again inside a network namespace of its own whose loopback device
+    delays every packet 0.5 ms (needs root: ip and tc from iproute2)."""
+    steps = [["ip", "netns", "add", NETNS],
+             ["ip", "netns", "exec", NETNS, "ip", "link", "set", "lo", "up"],
+             ["ip", "netns", "exec", NETNS, "tc", "qdisc", "add", "dev", "lo", "root",
+              "netem", "delay", "0.5ms"]]
+    try:
+        for step in steps:
+            subprocess.run(step, check=True)
+        subprocess.run(["ip", "netns", "exec", NETNS, sys.executable, "-m", "bench.workers",
+                        *argv], check=True, cwd=ROOT,
+                       env={**os.environ, "DREAMD_BENCH_NETNS": NETNS,
+                            "PYTHONPATH": str(ROOT)})
+    finally:
+        subprocess.run(["ip", "netns", "del", NETNS], check=False)
+
+
 PARTS = ("sqlite", "default", "one-thread", "p99")
 
 
 def main() -> None:
     if sys.argv[1:2] == ["sensing"]:
         return sensing()
+    if sys.argv[1:2] == ["fleet"]:
+        # fleet [USERS] [TURNS] [N,N,...] [netem]
+        args = [a for a in sys.argv[2:] if a != "netem"]
+        netem = "netem" in sys.argv[2:]
+        if netem and not os.environ.get("DREAMD_BENCH_NETNS"):
+            return in_netns(sys.argv[1:])
+        users = int(args[0]) if args else 2000
+        turns = int(args[1]) if len(args) > 1 else 40_000
+        counts = tuple(int(n) for n in args[2].split(",")) if len(args) > 2 else FLEET
+        return fleet(users, turns, counts, netem)
     args = [a for a in sys.argv[1:] if a not in PARTS]
     parts = {a for a in sys.argv[1:] if a in PARTS} or {"sqlite", "default", "p99"}
     turns = int(args[0]) if args else 100_000

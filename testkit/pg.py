@@ -29,7 +29,14 @@ def bindir() -> Path | None:
 class PgServer:
     """One server for a test session; each test gets a database of its own."""
 
-    def __init__(self) -> None:
+    def __init__(self, port: int | None = None, inside: list[str] | None = None,
+                 settings: str = "") -> None:
+        """With `port`, the server listens on 127.0.0.1 there too (for traffic that must
+        cross a network device, such as one with added latency); `inside` is a command
+        prefix its tools run under (`ip netns exec NAME`); `settings`, more -c options."""
+        self.port = port
+        self.inside = inside or []
+        self.settings = settings
         found = bindir()
         if found is None:
             raise RuntimeError("no PostgreSQL server binaries (initdb) found; install "
@@ -54,20 +61,25 @@ class PgServer:
 
     def up(self) -> None:
         """Start the server (again), with the test options."""
+        listen = f"-p {self.port} -c listen_addresses=127.0.0.1" if self.port else \
+            "-c listen_addresses=''"
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w",
-                  "-o", f"-k {self.root} -c listen_addresses='' -c fsync=off "
+                  "-o", f"-k {self.root} {listen} -c fsync=off "
                   "-c synchronous_commit=off -c full_page_writes=off "
-                  "-c max_connections=200", "start")
+                  f"-c max_connections=200 {self.settings}", "start")
 
     def _run(self, tool: str, *args: str) -> None:
         command = [str(self.bin / tool), *args]
         if self.user is not None:
             command = ["runuser", "-u", self.user, "--", *command]
+        command = [*self.inside, *command]
         subprocess.run(command, check=True, capture_output=True, timeout=600)
 
     def url(self, database: str = "postgres", user: str = "postgres",
             password: str | None = None) -> str:
         auth = user if password is None else f"{user}:{password}"
+        if self.port:
+            return f"postgresql://{auth}@127.0.0.1:{self.port}/{database}"
         return f"postgresql://{auth}@/{database}?host={self.root}"
 
     def admin(self, sql: str) -> None:

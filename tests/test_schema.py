@@ -114,13 +114,14 @@ def test_both_engines_have_one_schema(both: tuple[Config, Config]) -> None:
 
 def test_a_migration_on_one_engine_alone_is_drift(both: tuple[Config, Config],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    """As if a migration 11 had been added to SQLite's list and not to PostgreSQL's."""
+    """As if a next migration had been added to SQLite's list and not to PostgreSQL's."""
     def confidence(conn: Conn) -> None:
         conn.execute("ALTER TABLE facts ADD COLUMN confidence REAL NOT NULL DEFAULT 1.0")
 
-    eleventh = migrations.Migration(11, "how sure a fact is", confidence)
-    monkeypatch.setattr(migrations, "MIGRATIONS", (*migrations.MIGRATIONS, eleventh))
+    last = migrations.MIGRATIONS[-1].version
+    added = migrations.Migration(last + 1, "how sure a fact is", confidence)
+    monkeypatch.setattr(migrations, "MIGRATIONS", (*migrations.MIGRATIONS, added))
     sqlite, pg = shapes(*both)
     assert drift(sqlite, pg) == [
         "facts.confidence: sqlite ('float', True), postgresql None",
-        f"versions: sqlite {list(range(1, 12))}, postgresql {list(range(1, 11))}"]
+        f"versions: sqlite {list(range(1, last + 2))}, postgresql {list(range(1, last + 1))}"]

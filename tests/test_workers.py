@@ -73,7 +73,7 @@ def holds(logs: list[list[dict[str, Any]]]) -> dict[str, list[tuple[float, float
 
 
 @pytest.mark.heavy
-@pytest.mark.parametrize("count", [2, 4])
+@pytest.mark.parametrize("count", [2, 4, 16])
 def test_workers_share_500_users_each_consolidated_once(pg_server: Any, count: int) -> None:
     url = pg_server.new_database()
     app = populate(url)

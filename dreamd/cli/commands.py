@@ -297,7 +297,7 @@ def retry(obj: dict[str, Any], job: str | None, item: str | None, fallback: bool
         raise fail(f"no job {job!r}; the jobs are {', '.join(JOBS.names)}")
 
     def back(store: Any, config: Any) -> int:
-        with store.write() as conn:
+        with store.write(alone=True) as conn:  # every user's: no worker writes meanwhile
             return send_back(conn, "9999")  # made before any time: every one
 
     if fallback:

@@ -107,8 +107,10 @@ def render_status(data: dict[str, Any]) -> str:
             lock = run["write_lock"]
             rows = (f", at most {lock['most_rows']} rows in one" if lock.get("most_rows")
                     else "")  # passes before dreamd counted them have none
+            waited = (f"; waited {lock['waited_ms']} ms for locks" if lock.get("waited_ms")
+                      else "")
             out.append(f"  write lock held {lock['held_ms']} ms over {lock['writes']} "
-                       f"writes, longest {lock['longest_ms']} ms{rows}")
+                       f"writes, longest {lock['longest_ms']} ms{rows}{waited}")
         for note in run.get("notes") or []:
             out.append(f"  ! {note}")
         if run.get("drives_after"):

@@ -17,6 +17,7 @@ from dreamd.dream.jobs.base import Budget, JobContext, utcnow
 from dreamd.dream.jobs.registry import JOBS, Registry
 from dreamd.dream.sensing import read_backlog, sync_owners
 from dreamd.dream.workers import Claims
+from dreamd.ids import user_keys
 from dreamd.logger import Logger, silent
 from dreamd.models import BacklogStats, Drives, JobResult, JobSpec
 from dreamd.store.erasure import finish_pending
@@ -206,7 +207,7 @@ def run_claimed(ctx: JobContext, jobs: Registry, previous: Drives, log: Logger,
 def settle_queue(ctx: JobContext, users: list[str] | None) -> None:
     """Users whose tiers are now all current leave the queue sensing reads."""
     if not ctx.invalidated and not ctx.stopped():
-        with ctx.store.write() as conn:
+        with ctx.store.write(*user_keys(users)) as conn:
             settle_tier_queue(conn, users)
 
 
@@ -325,10 +326,12 @@ def retry_fallbacks(ctx: JobContext) -> None:
     made_before = (ctx.now() - timedelta(hours=ctx.config.jobs.fallback_retry_hours)
                    ).isoformat()
     with ctx.store.read() as conn:  # a look first: most passes have none to send back
-        if not fallback_gists_due(conn, made_before):
+        if not fallback_gists_due(conn, made_before, ctx.scope):
             return
-    with ctx.store.write() as conn:
-        again = send_back(conn, made_before)
+    # Before any claim, a shared store's workers send back everyone's: alone.
+    with ctx.store.write(*user_keys(ctx.scope),
+                         alone=ctx.store.shared and ctx.scope is None) as conn:
+        again = send_back(conn, made_before, ctx.scope)
     if again:
         ctx.log.info("fallback_retried", gists=again)
 

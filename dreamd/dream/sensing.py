@@ -31,6 +31,10 @@ def is_idle(last_at: str, cutoff: datetime) -> bool:
     return last_at <= cutoff.astimezone(UTC).isoformat()
 
 
+# The lock of the owner check: one worker at a time takes the queue's entries off.
+OWNERS_KEY = "owners"
+
+
 def sync_owners(store: Store, agent_id: str, chunk: int = 500) -> int:
     """Follow the app's word on whose each session is. Where the tally filed a session
     under someone else — its turns came before its sessions row, or the app moved it
@@ -44,10 +48,19 @@ def sync_owners(store: Store, agent_id: str, chunk: int = 500) -> int:
     moved = 0
     while True:
         with store.write() as conn:
+            if not store.take(conn, OWNERS_KEY):
+                return moved  # another worker is looking at them this moment
             changes, looked = owner_changes(conn, chunk)
-            for session_id, user_id in changes:
-                moved += rehome_session(conn, session_id, user_id, agent_id)
-            unqueue_owners(conn, looked)
+            if not changes:
+                unqueue_owners(conn, looked)
+        if changes:
+            # A move drops what another user's memory built, which that user's worker
+            # may be writing: it is made while no other dreamd write runs.
+            with store.write(alone=True) as conn:
+                changes, looked = owner_changes(conn, chunk)
+                for session_id, user_id in changes:
+                    moved += rehome_session(conn, session_id, user_id, agent_id)
+                unqueue_owners(conn, looked)
         if len(looked) < chunk:
             return moved
 

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dreamd.config import Config
 from dreamd.dream.keys import space
 from dreamd.errors import DreamdError
+from dreamd.ids import agent_key, user_key
 from dreamd.logger import Logger, silent
 from dreamd.store import leases
 from dreamd.store.interface import Store, engine_errors
@@ -82,7 +83,7 @@ class Claims:
 
     def users(self, waiting: list[str]) -> tuple[str, ...]:
         """Claim up to `workers.batch_users` of `waiting` that nobody else holds."""
-        keys = leases.claim(self.store, self.worker, [leases.user_key(u) for u in waiting],
+        keys = leases.claim(self.store, self.worker, [user_key(u) for u in waiting],
                             self.config.workers.batch_users, self.seconds)
         claimed = tuple(k.removeprefix("user:") for k in keys)
         for user in claimed:  # after the claim committed: the logged hold is inside the real
@@ -92,11 +93,11 @@ class Claims:
     def release(self, users: tuple[str, ...]) -> None:
         for user in users:  # before the release commits, for the same reason
             self.log.info("lease_released", user=user, worker=self.worker, at=time.time())
-        leases.release(self.store, self.worker, [leases.user_key(u) for u in users])
+        leases.release(self.store, self.worker, [user_key(u) for u in users])
 
     def agent(self) -> bool:
-        key = leases.agent_key(self.config.agent.id)
+        key = agent_key(self.config.agent.id)
         return bool(leases.claim(self.store, self.worker, [key], 1, self.seconds))
 
     def release_agent(self) -> None:
-        leases.release(self.store, self.worker, [leases.agent_key(self.config.agent.id)])
+        leases.release(self.store, self.worker, [agent_key(self.config.agent.id)])

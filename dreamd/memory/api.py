@@ -32,6 +32,7 @@ from dreamd.ids import (
     narrative_id,
     profile_id,
     self_state_id,
+    session_key,
 )
 from dreamd.memory.context import Context
 from dreamd.memory.context import build as build_context
@@ -187,7 +188,8 @@ class Memory:
             said = [Said(t.role, t.content, w) for t, w in zip(turns, when, strict=True)]
             vectors = [to_blob(v) for v in self.embedder.embed([vector_key(x) for x in said])]
         ids = []
-        with self.store.write() as conn:
+        with self.store.write(*[session_key(s) for s in {t.session_id for t in turns}]
+                              ) as conn:
             owners = {t.session_id: filed_owner(conn, t.session_id) for t in turns}
             for turn in turns:
                 if turn.user is not None and owners[turn.session_id] not in (None, turn.user):

@@ -333,7 +333,7 @@ def write_sessions(store: Store, sessions: list[ImportSession],
     refuse_app_embedded(store)
     added = present = new = 0
     left_out = [f"{s.name or s.session_id!r}: {s.skip}" for s in sessions if s.skip]
-    with store.write() as conn:
+    with store.write(alone=True) as conn:
         for index, session in enumerate(sessions):
             if session.skip:
                 continue

@@ -96,9 +96,10 @@ def _last_pass(run: dict[str, Any] | None) -> Iterator[Any]:
     yield tokens
     lock = run.get("write_lock") or {}
     held = GaugeMetricFamily("dreamd_last_pass_write_lock_seconds", "How long the last "
-                             "pass held the store's write lock: in all, and its longest "
-                             "write.", labels=["stat"])
-    for stat, key in (("total", "held_ms"), ("longest", "longest_ms")):
+                             "pass held the store's write lock: in all, its longest "
+                             "write, and the time its writes waited for locks.",
+                             labels=["stat"])
+    for stat, key in (("total", "held_ms"), ("longest", "longest_ms"), ("waited", "waited_ms")):
         if isinstance(lock.get(key), int | float):
             held.add_metric([stat], lock[key] / 1000)
     yield held

@@ -86,12 +86,16 @@ class SqliteStore:
         return self.conn.in_transaction
 
     @contextlib.contextmanager
-    def write(self) -> Iterator[Raw]:
-        """A short BEGIN IMMEDIATE transaction: commit on success, roll back on error."""
+    def write(self, *keys: str, alone: bool = False) -> Iterator[Raw]:
+        """A short BEGIN IMMEDIATE transaction: commit on success, roll back on error.
+        SQLite's one writer at a time already keeps every write alone: `keys` and `alone`
+        (see `Store.write`) change nothing here."""
         if self.conn.in_transaction:
             raise StoreError("internal: nested write transaction")
+        asked = time.perf_counter()
         self.conn.execute("BEGIN IMMEDIATE")
         locked = time.perf_counter()
+        self.lock_times.waited += locked - asked
         before = self.conn.total_changes
         try:
             yield self.conn
@@ -108,6 +112,9 @@ class SqliteStore:
                             self.conn.total_changes - before)
         if time.monotonic() - self._checkpointed >= self.CHECKPOINT_EVERY:
             self.settle()
+
+    def take(self, conn: Any, key: str) -> bool:
+        return True  # the one writer: nobody else holds it
 
     @contextlib.contextmanager
     def read(self) -> Iterator[Raw]:

@@ -66,7 +66,7 @@ def open_journal(store: Store, user: str, before: str | None, agent_id: str,
     """Drop what was derived from the sessions and open the journal, in one transaction.
     Returns the tiers dropped, or None when another journal is open (nothing changed)."""
     job = {"user": user, "before": before, "upto": upto, "next": 0, "after": 0}
-    with store.write() as conn:
+    with store.write(alone=True) as conn:
             if get_state(conn, JOURNAL) is not None:
                 return None
             for session in sessions:
@@ -146,7 +146,7 @@ def finish_pending(store: Store, step: int = STEP) -> bool:
         if get_state(conn, JOURNAL) is None:
             return False
     while True:
-        with store.write() as conn:
+        with store.write(alone=True) as conn:
             raw = get_state(conn, JOURNAL)
             if raw is None:  # another dreamd finished it
                 break

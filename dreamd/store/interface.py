@@ -54,6 +54,7 @@ class WriteLockTimes:
     held: float = 0.0  # seconds
     longest: float = 0.0
     most_rows: int = 0  # rows one transaction wrote, at most
+    waited: float = 0.0  # seconds spent getting the lock (PostgreSQL: the write's locks)
 
     def add(self, seconds: float, rows: int = 0) -> None:
         self.writes += 1
@@ -63,7 +64,8 @@ class WriteLockTimes:
 
     def as_dict(self) -> dict[str, float]:
         return {"writes": self.writes, "held_ms": round(self.held * 1000, 1),
-                "longest_ms": round(self.longest * 1000, 2), "most_rows": self.most_rows}
+                "longest_ms": round(self.longest * 1000, 2), "most_rows": self.most_rows,
+                "waited_ms": round(self.waited * 1000, 1)}
 
 
 class Store(Protocol):
@@ -82,7 +84,18 @@ class Store(Protocol):
     @property
     def in_transaction(self) -> bool: ...
     def read(self) -> AbstractContextManager[Conn]: ...
-    def write(self) -> AbstractContextManager[Conn]: ...
+    def write(self, *keys: str, alone: bool = False) -> AbstractContextManager[Conn]:
+        """A short transaction of dreamd's writes, commit on success, roll back on error.
+
+        `keys` name what it changes that another writer may change too (`ids.user_key`:
+        one user's memory; see the store's docs for the rest), `alone` that it must see no
+        other dreamd write running (forget, an import, moving a session to another user).
+        On a shared engine writes wait only for one that names a key they name, or for
+        one alone; SQLite lets one writer in at a time whatever they name."""
+    def take(self, conn: Conn, key: str) -> bool:
+        """Inside a write: `key`'s lock if no other write holds it, else False at once;
+        for work any one of many workers may do, so that the others go on instead of
+        waiting to find it done (SQLite: always True, its writer is alone)."""
     def settle_turns(self, wait: float = 0.0) -> int:
         """Look again at which of the app's turns are final (committed, no smaller id still
         to come), waiting up to `wait` seconds for those committed before the call; the
@@ -130,6 +143,8 @@ class Dialect(Protocol):
                      scope_params: tuple[str, ...]) -> dict[int, float]: ...
     def session_totals(self, conn: Any, ripe: str, scope: str, params: tuple[str, ...],
                        idle_before: str, ripe_after: int) -> tuple[int, list[int], int]: ...
+    def next_seq(self, conn: Any) -> int:
+        """The next number of the counter that orders derived rows (inside a write)."""
 
 
 def dialect(conn: Conn) -> Dialect:

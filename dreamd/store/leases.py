@@ -40,14 +40,6 @@ CREATE TABLE IF NOT EXISTS dreamd_workers (
 """
 
 
-def user_key(user: str) -> str:
-    return f"user:{user}"
-
-
-def agent_key(agent: str) -> str:
-    return f"agent:{agent}"
-
-
 def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
@@ -78,7 +70,11 @@ def claim(store: Store, worker: str, keys: list[str], limit: int, seconds: float
     `worker` for `seconds`; the longest unclaimed first."""
     if not keys or limit <= 0:
         return []
-    _tx(store, "INSERT INTO dreamd_leases (key) SELECT unnest(%s::text[]) "
+    # Only the keys not there yet: a key already there may be held by a worker claiming
+    # it this moment, and an INSERT that meets it waits for that claim to commit (with
+    # 64 workers, most of the fleet's lock waits came from here).
+    _tx(store, "INSERT INTO dreamd_leases (key) SELECT k FROM unnest(%s::text[]) AS k "
+        "WHERE NOT EXISTS (SELECT 1 FROM dreamd_leases l WHERE l.key = k) "
         "ON CONFLICT DO NOTHING", (keys,))
     rows = _tx(store,
                "WITH free AS (SELECT key FROM dreamd_leases WHERE key = ANY(%s) "

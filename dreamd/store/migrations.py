@@ -334,6 +334,12 @@ def _queues(conn: Conn) -> None:
                  "JOIN dreamd_sessions d ON d.session_id = s.id WHERE d.user_id != s.user_id")
 
 
+def _seq_sequence(conn: Conn) -> None:
+    """On PostgreSQL, derived rows are numbered from a sequence, so that workers writing
+    different users do not wait for each other's commit (store/pg_sql.py). SQLite's one
+    writer keeps numbering them from a row of dreamd_state: nothing changes here."""
+
+
 MIGRATIONS = (
     Migration(1, "core tables (prior-art layout)", _core),
     Migration(2, "dreamd bookkeeping, tally, vectors, runs", _dreamd_base),
@@ -345,6 +351,8 @@ MIGRATIONS = (
     Migration(8, "facts about people, with their sources", _facts),
     Migration(9, "facts read per session", _facts_per_session),
     Migration(10, "queues of what changed: users' tiers, sessions' owners", _queues),
+    Migration(11, "derived rows numbered by a sequence where workers share the store",
+              _seq_sequence),
 )
 
 

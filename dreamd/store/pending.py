@@ -10,7 +10,7 @@ and sensing keep reading them as before.
 from __future__ import annotations
 
 from dreamd.store.interface import Conn
-from dreamd.store.state import of_users, set_state
+from dreamd.store.state import of_users, raise_state
 from dreamd.store.vectors import fts_watermark, words_key
 
 
@@ -85,7 +85,7 @@ def settle_words_watermark(conn: Conn, upto: int) -> int:
         "ORDER BY e.id LIMIT 1", (after, upto)).fetchone()
     reached = upto if row is None else int(row[0]) - 1
     if reached > after:
-        set_state(conn, "fts_id", str(reached))
+        raise_state(conn, "fts_id", reached)
     return max(reached, after)
 
 
@@ -118,8 +118,9 @@ class Moved(Exception):
 def mark_read(conn: Conn, marks: dict[str, tuple[int, int, int]]) -> None:
     """Inside a write: each session's facts mark moved from its old value to its new one,
     past `read` more turns; raises `Moved` (so the write rolls back) when another worker
-    moved one meanwhile."""
-    for session, (old, new, read) in marks.items():
+    moved one meanwhile. Sessions are changed in the order of their ids (see
+    `fallback.send_back`)."""
+    for session, (old, new, read) in sorted(marks.items()):
         cur = conn.execute("UPDATE dreamd_sessions SET facts_id = ?, "
                            "facts_turns = facts_turns + ? WHERE session_id = ? "
                            "AND facts_id = ?", (new, read, session, old))

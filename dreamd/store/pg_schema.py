@@ -1,9 +1,10 @@
 """dreamd's tables on PostgreSQL: the same names and columns as on SQLite.
 
-The SQLite file grew through eight migrations; a PostgreSQL schema is new, so it is
-created at once in the shape those eight leave, and recorded as carrying them. The
-app's tables are adopted when they exist (the app made them first): dreamd only adds
-its columns, with defaults that keep the app's INSERTs working, and its own tables.
+The SQLite file grew through ten migrations; a new PostgreSQL schema is created at once
+in the shape those ten leave, recorded as carrying them, and taken on from there by the
+same steps as a schema an older dreamd set up (UPGRADES). The app's tables are adopted
+when they exist (the app made them first): dreamd only adds its columns, with defaults
+that keep the app's INSERTs working, and its own tables.
 """
 
 from __future__ import annotations
@@ -14,8 +15,10 @@ from dreamd.errors import NotMigrated, StoreError
 from dreamd.store.leases import SCHEMA as LEASES
 from dreamd.store.postgres import CHANNEL, PgConn, PgStore, quoted_name
 
-# The version the schema below stands for: migrations 1 to 10 of the SQLite file.
-VERSION = 10
+# The tables below stand for migrations 1 to BASE of the SQLite file; UPGRADES take a
+# schema on from there to VERSION (a new one, and one an older dreamd set up).
+BASE = 10
+VERSION = 11
 
 CORE_TABLES = """
 CREATE TABLE IF NOT EXISTS exchanges (
@@ -149,9 +152,17 @@ INSERT INTO dreamd_owner_queue (session_id) SELECT s.id FROM sessions s
     JOIN dreamd_sessions d ON d.session_id = s.id WHERE d.user_id != s.user_id
 """
 
-# Steps from one version of the schema to the next, for databases set up by an older
-# dreamd (none yet: the first release with PostgreSQL creates version 10 at once).
-UPGRADES: dict[int, str] = {}
+# Steps from one version of the schema to the next: for databases set up by an older
+# dreamd, and for a new one after the tables above.
+UPGRADES: dict[int, str] = {
+    11: """
+CREATE SEQUENCE IF NOT EXISTS dreamd_seq;
+SELECT setval('dreamd_seq', GREATEST(
+    COALESCE((SELECT CAST(value AS BIGINT) FROM dreamd_state WHERE key = 'seq'), 0),
+    (SELECT COALESCE(MAX(dreamd_seq), 0) FROM summaries),
+    (SELECT COALESCE(MAX(dreamd_seq), 0) FROM facts)) + 1, false)
+""",
+}
 
 
 def _statements(script: str) -> list[str]:
@@ -188,7 +199,11 @@ def applied_versions(store: PgStore) -> set[int]:
 
 def migrate(store: PgStore) -> list[int]:
     """Create dreamd's tables (adopting the app's) in one transaction, unless there."""
-    with store.write() as conn:
+    applied = applied_versions(store)
+    if applied and max(applied) >= VERSION:  # a look first: a fleet starting waits for none
+        _check_known(store, applied)
+        return []
+    with store.write(alone=True) as conn:  # two workers starting at once
         conn.raw.execute(
             "CREATE TABLE IF NOT EXISTS dreamd_migrations (version INTEGER PRIMARY KEY, "
             "name TEXT NOT NULL, applied_at TEXT NOT NULL)")
@@ -199,31 +214,31 @@ def migrate(store: PgStore) -> list[int]:
         names = {m.version: m.name for m in MIGRATIONS}
         if applied:
             _check_known(store, applied)
-            done = []
-            for version in range(max(applied) + 1, VERSION + 1):
-                if version not in UPGRADES:
-                    raise StoreError(f"{store.where} holds dreamd's tables at version "
-                                     f"{max(applied)}, which this dreamd cannot upgrade; "
-                                     "set up a new database")
-                for statement in _statements(UPGRADES[version].format(
-                        schema=quoted_name(store.schema))):
-                    conn.raw.execute(statement)
+            start = max(applied) + 1
+        else:
+            for statement in _statements(CORE_TABLES) + _statements(_CORE_COLUMNS):
+                conn.raw.execute(statement)
+            _eras_keyed_by_user(conn)
+            for statement in (_statements(_DREAMD_TABLES) + _statements(LEASES)
+                              + _statements(_QUEUES.format(schema=quoted_name(store.schema)))):
+                conn.raw.execute(statement)
+            # The versions these tables stand for, not SQLite's list: a migration added
+            # there alone must not be recorded here as applied (tests/test_schema.py).
+            for version in range(1, BASE + 1):
                 conn.raw.execute("INSERT INTO dreamd_migrations (version, name, applied_at) "
                                  "VALUES (%s, %s, %s)", (version, names[version], now))
-                done.append(version)
-            return done
-        for statement in _statements(CORE_TABLES) + _statements(_CORE_COLUMNS):
-            conn.raw.execute(statement)
-        _eras_keyed_by_user(conn)
-        for statement in (_statements(_DREAMD_TABLES) + _statements(LEASES)
-                          + _statements(_QUEUES.format(schema=quoted_name(store.schema)))):
-            conn.raw.execute(statement)
-        # The versions this schema stands for, not SQLite's list: a migration added
-        # there alone must not be recorded here as applied (tests/test_schema.py).
-        for version in range(1, VERSION + 1):
+            start = BASE + 1
+        for version in range(start, VERSION + 1):
+            if version not in UPGRADES:
+                raise StoreError(f"{store.where} holds dreamd's tables at version "
+                                 f"{start - 1}, which this dreamd cannot upgrade; "
+                                 "set up a new database")
+            for statement in _statements(UPGRADES[version].format(
+                    schema=quoted_name(store.schema))):
+                conn.raw.execute(statement)
             conn.raw.execute("INSERT INTO dreamd_migrations (version, name, applied_at) "
                              "VALUES (%s, %s, %s)", (version, names[version], now))
-    return list(range(1, VERSION + 1))
+    return list(range(1 if not applied else start, VERSION + 1))
 
 
 def _check_known(store: PgStore, applied: set[int]) -> None:

@@ -55,5 +55,13 @@ class PgDialect:
         sessions, *dirty, unread = (int(v) for v in row)
         return sessions, dirty, unread
 
+    def next_seq(self, conn: Any) -> int:
+        """A sequence: writers of different users draw from it at once, where a row would
+        have them wait for each other's commit. Its numbers are not drawn in commit
+        order, but one user's rows are written under that user's lock (`ids.user_key`),
+        so each user's rows commit in the order of their numbers; a reader of everyone's
+        (reflect's marks) reads the counter while no write runs (`Store.write` alone)."""
+        return int(conn.execute("SELECT nextval('dreamd_seq')").fetchone()[0])
+
 
 POSTGRESQL = PgDialect()

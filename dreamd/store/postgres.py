@@ -4,11 +4,16 @@ The store's functions are written once, in the SQL both engines speak, with `?` 
 `PgConn` hands them to psycopg with its own marks. Two things differ in kind, not in
 words, and live here:
 
-- **Writes.** SQLite lets one writer in at a time (BEGIN IMMEDIATE), and dreamd's
-  read-check-write steps rely on it. Here each write transaction first takes a
-  transaction-scoped advisory lock, so dreamd's writes are serialized among dreamd
-  processes exactly as on SQLite, while the chat app's transactions never wait for it.
-  The lock ends with the transaction: a pooler or a reconnect cannot leave it behind.
+- **Writes.** SQLite lets one writer in at a time (BEGIN IMMEDIATE). Here a fleet of
+  workers writes at once, and a write waits only for those that change what it changes.
+  Each write transaction first takes, in the same round trip as its BEGIN, the fleet's
+  advisory lock in shared mode (in exclusive mode for a write `alone`: forget, an
+  import, a session moved to another user) and an exclusive advisory lock per key it
+  names (`ids.user_key`: one user's memory), in one order, so two writes cannot wait on
+  each other in a ring. What users share is written by single statements that check
+  and change a row at once (see `Store.write` and the README's "What protects each
+  write"). The locks end with the transaction: a pooler or a reconnect cannot leave one
+  behind, and the chat app's transactions never take them.
 - **Which turns are final.** SQLite hands out ids under its write lock, so every id
   below the newest one a reader sees is already committed. PostgreSQL hands them out
   from a sequence before the inserting transaction commits: id 100 may commit after 101.
@@ -24,6 +29,7 @@ import functools
 import re
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -36,8 +42,12 @@ from dreamd.store.url import shown
 if TYPE_CHECKING:
     import psycopg
 
-# The key of the transaction-scoped advisory lock that serializes dreamd's writes.
-WRITE_LOCK_KEY = 0x64726561  # "drea"
+# The classes (first halves) of dreamd's transaction-scoped advisory locks: the fleet's
+# lock, shared by every write and taken alone by a few, and the locks of named keys.
+# The second half is a hash of the schema (and the key), so that two schemas' dreamds
+# in one database do not wait on each other.
+FLEET_LOCK = 0x64726561  # "drea"
+KEY_LOCK = 0x6D656D6F  # "memo"
 
 # What the migration's trigger NOTIFYs on when the app inserts turns.
 CHANNEL = "dreamd_turns"
@@ -176,12 +186,19 @@ class PgStore:
             self._conn = PgConn(self.raw, self)
         return self.raw
 
-    def begin(self, statement: str, kind: str) -> None:
-        """Begin a transaction, with dreamd's schema and lock timeout set inside it."""
+    def begin(self, statement: str, kind: str, then: str = "") -> None:
+        """Begin a transaction, with dreamd's schema and lock timeout set inside it, and
+        run `then` in it; one round trip. Nothing is left open when that fails (a lock
+        not granted within the lock timeout)."""
         self.fresh()
         if self.in_transaction:
             raise StoreError(f"internal: nested {kind} transaction")
-        self.first(f"{statement}; {self._local}")  # one round trip
+        try:
+            self.first(f"{statement}; {self._local}" + (f"; {then}" if then else ""))
+        except BaseException:
+            if self.in_transaction:
+                self.raw.execute("ROLLBACK")
+            raise
 
     def first(self, statement: str) -> Any:
         """Run a statement outside any transaction. A connection the server closed while
@@ -207,17 +224,26 @@ class PgStore:
             raise
         self.raw.execute("COMMIT")
 
+    def locks(self, keys: Sequence[str], alone: bool) -> str:
+        """The statements that take a write's advisory locks: the fleet's lock (shared, or
+        exclusive alone), then each key's, in the order of their numbers."""
+        fleet = "pg_advisory_xact_lock" if alone else "pg_advisory_xact_lock_shared"
+        taken = [f"SELECT {fleet}({FLEET_LOCK}, {lock_number(self.schema)})"]
+        taken += [f"SELECT pg_advisory_xact_lock({KEY_LOCK}, {n})"
+                  for n in sorted({lock_number(self.schema, key) for key in keys})]
+        return "; ".join(taken)
+
     @contextlib.contextmanager
-    def write(self) -> Iterator[PgConn]:
-        """A short transaction behind dreamd's write lock: commit on success, roll back on
-        error."""
+    def write(self, *keys: str, alone: bool = False) -> Iterator[PgConn]:
+        """A short transaction holding the fleet's lock and the locks of `keys` (see the
+        module's docs): commit on success, roll back on error."""
         if self.read_only:
             raise StoreError("internal: write on a read-only store")
-        self.begin("BEGIN", "write")
+        asked = time.perf_counter()
+        self.begin("BEGIN", "write", then=self.locks(keys, alone))
         locked = time.perf_counter()
+        self.lock_times.waited += locked - asked
         try:
-            self.raw.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK_KEY,))
-            locked = time.perf_counter()
             yield self._conn
         except BaseException:
             if self.in_transaction:
@@ -226,6 +252,11 @@ class PgStore:
             raise
         self.raw.execute("COMMIT")
         self.lock_times.add(time.perf_counter() - locked)
+
+    def take(self, conn: Any, key: str) -> bool:
+        row = self.raw.execute(f"SELECT pg_try_advisory_xact_lock({KEY_LOCK}, "
+                               f"{lock_number(self.schema, key)})").fetchone()
+        return row is not None and bool(row[0])
 
     @contextlib.contextmanager
     def read(self) -> Iterator[PgConn]:
@@ -349,6 +380,13 @@ def connect(url: str, schema: str = "public", busy_timeout_ms: int = 5000,
 
     return PgStore(opened(), url, schema, read_only=read_only, reopen=opened,
                    busy_timeout_ms=busy_timeout_ms)
+
+
+def lock_number(schema: str, key: str = "") -> int:
+    """A lock's second half: a signed 32-bit hash of the schema and the key, the same in
+    every process (two keys that share one merely wait on each other)."""
+    n = zlib.crc32(f"{schema}\0{key}".encode())
+    return n - (1 << 32) if n >= 1 << 31 else n
 
 
 def quoted_name(schema: str) -> str:

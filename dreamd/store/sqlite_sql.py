@@ -46,5 +46,13 @@ class SqliteDialect:
             f"WHERE last_id > facts_id{scope}", params).fetchone()[0])
         return sessions, [int(v) for v in row], unread
 
+    def next_seq(self, conn: Any) -> int:
+        """A row of dreamd_state: one writer at a time reads and moves it."""
+        row = conn.execute("SELECT value FROM dreamd_state WHERE key = 'seq'").fetchone()
+        seq = int(row[0] if row and row[0] else 0) + 1
+        conn.execute("INSERT INTO dreamd_state (key, value) VALUES ('seq', ?) "
+                     "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (str(seq),))
+        return seq
+
 
 SQLITE = SqliteDialect()

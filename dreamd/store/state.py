@@ -38,11 +38,30 @@ def set_state(conn: Conn, key: str, value: str) -> None:
     )
 
 
+def move_state(conn: Conn, key: str, old: int, new: int) -> bool:
+    """Inside a write: a numeric row of dreamd_state moved from `old` (0: the row may not
+    exist yet) to `new`, in one statement that checks and moves it; False when it no
+    longer held `old`."""
+    if conn.execute("UPDATE dreamd_state SET value = ? WHERE key = ? AND value = ?",
+                    (str(new), key, str(old))).rowcount:
+        return True
+    return old == 0 and conn.execute(
+        "INSERT INTO dreamd_state (key, value) VALUES (?, ?) ON CONFLICT(key) DO NOTHING",
+        (key, str(new))).rowcount == 1
+
+
+def raise_state(conn: Conn, key: str, value: int) -> None:
+    """Inside a write: a numeric row of dreamd_state moved up to `value`, never down
+    (two writers moving one mark at once leave the higher)."""
+    conn.execute(
+        "INSERT INTO dreamd_state (key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE "
+        "SET value = excluded.value WHERE CAST(dreamd_state.value AS BIGINT) < "
+        "CAST(excluded.value AS BIGINT)", (key, str(value)))
+
+
 def next_seq(conn: Conn) -> int:
     """A monotonic counter for derived rows; call inside a write transaction."""
-    seq = int(get_state(conn, "seq", "0") or 0) + 1
-    set_state(conn, "seq", str(seq))
-    return seq
+    return dialect(conn).next_seq(conn)
 
 
 @dataclass(frozen=True)

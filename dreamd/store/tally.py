@@ -5,10 +5,13 @@ from __future__ import annotations
 
 from dreamd.store import turns
 from dreamd.store.interface import Store
-from dreamd.store.turns import apply_tally, new_exchange_groups, tally_watermark
+from dreamd.store.turns import apply_tally, claim_tally, new_exchange_groups
 
 # Turns folded in by one write: at most this many session rows change in it (~8 ms).
 TALLY_CHUNK = 1_000
+# The lock of folding turns in: the tally is one stream, folded by one worker at a time;
+# where workers share the store, one finding another at it leaves the fold to it.
+TALLY_KEY = "tally"
 # How long a pass waits for turns committed before it began to settle (PostgreSQL: see
 # `Store.settle_turns`); a transaction of the app's open longer than this is read next pass.
 SETTLE_SECONDS = 5.0
@@ -18,7 +21,8 @@ def sync_tally(store: Store, chunk: int = TALLY_CHUNK) -> int:
     """Fold exchanges newer than the tally's watermark into dreamd_sessions.
 
     Reads only the new rows (a rowid range), in chunks, each folded in by its own short
-    write that checks the watermark did not move meanwhile. Returns rows folded in.
+    write that checks the watermark did not move meanwhile. Returns rows folded in; on a
+    shared store, stops early when another worker is folding.
     """
     store.settle_turns(wait=SETTLE_SECONDS)
     folded = 0
@@ -31,7 +35,9 @@ def sync_tally(store: Store, chunk: int = TALLY_CHUNK) -> int:
             upto = min(newest, after + chunk)
             groups = new_exchange_groups(conn, after, upto)
         with store.write() as conn:
-            if tally_watermark(conn) != after:
+            if not store.take(conn, TALLY_KEY):
+                return folded  # another worker is folding them in this moment
+            if not claim_tally(conn, after, upto):
                 continue  # another dreamd folded these rows in; read again
-            apply_tally(conn, groups, upto)
+            apply_tally(conn, groups)
         folded += sum(g[2] for g in groups)

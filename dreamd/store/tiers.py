@@ -342,15 +342,16 @@ def save_self_state(
     conn: Conn, agent_id: str, data: dict[str, Any], now: str,
     expected_updated_at: str | None,
 ) -> bool:
-    current = self_state(conn, agent_id)
-    if (current[1] if current else None) != expected_updated_at:
-        return False
-    conn.execute(
-        "INSERT INTO self_state (id, data, updated_at) VALUES (?, ?, ?) "
-        "ON CONFLICT(id) DO UPDATE SET data = excluded.data, updated_at = excluded.updated_at",
-        (agent_id, json.dumps(data, sort_keys=True), now),
-    )
-    return True
+    """The row written if it is still as it was read (`expected_updated_at`; None: no row
+    yet). Every pass of every worker writes the agent's drives here, and reflect its
+    state: one statement checks and writes, so of two writers one finds it changed."""
+    text = json.dumps(data, sort_keys=True)
+    if expected_updated_at is None:
+        return conn.execute("INSERT INTO self_state (id, data, updated_at) VALUES (?, ?, ?) "
+                            "ON CONFLICT(id) DO NOTHING", (agent_id, text, now)).rowcount == 1
+    return conn.execute("UPDATE self_state SET data = ?, updated_at = ? WHERE id = ? "
+                        "AND updated_at = ?",
+                        (text, now, agent_id, expected_updated_at)).rowcount == 1
 
 
 def drop_gist(conn: Conn, session_id: str) -> bool:

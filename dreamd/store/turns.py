@@ -10,7 +10,13 @@ from dreamd.ids import (
 )
 from dreamd.models import Turn
 from dreamd.store.interface import Conn, dialect
-from dreamd.store.state import column_required, get_state, iso_utc, of_users, set_state
+from dreamd.store.state import (
+    column_required,
+    get_state,
+    iso_utc,
+    move_state,
+    of_users,
+)
 
 
 def tally_watermark(conn: Conn) -> int:
@@ -30,10 +36,18 @@ def new_exchange_groups(
     ).fetchall()
 
 
-def apply_tally(
-    conn: Conn, groups: list[tuple[Any, ...]], upto_id: int
-) -> None:
-    for session_id, user_id, turns, first_id, last_id, raw_first, raw_last in groups:
+def claim_tally(conn: Conn, after_id: int, upto_id: int) -> bool:
+    """Inside a write, first: move the tally's watermark from `after_id` to `upto_id`;
+    False when another dreamd moved it meanwhile (its fold counted these turns). One
+    statement checks and moves it, so of two dreamds folding the same turns one waits
+    for the other's commit and then finds the mark moved."""
+    return move_state(conn, "tally_id", after_id, upto_id)
+
+
+def apply_tally(conn: Conn, groups: list[tuple[Any, ...]]) -> None:
+    """Fold these per-session counts in (after `claim_tally`), in the order of the
+    sessions' ids (see `fallback.send_back`)."""
+    for session_id, user_id, turns, first_id, last_id, raw_first, raw_last in sorted(groups):
         first_at, last_at = iso_utc(raw_first), iso_utc(raw_last)
         conn.execute(
             "INSERT INTO dreamd_sessions (session_id, user_id, turns, first_id, last_id, "
@@ -52,7 +66,6 @@ def apply_tally(
             (session_id, user_id, turns, first_id, last_id, first_at, last_at, first_at,
              session_id, session_id, session_id),
         )
-    set_state(conn, "tally_id", str(upto_id))
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,9 @@ def turns_after(conn: Conn, after_id: int, limit: int, upto_id: int
 def save_turn_vectors(conn: Conn, model: str, dim: int, rows: list[tuple[int, bytes]],
                       upto: int) -> bool:
     """These turns' vectors (a turn that has one already keeps the newer), and the model's
-    watermark moved up to the first turn (to `upto`) still without one."""
+    watermark moved up to the first turn (to `upto`) still without one. Workers embedding
+    other users' turns at once each see only their own batch: the mark may stop short of
+    where it could be (the next batch moves it on), and it never moves down."""
     conn.executemany(
         "INSERT INTO dreamd_exchange_vectors (model, exchange_id, vector) VALUES (?, ?, ?) "
         "ON CONFLICT(model, exchange_id) DO UPDATE SET vector = excluded.vector",
@@ -58,27 +60,30 @@ def save_turn_vectors(conn: Conn, model: str, dim: int, rows: list[tuple[int, by
     conn.execute(
         "INSERT INTO dreamd_embed_state (model, dim, last_exchange_id) VALUES (?, ?, ?) "
         "ON CONFLICT(model) DO UPDATE SET dim = excluded.dim, "
-        "last_exchange_id = excluded.last_exchange_id", (model, dim, reached))
+        "last_exchange_id = excluded.last_exchange_id "
+        "WHERE dreamd_embed_state.last_exchange_id < excluded.last_exchange_id",
+        (model, dim, reached))
     return True
 
 
 def derived_without_vector(
     conn: Conn, model: str, limit: int
-) -> list[tuple[str, str, str]]:
-    """(kind, key, content) of gists, eras and facts that have no vector of `model` yet."""
+) -> list[tuple[str, str, str, str]]:
+    """(kind, key, content, user) of gists, eras and facts that have no vector of `model`
+    yet."""
     rows = conn.execute(
-        "SELECT 'summary', session_id, content FROM summaries s WHERE NOT EXISTS "
+        "SELECT 'summary', session_id, content, user_id FROM summaries s WHERE NOT EXISTS "
         "(SELECT 1 FROM dreamd_vectors v WHERE v.model = ?1 AND v.kind = 'summary' "
         "AND v.key = s.session_id) "
-        "UNION ALL SELECT 'era', user_id || '|' || month, content FROM eras e WHERE NOT EXISTS "
-        "(SELECT 1 FROM dreamd_vectors v WHERE v.model = ?1 AND v.kind = 'era' "
-        "AND v.key = e.user_id || '|' || e.month) "
-        "UNION ALL SELECT 'fact', CAST(id AS TEXT), statement FROM facts f WHERE NOT EXISTS "
-        "(SELECT 1 FROM dreamd_vectors v WHERE v.model = ?1 AND v.kind = 'fact' "
-        "AND v.key = CAST(f.id AS TEXT)) LIMIT ?2",
+        "UNION ALL SELECT 'era', user_id || '|' || month, content, user_id FROM eras e "
+        "WHERE NOT EXISTS (SELECT 1 FROM dreamd_vectors v WHERE v.model = ?1 AND "
+        "v.kind = 'era' AND v.key = e.user_id || '|' || e.month) "
+        "UNION ALL SELECT 'fact', CAST(id AS TEXT), statement, user_id FROM facts f "
+        "WHERE NOT EXISTS (SELECT 1 FROM dreamd_vectors v WHERE v.model = ?1 AND "
+        "v.kind = 'fact' AND v.key = CAST(f.id AS TEXT)) LIMIT ?2",
         (model, limit),
     ).fetchall()
-    return [(r[0], r[1], r[2]) for r in rows]
+    return [(r[0], r[1], r[2], r[3]) for r in rows]
 
 
 def save_derived_vectors(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dreamd.config import Config
 from dreamd.dream.jobs.base import JobContext, failed_items, note_failure, note_success
 from dreamd.dream.keys import Said, addressee, context_text, space, vector_key
+from dreamd.ids import user_keys
 from dreamd.models import BacklogStats, JobResult, JobSpec, Turn
 from dreamd.store.pending import (
     count_unembedded,
@@ -28,6 +29,9 @@ from dreamd.store.vectors import (
 )
 
 JOB = "embed"
+# The lock of the list of turns to index again (after a forget): its writes read and
+# change the list.
+WORDS_REDO = "words-redo"
 INDEX_CHUNK = 500  # turns per full-text transaction: ~2 ms of write lock
 
 
@@ -115,7 +119,7 @@ def index_text(ctx: JobContext, upto: int, chunk: int = INDEX_CHUNK) -> None:
         if not turns and not redo:
             return
         rows = words_rows(again + turns)
-        with ctx.store.write() as conn:
+        with ctx.store.write(*([WORDS_REDO] if redo else [])) as conn:
             if ctx.still_current(conn):
                 index_texts(conn, rows, tuple(redo))
                 settle_words_watermark(conn, upto)
@@ -131,12 +135,15 @@ def embed_derived(ctx: JobContext, errors: list[str]) -> int:
         if not rows:
             break
         try:
-            vectors = ctx.embedder.embed([content for _, _, content in rows])
+            vectors = ctx.embedder.embed([content for _, _, content, _ in rows])
         except Exception as exc:  # recorded like a turn batch; the pass goes on
             errors.append(note_failure(ctx, JOB, "derived", exc))
             break
-        blobs = [(k, key, c, to_blob(v)) for (k, key, c), v in zip(rows, vectors, strict=True)]
-        with ctx.store.write() as conn:
+        blobs = [(k, key, c, to_blob(v))
+                 for (k, key, c, _), v in zip(rows, vectors, strict=True)]
+        # Under their users' locks: a row's content is checked and its vector written
+        # while no other write can change the row.
+        with ctx.store.write(*user_keys(sorted({u for *_, u in rows}))) as conn:
             stored = ctx.still_current(conn) and save_derived_vectors(
                 conn, space(ctx.embedder.model), blobs)
         done += stored

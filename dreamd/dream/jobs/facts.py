@@ -30,6 +30,7 @@ from dreamd.dream.keys import addressee, space
 from dreamd.dream.prompts import facts_prompt, facts_repair_prompt
 from dreamd.dream.selector import chosen
 from dreamd.errors import InputRejected, OutputInvalid
+from dreamd.ids import user_keys
 from dreamd.models import BacklogStats, Fact, JobResult, JobSpec, Turn
 from dreamd.store.facts import add_fact, add_sources, fact_vectors, facts_of, replace_fact
 from dreamd.store.interface import Conn
@@ -310,8 +311,8 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             for user in {u for u, _, _, _ in found}:
                 state[user].prepare(vectors)
         try:
-            with ctx.store.write() as conn, (ctx.falling_back(fell_back) if fell_back
-                                             else contextlib.nullcontext()):
+            with ctx.store.write(*user_keys(sorted(set(owners.values())))) as conn, (
+                    ctx.falling_back(fell_back) if fell_back else contextlib.nullcontext()):
                 if not ctx.still_current(conn):
                     break
                 mark_read(conn, marks)

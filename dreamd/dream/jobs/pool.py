@@ -17,6 +17,7 @@ from typing import Any
 from dreamd.backends import write_gate
 from dreamd.dream.jobs.base import FellBack, JobContext, failed_items, note_failure
 from dreamd.errors import OutputInvalid
+from dreamd.ids import user_key
 from dreamd.models import JobResult
 from dreamd.store.interface import Conn
 from dreamd.store.runbook import clear_failure, drop_outputs
@@ -40,11 +41,13 @@ def run_items(
     save: Save,
     on_error: Callable[[Any, BaseException], str],
     after: Callable[[ItemCounts], None] = lambda counts: None,
+    keys: Callable[[Any], list[str]] = lambda inputs: [],
 ) -> ItemCounts:
     """Each item: prepare → think → save; errors go to on_error, the rest carry on.
 
     `prepare` returning None skips the item; `think` returning None leaves it unsaved;
-    `after` runs on the pass thread once an item is settled, outside any transaction.
+    `after` runs on the pass thread once an item is settled, outside any transaction;
+    `keys` names what an item's write changes (see `Store.write`).
     """
     counts = ItemCounts()
     # Backend calls run in the pool, so the pass thread can stop waiting for a hung one;
@@ -60,7 +63,7 @@ def run_items(
     def settle(item: Any, inputs: Any, value: Any, error: BaseException | None) -> None:
         if error is None and value is not None:
             try:
-                with quiet_write(), ctx.store.write() as conn:
+                with quiet_write(), ctx.store.write(*keys(inputs)) as conn:
                     stored = ctx.still_current(conn) and save(conn, inputs, value)
             except Exception as exc:  # a failed write is recorded like a failed call
                 error = exc
@@ -154,7 +157,8 @@ def run_keyed(
     progress: bool = False,
 ) -> JobResult:
     """run_items for a job whose items have keys in the failure book: quarantined and
-    backing-off items wait, a success clears the item's record."""
+    backing-off items wait, a success clears the item's record. Each item's inputs name
+    its user (`user_id`): its write holds that user's lock."""
     failures = failed_items(ctx, job)
     blocked = [key(item) for item in todo if failures.get(key(item))]
     fallen: list[tuple[str, str]] = []  # (item, why) the fallback built, noted after
@@ -196,6 +200,7 @@ def run_keyed(
         on_error=lambda item, exc: note_failure(ctx, job, key(item), exc),
         after=(lambda t: ctx.progress(job, t.done + t.failed + t.skipped, len(todo)))
         if progress else (lambda t: None),
+        keys=lambda inputs: [user_key(inputs.user_id)],
     )
     for item, why in fallen:
         ctx.note_fallback(job, item, why)

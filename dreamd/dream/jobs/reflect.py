@@ -86,7 +86,9 @@ def evolve(previous: dict[str, Any], reflection: dict[str, Any], marks: dict[str
 def users_to_reflect(ctx: JobContext) -> tuple[list[str], ReflectionMarks]:
     """Users with turns or gists since the last complete reflect job, and the marks that
     job will leave when every one of them is done."""
-    with ctx.store.read() as conn:
+    # Where workers share the store, a gist's number is drawn before its write commits:
+    # the newest number is read while no write runs, so no smaller one can come later.
+    with (ctx.store.write(alone=True) if ctx.store.shared else ctx.store.read()) as conn:
         marks = reflection_marks(conn, ctx.config.agent.id)
         users = set(users_with_turns_after(conn, marks.exchange_id))
         users |= {u for u in users_with_gists(conn) if max_gist_seq(conn, u) > marks.seq}

@@ -98,6 +98,10 @@ class Work:
     def key(self) -> str:
         return self.session.session_id
 
+    @property
+    def user_id(self) -> str:
+        return self.session.user_id
+
 
 def prepare(ctx: JobContext, session: DirtySession) -> Work:
     with ctx.store.read() as conn:
