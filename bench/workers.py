@@ -2,6 +2,7 @@
 
     python -m bench.workers [TURNS] [USERS] [default] [sqlite] [one-thread] [p99]
     python -m bench.workers sensing
+    python -m bench.workers fleet [USERS] [TURNS] [N,N,...] [netem]
 
 Over TURNS turns (default 100k) of USERS users (default 500), the parts named (default:
 default, sqlite and p99):
@@ -13,6 +14,15 @@ default, sqlite and p99):
 - `sensing`: a pass's sensing and owner check in a 1M-turn, 500-user store kept up to
   date, on PostgreSQL, against the prior art's GROUP BY over every turn there (the
   SQLite figure is `python -m bench.run sensing-users`).
+- `fleet`: N workers (default 1, 4, 16 and 64) started together over USERS users
+  (default 2,000) and TURNS turns (default 12,000), with the hashing embedder and the
+  extractive completer, beside the app inserting 100 turns a second: turns consolidated
+  per second, dreamd's transactions per second, the share of its backends' busy time
+  spent waiting for a lock (sampled from pg_stat_activity), the lock waits over 5 ms the
+  server logged, and the app's INSERT p99. Over the Unix socket, or with `netem` over
+  TCP with 1 ms added to every round trip (a network namespace whose loopback delays
+  each packet 0.5 ms; where the kernel has no netem, `bench.delay` holds each client
+  message 1 ms instead, and the line says so and gives the `SELECT 1` round trip).
 """
 
 from __future__ import annotations
@@ -26,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -199,32 +210,40 @@ FLEET_PORT = 54329
 
 def one(conn: Any, sql: str, params: tuple[Any, ...] = ()) -> tuple[Any, ...]:
     """The one row a statement returns."""
-    row = conn.execute(sql, params).fetchone()
+    row = conn.execute(sql, params or None).fetchone()  # no parameters: a % is a %
     assert row is not None, sql
     return tuple(row)
 
 
-def fleet_pass(server: PgServer, source: Path, workers: int) -> dict[str, float]:
+def fleet_pass(server: PgServer, source: Path, workers: int,
+               reach: Callable[[str], str] = lambda url: url) -> dict[str, float]:
     """`workers` dreamd processes started together on a new copy of the store, with
     instant backends (the hashing embedder, the extractive completer: the store is what
     is measured), beside the app inserting 100 turns a second. The server's view is
     sampled meanwhile: its dreamd backends in a transaction, and those waiting for a
-    lock (an advisory lock: the fleet's own locks)."""
+    lock (an advisory lock: the fleet's own locks), and the round trip of `SELECT 1`
+    the way the workers reach the server (`reach` turns the bench's URL into theirs)."""
     import psycopg
 
-    url = server.new_database()
-    copy_into(source, url)
-    database = urlsplit(url).path.lstrip("/")
-    with psycopg.connect(url) as conn:
+    direct = server.new_database()
+    copy_into(source, direct)
+    url = reach(direct)
+    database = urlsplit(direct).path.lstrip("/")
+    with psycopg.connect(direct) as conn:
         turns = int(one(conn, "SELECT COUNT(*) FROM exchanges")[0])
     log = server.root / "log"
     log_start = log.stat().st_size
     done = threading.Event()
     samples = {"busy": 0, "lock": 0, "advisory": 0}
+    trips: list[float] = []
 
     def sample() -> None:
-        with psycopg.connect(server.url(), autocommit=True) as conn:  # not the bench's db
+        with psycopg.connect(server.url(), autocommit=True) as conn, \
+                psycopg.connect(reach(server.url()), autocommit=True) as probe:
             while not done.is_set():
+                started = time.perf_counter()
+                probe.execute("SELECT 1").fetchone()
+                trips.append(time.perf_counter() - started)
                 row = one(
                     conn, "SELECT COUNT(*) FILTER (WHERE state <> 'idle'), "
                     "COUNT(*) FILTER (WHERE wait_event_type = 'Lock'), "
@@ -258,7 +277,7 @@ def fleet_pass(server: PgServer, source: Path, workers: int) -> dict[str, float]
     writer.wait()
     written = json.loads(report.read_text())
     lat = sorted(written["latencies"])
-    with psycopg.connect(url) as conn:  # every turn there before the fleet started, done
+    with psycopg.connect(direct) as conn:  # every turn there before the fleet started, done
         left = one(
             conn, "SELECT COUNT(*) FILTER (WHERE last_id > summarized_id OR last_id > "
             "facts_id), (SELECT COUNT(*) FROM exchanges e WHERE e.session_id NOT LIKE "
@@ -274,52 +293,75 @@ def fleet_pass(server: PgServer, source: Path, workers: int) -> dict[str, float]
             "lock_share": samples["lock"] / max(1, samples["busy"]),
             "advisory_share": samples["advisory"] / max(1, samples["busy"]),
             "waits": len(waits), "advisory_waits": sum("advisory lock" in w for w in waits),
-            "p99": lat[int(0.99 * (len(lat) - 1))] * 1000, "errors": len(written["errors"])}
+            "p99": lat[int(0.99 * (len(lat) - 1))] * 1000, "errors": len(written["errors"]),
+            "trip": sorted(trips)[len(trips) // 2] * 1000 if trips else 0.0}
 
 
-def fleet(users: int, turns: int, counts: tuple[int, ...], netem: bool) -> None:
-    """The fleet's lines: each N, over the Unix socket (or, with `netem`, over TCP
-    through a loopback device that adds 0.5 ms each way: 1 ms round trips)."""
+def fleet(users: int, turns: int, counts: tuple[int, ...], latency: str) -> None:
+    """The fleet's lines: each N, over the Unix socket (`latency` "socket"), or over TCP
+    with 1 ms added to each round trip: through a loopback device that delays every
+    packet 0.5 ms ("netem", inside a network namespace), or through `bench.delay`
+    holding each client message ("proxy", where the kernel has no netem: asyncio's
+    millisecond steps make that 1.5-2 ms)."""
     OUT.mkdir(exist_ok=True)
     source = OUT / f"fleet-{users}u-{turns}.db"
     if not source.exists():
         generate(source, turns, max(users, turns // 10), users=users, months=6)
     settings = ("-c max_connections=400 -c log_lock_waits=on -c deadlock_timeout=5ms "
                 "-c shared_buffers=256MB")
-    if netem:
+    proxy: subprocess.Popen[bytes] | None = None
+    reach: Callable[[str], str] = lambda url: url  # noqa: E731
+    if latency == "netem":
         server = PgServer(port=FLEET_PORT, inside=["ip", "netns", "exec", NETNS],
                           settings=settings)
+        where = "TCP, 1 ms added by netem"
     else:
         server = PgServer(settings=settings)
-    where = "1 ms round trips (netem)" if netem else "Unix socket"
+        where = "Unix socket"
+    if latency == "proxy":
+        proxy = subprocess.Popen([sys.executable, "-m", "bench.delay", str(FLEET_PORT),
+                                  str(server.root / ".s.PGSQL.5432"), "0.5"], cwd=ROOT,
+                                 env=env())
+        time.sleep(1.0)
+
+        def reach(url: str) -> str:
+            return f"postgresql://postgres@127.0.0.1:{FLEET_PORT}{urlsplit(url).path}"
+
+        where = "TCP through a proxy holding each client message"
     try:
         for n in counts:
-            r = fleet_pass(server, source, n)
-            print(f"fleet: {r['turns']:,} turns / {users:,} users, {where}, {n:>2} workers: "
-                  f"{r['turns'] / r['wall']:,.0f} turns/s ({r['wall']:.1f} s); "
-                  f"{r['tps']:,.0f} dreamd transactions/s; dreamd backends waiting for a "
-                  f"lock {r['lock_share']:.1%} of their busy time (advisory "
-                  f"{r['advisory_share']:.1%}); waits over 5 ms logged {r['waits']} "
-                  f"(advisory {r['advisory_waits']}); app INSERT p99 {r['p99']:.2f} ms, "
-                  f"errors {r['errors']}", flush=True)
+            r = fleet_pass(server, source, n, reach)
+            print(f"fleet: {r['turns']:,} turns / {users:,} users, {where} (SELECT 1 "
+                  f"{r['trip']:.2f} ms), {n:>2} workers: {r['turns'] / r['wall']:,.0f} "
+                  f"turns/s ({r['wall']:.1f} s); {r['tps']:,.0f} dreamd transactions/s; "
+                  f"dreamd backends waiting for a lock {r['lock_share']:.1%} of their busy "
+                  f"time (advisory {r['advisory_share']:.1%}); waits over 5 ms logged "
+                  f"{r['waits']} (advisory {r['advisory_waits']}); app INSERT p99 "
+                  f"{r['p99']:.2f} ms, errors {r['errors']}", flush=True)
     finally:
+        if proxy is not None:
+            proxy.terminate()
         server.stop()
 
 
-def in_netns(argv: list[str]) -> None:
+def with_netem(argv: list[str]) -> bool:
     """Run this bench again inside a network namespace of its own whose loopback device
-    delays every packet 0.5 ms (needs root: ip and tc from iproute2)."""
+    delays every packet 0.5 ms (needs root, and iproute2's ip and tc); False, having run
+    nothing, where the kernel has no netem."""
     steps = [["ip", "netns", "add", NETNS],
-             ["ip", "netns", "exec", NETNS, "ip", "link", "set", "lo", "up"],
-             ["ip", "netns", "exec", NETNS, "tc", "qdisc", "add", "dev", "lo", "root",
-              "netem", "delay", "0.5ms"]]
+             ["ip", "netns", "exec", NETNS, "ip", "link", "set", "lo", "up"]]
+    netem = ["ip", "netns", "exec", NETNS, "tc", "qdisc", "add", "dev", "lo", "root",
+             "netem", "delay", "0.5ms"]
     try:
         for step in steps:
             subprocess.run(step, check=True)
+        if subprocess.run(netem, capture_output=True).returncode != 0:
+            return False
         subprocess.run(["ip", "netns", "exec", NETNS, sys.executable, "-m", "bench.workers",
                         *argv], check=True, cwd=ROOT,
                        env={**os.environ, "DREAMD_BENCH_NETNS": NETNS,
                             "PYTHONPATH": str(ROOT)})
+        return True
     finally:
         subprocess.run(["ip", "netns", "del", NETNS], check=False)
 
@@ -334,12 +376,18 @@ def main() -> None:
         # fleet [USERS] [TURNS] [N,N,...] [netem]
         args = [a for a in sys.argv[2:] if a != "netem"]
         netem = "netem" in sys.argv[2:]
+        latency = "netem" if netem else "socket"
         if netem and not os.environ.get("DREAMD_BENCH_NETNS"):
-            return in_netns(sys.argv[1:])
+            if with_netem(sys.argv[1:]):
+                return None
+            print("fleet: this kernel has no netem qdisc; a proxy holding each client "
+                  "message stands in (asyncio wakes at millisecond steps: see the round "
+                  "trip of SELECT 1 on each line)", flush=True)
+            latency = "proxy"
         users = int(args[0]) if args else 2000
-        turns = int(args[1]) if len(args) > 1 else 40_000
+        turns = int(args[1]) if len(args) > 1 else 12_000
         counts = tuple(int(n) for n in args[2].split(",")) if len(args) > 2 else FLEET
-        return fleet(users, turns, counts, netem)
+        return fleet(users, turns, counts, latency)
     args = [a for a in sys.argv[1:] if a not in PARTS]
     parts = {a for a in sys.argv[1:] if a in PARTS} or {"sqlite", "default", "p99"}
     turns = int(args[0]) if args else 100_000
