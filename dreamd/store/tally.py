@@ -9,9 +9,6 @@ from dreamd.store.turns import apply_tally, claim_tally, new_exchange_groups
 
 # Turns folded in by one write: at most this many session rows change in it (~8 ms).
 TALLY_CHUNK = 1_000
-# The lock of folding turns in: the tally is one stream, folded by one worker at a time;
-# where workers share the store, one finding another at it leaves the fold to it.
-TALLY_KEY = "tally"
 # How long a pass waits for turns committed before it began to settle (PostgreSQL: see
 # `Store.settle_turns`); a transaction of the app's open longer than this is read next pass.
 SETTLE_SECONDS = 5.0
@@ -21,8 +18,10 @@ def sync_tally(store: Store, chunk: int = TALLY_CHUNK) -> int:
     """Fold exchanges newer than the tally's watermark into dreamd_sessions.
 
     Reads only the new rows (a rowid range), in chunks, each folded in by its own short
-    write that checks the watermark did not move meanwhile. Returns rows folded in; on a
-    shared store, stops early when another worker is folding.
+    write that checks the watermark did not move meanwhile. Returns rows folded in.
+    (Every worker waits for the fold: the users a pass claims are read from the tally,
+    and a pass that went on with part of it would finish early and reflect beside the
+    others' gists.)
     """
     store.settle_turns(wait=SETTLE_SECONDS)
     folded = 0
@@ -35,8 +34,6 @@ def sync_tally(store: Store, chunk: int = TALLY_CHUNK) -> int:
             upto = min(newest, after + chunk)
             groups = new_exchange_groups(conn, after, upto)
         with store.write() as conn:
-            if not store.take(conn, TALLY_KEY):
-                return folded  # another worker is folding them in this moment
             if not claim_tally(conn, after, upto):
                 continue  # another dreamd folded these rows in; read again
             apply_tally(conn, groups)
