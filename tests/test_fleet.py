@@ -138,7 +138,7 @@ def test_shared_rows_stay_whole_under_16_writers(pg_server: Any) -> None:
                     seqs[n] += [next_seq(conn) for _ in range(3)]
                 with store.write() as conn:
                     run = start_run(conn, "test", n, "2024-03-02T10:00:00+00:00", f"w{n}")
-                    record_failure(conn, "embed", "shared", "down", "2024-03-02T10:00:00",
+                    record_failure(conn, "embed", "batch:common", "down", "2024-03-02T10:00:00",
                                    "2024-03-02T10:01:00", False)
                     mark = n * ROUNDS + round_
                     raise_state(conn, "probe", mark)
@@ -179,8 +179,8 @@ def test_shared_rows_stay_whole_under_16_writers(pg_server: Any) -> None:
     with stores[0].read() as conn:
         state = self_state(conn, "assistant")
         assert state is not None and state[0]["n"] == WRITERS * ROUNDS
-        [shared] = failures(conn, "embed")
-        assert shared.attempts == WRITERS * ROUNDS
+        [common] = failures(conn, "embed")
+        assert common.attempts == WRITERS * ROUNDS
         assert int(get_state(conn, "probe") or 0) == max(raised)
     assert app.value("SELECT COUNT(*) FROM dreamd_runs WHERE outcome = 'ok'") == \
         WRITERS * ROUNDS
