@@ -210,3 +210,38 @@ def test_an_older_schema_gets_the_sequence_past_every_number_used(pg_server: Any
     store.close()
     assert app.value("SELECT MAX(version) FROM dreamd_migrations") == pg_schema.VERSION
     app.close()
+
+
+def test_a_pass_claims_a_user_once_unless_its_worker_died(pg_server: Any) -> None:
+    """A user another worker claimed and released after a pass began is done: that pass
+    passes it over. One whose worker died holding it (its lease ran out unreleased) is
+    still work, and is claimed."""
+    from dreamd.store import leases
+
+    store = opened(pg_server.new_database())
+    keys = [user_key(u) for u in ("ana", "ben", "cy")]
+    try:
+        since = leases.server_now(store)
+        assert leases.claim(store, "b", keys[:1], 1, 60.0) == keys[:1]
+        leases.release(store, "b", keys[:1])  # b did ana's work
+        assert leases.claim(store, "c", keys[1:2], 1, 0.05) == keys[1:2]  # c dies holding ben
+        assert wait_for_lapse(store, keys[1])
+        assert leases.claim(store, "a", keys, 8, 60.0, since) == keys[1:]
+        # Without a pass's clock, every free user is claimed.
+        leases.release(store, "a", keys[1:])
+        assert leases.claim(store, "d", keys, 8, 60.0) == keys
+    finally:
+        store.close()
+
+
+def wait_for_lapse(store: Store, key: str) -> bool:
+    """Whether the lease on `key` runs out within 30 s (in the server's clock)."""
+    import time
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with store.read() as conn:
+            if conn.execute("SELECT expires_at < now() FROM dreamd_leases WHERE key = ?",
+                            (key,)).fetchone()[0]:
+                return True
+        time.sleep(0.05)
+    return False

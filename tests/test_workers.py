@@ -111,6 +111,10 @@ def test_workers_share_500_users_each_consolidated_once(pg_server: Any, count: i
         for (_, end, w1), (start, _, w2) in itertools.pairwise(spans):
             assert start >= end, f"{user} held by workers {w1} and {w2} at once"
     assert all(any(e["event"] == "lease_claimed" for e in log) for log in logs)
+    # A user another worker has done since a pass began is not claimed again by that pass:
+    # each user is visited about once per pass of the fleet, not once per worker.
+    claims = app.value("SELECT SUM(claims) FROM dreamd_leases WHERE key LIKE 'user:%'")
+    assert claims <= USERS * 1.2, f"{claims} claims of {USERS} users by {count} workers"
     app.close()
 
 

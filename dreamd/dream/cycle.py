@@ -190,7 +190,11 @@ def run_claimed(ctx: JobContext, jobs: Registry, previous: Drives, log: Logger,
             finally:
                 ctx.users = None
                 claims.release(batch)
-        if len(per_agent) and not ctx.stopped() and claims.agent():
+        waits = len(per_agent) and not ctx.stopped() and leaves_reflection(ctx, claims, stats)
+        if waits:
+            for job in per_agent:
+                results[job.name] = JobResult(job.name, False, waits)
+        elif len(per_agent) and not ctx.stopped() and claims.agent():
             try:
                 for r in run_rounds(ctx, per_agent, previous, log):
                     results[r.job] = r
@@ -202,6 +206,21 @@ def run_claimed(ctx: JobContext, jobs: Registry, previous: Drives, log: Logger,
                                                if not due[job.name].due else
                                                "another worker holds its users")
             for job in jobs]
+
+
+def leaves_reflection(ctx: JobContext, claims: Claims, stats: BacklogStats) -> str:
+    """Why this worker leaves the agent's jobs to another (empty: it does not). While other
+    workers still hold users, their gists are still to come, and a reflection now would
+    see those users' turns and then their gists again: the last worker to let its users
+    go reflects. Unless the last reflection is older than `reflect.hours_scale`: a fleet
+    that is never idle reflects anyway, once in that while."""
+    busy = claims.others_consolidating()
+    if not busy:
+        return ""
+    hours = drv.hours_between(stats.last_reflection_at, ctx.now())
+    if hours is not None and hours > ctx.config.reflect.hours_scale:
+        return ""
+    return f"left to the last worker out: others still hold {busy} users"
 
 
 def settle_queue(ctx: JobContext, users: list[str] | None) -> None:

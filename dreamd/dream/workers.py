@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from datetime import datetime
 
 from dreamd.config import Config
 from dreamd.dream.keys import space
@@ -39,6 +40,7 @@ class Claims:
         # model divides the cores between them).
         self.on_neighbours: Callable[[int], None] = lambda workers: None
         self.here = 1  # live workers on this machine at the last beat
+        self.since: datetime | None = None  # the server's clock when the pass began
 
     def start(self) -> None:
         self._beat = leases.own_connection(self.store, self.config.store.busy_timeout_ms)
@@ -78,13 +80,16 @@ class Claims:
 
     def waiting(self, embed_model: str) -> list[str]:
         """The users with work when the pass began (its horizon fixes what work it does)."""
+        self.since = leases.server_now(self.store)
         with self.store.read() as conn:
             return users_with_work(conn, space(embed_model))
 
     def users(self, waiting: list[str]) -> tuple[str, ...]:
-        """Claim up to `workers.batch_users` of `waiting` that nobody else holds."""
+        """Claim up to `workers.batch_users` of `waiting` that nobody else holds and no
+        other worker has done since this pass began (each user is visited once per pass
+        of the fleet, not once per worker)."""
         keys = leases.claim(self.store, self.worker, [user_key(u) for u in waiting],
-                            self.config.workers.batch_users, self.seconds)
+                            self.config.workers.batch_users, self.seconds, self.since)
         claimed = tuple(k.removeprefix("user:") for k in keys)
         for user in claimed:  # after the claim committed: the logged hold is inside the real
             self.log.info("lease_claimed", user=user, worker=self.worker, at=time.time())
@@ -94,6 +99,10 @@ class Claims:
         for user in users:  # before the release commits, for the same reason
             self.log.info("lease_released", user=user, worker=self.worker, at=time.time())
         leases.release(self.store, self.worker, [user_key(u) for u in users])
+
+    def others_consolidating(self) -> int:
+        """Users other workers hold now: their gists are still to come."""
+        return leases.others_hold(self.store, self.worker, user_key(""))
 
     def agent(self) -> bool:
         key = agent_key(self.config.agent.id)

@@ -18,6 +18,7 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from dreamd.errors import StoreError
@@ -64,10 +65,13 @@ def _tx(store: Store, sql: str, params: Any) -> list[tuple[Any, ...]]:
         return [tuple(r) for r in cur.fetchall()] if cur.description else []
 
 
-def claim(store: Store, worker: str, keys: list[str], limit: int, seconds: float
-          ) -> list[str]:
+def claim(store: Store, worker: str, keys: list[str], limit: int, seconds: float,
+          since: datetime | None = None) -> list[str]:
     """Up to `limit` of `keys` that nobody holds (or whose lease ran out), now held by
-    `worker` for `seconds`; the longest unclaimed first."""
+    `worker` for `seconds`; the longest unclaimed first. With `since` (the server's clock
+    when the claimer's pass began), a key another worker claimed and released after then
+    is passed over: its work up to that moment is done. (A lease that ran out unreleased
+    is not: its worker died, and its work is left.)"""
     if not keys or limit <= 0:
         return []
     # Only the keys not there yet: a key already there may be held by a worker claiming
@@ -78,13 +82,26 @@ def claim(store: Store, worker: str, keys: list[str], limit: int, seconds: float
         "ON CONFLICT DO NOTHING", (keys,))
     rows = _tx(store,
                "WITH free AS (SELECT key FROM dreamd_leases WHERE key = ANY(%s) "
-               "AND expires_at < now() ORDER BY claimed_at NULLS FIRST, key LIMIT %s "
-               "FOR UPDATE SKIP LOCKED) "
+               "AND expires_at < now() AND (worker IS NOT NULL OR claimed_at IS NULL "
+               "OR claimed_at < %s::timestamptz) "
+               "ORDER BY claimed_at NULLS FIRST, key LIMIT %s FOR UPDATE SKIP LOCKED) "
                "UPDATE dreamd_leases l SET worker = %s, claimed_at = now(), "
                "expires_at = now() + make_interval(secs => %s), claims = l.claims + 1 "
                "FROM free WHERE l.key = free.key RETURNING l.key",
-               (keys, limit, worker, seconds))
+               (keys, since or "infinity", limit, worker, seconds))
     return sorted(str(r[0]) for r in rows)
+
+
+def server_now(store: Store) -> datetime:
+    """The database server's clock: what `claim`'s `since` is read against."""
+    return _tx(store, "SELECT now()", ())[0][0]
+
+
+def others_hold(store: Store, worker: str, prefix: str) -> int:
+    """Unexpired leases on keys starting with `prefix` that other workers hold."""
+    rows = _tx(store, "SELECT COUNT(*) FROM dreamd_leases WHERE key LIKE %s AND "
+               "expires_at > now() AND worker IS DISTINCT FROM %s", (prefix + "%", worker))
+    return int(rows[0][0])
 
 
 def release(store: Store, worker: str, keys: list[str]) -> None:
