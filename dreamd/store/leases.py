@@ -9,7 +9,9 @@ makes stays conditional on what it read, so a worker that stalls past its lease 
 up again cannot write the same work twice. A lease is a row, not a session-level advisory
 lock: a pooler or a reconnect cannot drop it unseen.
 
-The agent's own work (reflect, over every user) is one more lease, keyed `agent:<id>`.
+A pass claims a user once: one another worker claimed and released after the pass began
+is passed over. The agent's own work (reflect, over every user) is one more lease, keyed
+`agent:<id>`, which the last worker to let its users go takes (dreamd.dream.cycle).
 """
 
 from __future__ import annotations
