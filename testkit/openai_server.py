@@ -119,6 +119,10 @@ class FakeOpenAI:
         self.prompt_tokens = 0
         self.completion_tokens = 0
         self.connections = 0  # open now: a client that closes its pool hangs up
+        # Requests of each task (summarize, facts, ...) inside their delay now, and the most
+        # there ever were at once.
+        self.in_flight: collections.Counter[str] = collections.Counter()
+        self.peak: collections.Counter[str] = collections.Counter()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -207,8 +211,17 @@ class FakeOpenAI:
                     fake.requests.append({"path": self.path, "body": body,
                                           "behaviour": behaviour,
                                           "auth": self.headers.get("Authorization", "")})
-                if fake.delay:
-                    time.sleep(fake.delay)
+                task = (task_of(body["messages"][0]["content"])
+                        if body.get("messages") else self.path)
+                with fake.lock:
+                    fake.in_flight[task] += 1
+                    fake.peak[task] = max(fake.peak[task], fake.in_flight[task])
+                try:
+                    if fake.delay:
+                        time.sleep(fake.delay)
+                finally:
+                    with fake.lock:
+                        fake.in_flight[task] -= 1
                 kind, _, arg = behaviour.partition(":")
                 if kind == "hang":
                     time.sleep(float(arg or 30))

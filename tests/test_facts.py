@@ -420,3 +420,47 @@ def test_a_listener_without_a_name_leaves_the_profile_whole() -> None:
                   said)]
     assert profile_from(facts, 16, listeners=("",)).splitlines() == [
         "Pets:", "- Mia has four dogs named Olive, Pip, Bean and Fig."]
+
+
+def facts_with_workers(tmp_path: Path, workers: int) -> tuple[list[str], int, int]:
+    """Five batches of turns, each saying something of its own, through the test server
+    (0.2 s a call) with `workers` workers: (the facts' statements, the most facts
+    requests the server had at once, turns left unread)."""
+    from dreamd.backends.hashing import HashingEmbedder
+    from dreamd.backends.openai_backend import OpenAICompleter
+    from dreamd.dream.jobs.facts import BATCH
+    from dreamd.dream.jobs.registry import JOBS, Registry
+    from testkit.openai_server import FakeOpenAI
+    from tests.helpers import KEY, completer_config
+
+    server = FakeOpenAI(delay=0.2).start()
+    db = tmp_path / f"w{workers}.db"
+    config = Config(db=str(db), embed=EmbedConfig(backend="hashing"), user=UserConfig(name="Sam"))
+    config = dataclasses.replace(config, completer=completer_config(
+        server, workers=workers, read_timeout_seconds=5, call_deadline_seconds=30))
+    app = make_chat_file(db)
+    for s in range(5):
+        add_turns(app, f"s{s}", [f"I planted {s * BATCH + n} tulip bulbs in row {n}."
+                                 for n in range(BATCH)], start=T0 + timedelta(days=s))
+    store = open_sqlite(config)
+    with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY}) as client:
+        result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True,
+                          jobs=Registry(tuple(j for j in JOBS if j.name in ("embed", "facts"))))
+    with store.read() as conn:
+        left = count_unread(conn)
+    store.close()
+    server.stop()
+    assert result.outcome == "ok", result.jobs
+    return sorted(f.statement for f in facts_in(db, config)), server.peak["facts"], left
+
+
+def test_with_several_workers_the_facts_batches_go_to_the_model_at_once(
+        tmp_path: Path) -> None:
+    """One batch's facts call no longer waits for the batch before it to be written (with
+    one worker, a pass's facts were a chain of calls end to end); the facts and the read
+    marks come out as one worker leaves them."""
+    one, peak_one, left_one = facts_with_workers(tmp_path, 1)
+    four, peak_four, left_four = facts_with_workers(tmp_path, 4)
+    assert peak_one == 1 and peak_four >= 3
+    assert left_one == left_four == 0
+    assert four == one and len(one) >= 5

@@ -84,6 +84,39 @@ def test_sigterm_with_every_call_hung_exits_0_within_the_grace(
     assert '"event": "calls_abandoned"' in out
 
 
+def test_sigterm_with_the_facts_batches_hung_exits_0_within_the_grace(
+        tmp_path: Path, hanging: FakeOpenAI) -> None:
+    """The facts job's batches go to the model four at once: a stop abandons them all
+    within the grace, and no batch's facts or read marks are written."""
+    db = tmp_path / "memory.db"
+    big_file(db, 30, 40)  # 1,200 turns: six batches
+    config = llm_config(tmp_path, hanging)
+    config.write_text(config.read_text().replace('producer = "offline"', 'producer = "llm"'))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dreamd", "--db", str(db), "--config", str(config), "--force"],
+        cwd=ROOT, env=dreamd_env(OPENAI_API_KEY="sk-test"), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while chat_calls(hanging) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert chat_calls(hanging) == 4 and set(hanging.tasks()) == {"facts"}
+    signalled = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err[-2000:]
+    assert time.monotonic() - signalled <= GRACE + 5
+    assert chat_calls(hanging) == 4  # no retry after the signal
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT COUNT(*) FROM facts").fetchone() == (0,)
+    assert conn.execute("SELECT SUM(facts_turns) FROM dreamd_sessions").fetchone() == (0,)
+    outcome, notes = conn.execute(
+        "SELECT outcome, notes FROM dreamd_runs ORDER BY id DESC LIMIT 1").fetchone()
+    conn.close()
+    assert outcome == "interrupted"
+    assert "4 backend calls still in flight were abandoned" in notes
+    assert '"event": "calls_abandoned"' in out
+
+
 def test_a_slow_answer_inside_its_deadline_keeps_the_watchdog_fed(tmp_path: Path) -> None:
     """Every answer takes 9 s, the watchdog interval is 6 s: the pass is healthy, so the
     pings never stop (a stuck pass going silent is tested in test_daemon). The pings come

@@ -84,6 +84,11 @@ class Budget:
     def spend(self, n: int = 1) -> None:
         self.items += n
 
+    def room(self) -> int:
+        """Items this job may still spend (at least one; a large number when unlimited)."""
+        limits = [m for m in (self.max_items, self.share_items) if m]
+        return max(1, min(limits, default=self.items + 1_000_000) - self.items)
+
 
 @dataclass
 class Tokens:

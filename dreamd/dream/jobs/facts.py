@@ -15,10 +15,14 @@ import contextlib
 import dataclasses
 import functools
 import json
+import time
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from dreamd.backends import write_gate
 from dreamd.backends.validate import source_of, ungrounded
 from dreamd.config import Config
 from dreamd.dream.dates import day_of, long_date
@@ -26,6 +30,7 @@ from dreamd.dream.facts import CHANGE, MAX_CHARS, Candidate, extract
 from dreamd.dream.jobs.base import JobContext, failed_items, note_failure, note_success
 from dreamd.dream.jobs.embed import horizon
 from dreamd.dream.jobs.fitting import largest
+from dreamd.dream.jobs.pool import HEARTBEAT_SECONDS, stop_grace
 from dreamd.dream.keys import addressee, space
 from dreamd.dream.prompts import facts_prompt, facts_repair_prompt
 from dreamd.dream.selector import chosen
@@ -206,19 +211,20 @@ def parsed(raw: str, turn_ids: set[int], known: set[int], source: str = ""
 
 
 def llm_candidates(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
-                   owners: dict[str, str], state: dict[str, Known]
+                   owners: dict[str, str], shown: dict[str, list[Fact]]
                    ) -> list[tuple[str, int, Candidate, list[int]]]:
-    """The facts an LLM draws from these turns, per user, in requests that fit."""
+    """The facts an LLM draws from these turns, per user, in requests that fit; each
+    prompt shows the user's facts in `shown`."""
     out: list[tuple[str, int, Candidate, list[int]]] = []
     for user in sorted(set(owners.values())):
         said = {t.id: t for t, _, _ in rows if owners[t.session_id] == user
                 and speaker_name(ctx, t.role, user) is not None}
-        known = state[user].current()[-KNOWN_SHOWN:]
-        shown = [f"#{f.id} {f.subject}{f' ({f.about})' if f.about else ''}: {f.statement}"
+        known = shown[user]
+        listed = [f"#{f.id} {f.subject}{f' ({f.about})' if f.about else ''}: {f.statement}"
                  for f in known]
         lines = [f"[{t.id}] {long_day(t.created_at)}{speaker_name(ctx, t.role, user)}: "
                  f"{t.content}" for t in said.values()]
-        build = functools.partial(facts_prompt, ctx.names_for(user), known=shown,
+        build = functools.partial(facts_prompt, ctx.names_for(user), known=listed,
                                   per_turn=PER_TURN)
         at, cap = 0, len(lines)
         while at < len(lines):
@@ -277,85 +283,203 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     # Each user's facts are read once per run and kept in step by `learn` (only this job
     # writes facts; a forget meanwhile ends the run through `still_current`).
     state: dict[str, Known] = {}
-    while not ctx.budget.exhausted() and not ctx.invalidated:
-        with ctx.store.read() as conn:
-            unread = unread_turns(conn, upto, BATCH, ctx.scope)
-            rows = with_neighbours(conn, [i for i, _, _ in unread])
-            owners = {t.session_id: session_owner(conn, t.session_id) for t, _, _ in rows}
-            known = {user: facts_of(conn, user, current_only=True)
-                     for user in set(owners.values()) - set(state)}
-            blobs = fact_vectors(conn, model, [f.id for fs in known.values() for f in fs])
-        if not rows:
-            break
-        item = f"after:{rows[0][0].id - 1}"  # the batch after the turns read before it
-        passed_over = failures.get(item) == "quarantined"
-        if failures.get(item) and not passed_over:  # backing off: not this pass
-            errors.append(f"{item}: {failures[item]}")
-            break
-        state |= {user: Known(facts, {f.id: from_blob(blobs[f.id]) for f in facts
-                                      if f.id in blobs}) for user, facts in known.items()}
-        fell_back = None
-        try:
-            if passed_over:  # its record stays in status; the turns after it go on
-                found, vectors = list[Any](), None
-                errors.append(f"{item}: quarantined; its {len(rows)} turns are passed over")
-            else:
-                found, vectors, fell_back = batch_facts(ctx, rows, owners, state)
-        except Exception as exc:  # a backend fault or junk twice: recorded, as for embed
-            errors.append(note_failure(ctx, JOB, item, exc))
-            failed += 1
-            break
-        # Each session's mark moves from where this batch found it to its last turn read.
-        marks = read_through(unread)
-        if vectors is not None:  # before the write: no product while the lock is held
-            for user in {u for u, _, _, _ in found}:
-                state[user].prepare(vectors)
-        try:
-            with ctx.store.write(*user_keys(sorted(set(owners.values())))) as conn, (
-                    ctx.falling_back(fell_back) if fell_back else contextlib.nullcontext()):
-                if not ctx.still_current(conn):
+    # With the LLM and several workers, the batches after the one being written are
+    # already with the model (their prompts show the facts known when they were read;
+    # `learn` still merges what says the same as a fact found meanwhile).
+    ahead = ctx.workers if by_llm(ctx) and ctx.workers > 1 else 1
+    gate = write_gate.Gate() if ahead > 1 else None
+    pool = (ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="dreamd-facts")
+            if ahead > 1 else None)
+    try:
+        while not ctx.budget.exhausted() and not ctx.invalidated:
+            with ctx.store.read() as conn:
+                unread = unread_turns(conn, upto, BATCH * min(ahead, ctx.budget.room()),
+                                      ctx.scope)
+                rows = with_neighbours(conn, [i for i, _, _ in unread])
+                owners = {t.session_id: session_owner(conn, t.session_id) for t, _, _ in rows}
+                known = {user: facts_of(conn, user, current_only=True)
+                         for user in set(owners.values()) - set(state)}
+                blobs = fact_vectors(conn, model, [f.id for fs in known.values() for f in fs])
+            if not rows:
+                break
+            state |= {user: Known(facts, {f.id: from_blob(blobs[f.id]) for f in facts
+                                          if f.id in blobs}) for user, facts in known.items()}
+            parts = in_batches(unread, rows)
+            batches = []
+            for part in parts:
+                item = f"after:{part.rows[0][0].id - 1}"  # the batch after the turns before it
+                if failures.get(item) == "quarantined":  # its record stays in status
+                    errors.append(f"{item}: quarantined; its {len(part.rows)} turns are "
+                                  "passed over")
+                elif failures.get(item):  # backing off: not this pass
+                    errors.append(f"{item}: {failures[item]}")
                     break
-                mark_read(conn, marks)
-                for i, (user, turn_id, candidate, replaces) in enumerate(found):
-                    assert vectors is not None
-                    learn(conn, ctx, model, state[user], user, turn_id, candidate,
-                          vectors[i], replaces, i)
-        except Moved:  # another worker read these turns: its facts stand, read afresh
-            state.clear()
-            continue
-        if fell_back:
-            ctx.note_fallback(JOB, item, fell_back)
-        done += len(rows)
-        ctx.budget.spend()
-        if not passed_over:
-            note_success(ctx, JOB, item, failures)
+                batches.append((item, part))
+            if not batches:
+                break
+            shown = {user: facts.current()[-KNOWN_SHOWN:] for user, facts in state.items()}
+            answers = [produce(ctx, pool, gate, part, owners, shown,
+                               passed_over=failures.get(item) == "quarantined")
+                       for item, part in batches]
+            outcome = "next"
+            for (item, part), answer in zip(batches, answers, strict=True):
+                outcome = write_batch(ctx, gate, model, state, item, part, owners, answer,
+                                      errors)
+                if outcome == "failed":
+                    failed += 1
+                if outcome != "done":
+                    break
+                done += len(part.rows)
+                if failures.get(item) != "quarantined":
+                    note_success(ctx, JOB, item, failures)
+                if ctx.budget.exhausted():
+                    outcome = "spent"
+                    break
+            if outcome == "stopped":  # what is still out is never written
+                ctx.abandon(sum(not f.done() and not f.cancel() for f in answers))
+            if outcome == "moved":  # another worker read these turns: its facts stand
+                state.clear()
+                continue
+            if outcome != "done" or len(batches) < len(parts):
+                break
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=not ctx.abandoned, cancel_futures=True)
     with ctx.store.read() as conn:
         left = count_unread(conn, ctx.scope)
     return JobResult(JOB, True, reason, done=done, remaining=left, errors=tuple(errors),
                      failed=failed)
 
 
-def batch_facts(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
-                owners: dict[str, str], state: dict[str, Known]
-                ) -> tuple[list[Any], np.ndarray | None, str | None]:
-    """The batch's facts and their vectors, from the LLM (`facts.producer`) or sentence by
-    sentence; where the LLM's answers were rejected twice, sentence by sentence with the
-    reason (the fallback's, unless jobs.fallback is off)."""
-    why = None
-    if by_llm(ctx):  # the same tier, filled by structured extraction
+@dataclass(frozen=True)
+class Batch:
+    unread: list[tuple[int, str, int]]  # (turn, session, the session's mark before it)
+    rows: list[tuple[Turn, Turn | None, Turn | None]]
+
+
+def in_batches(unread: list[tuple[int, str, int]],
+               rows: list[tuple[Turn, Turn | None, Turn | None]]) -> list[Batch]:
+    """The turns read, BATCH at a time in id order; a session's mark before a batch is
+    where the batch before it leaves it."""
+    reached: dict[str, int] = {}
+    out = []
+    for at in range(0, len(unread), BATCH):
+        part = [(turn, session, reached.get(session, mark))
+                for turn, session, mark in unread[at : at + BATCH]]
+        for turn, session, _ in part:
+            reached[session] = turn
+        ids = {turn for turn, _, _ in part}
+        out.append(Batch(part, [r for r in rows if r[0].id in ids]))
+    return out
+
+
+def produce(ctx: JobContext, pool: ThreadPoolExecutor | None, gate: write_gate.Gate | None,
+            part: Batch, owners: dict[str, str], shown: dict[str, list[Fact]],
+            passed_over: bool) -> Future[Drawn]:
+    """What the model draws from the batch: at once without a pool, else on a pool worker
+    (a passed-over batch has nothing)."""
+    if passed_over:
+        return resolved([])
+    if pool is None or gate is None or not by_llm(ctx):
         try:
-            found = llm_candidates(ctx, rows, owners, state)
-            vectors = embedded(ctx, [c.statement for _, _, c, _ in found]) if found else None
-            return found, vectors, None
-        except OutputInvalid as exc:
-            if not ctx.fallback:
-                raise
-            why = str(exc)
-    found = [(user, turn, c, []) for user, turn, c in candidates(ctx, rows, owners)]
+            return resolved(drawn_by_model(ctx, part.rows, owners, shown))
+        except Exception as exc:  # the batch's failure, recorded when it is written
+            return resolved(None, exc)
+    return pool.submit(gate.run, lambda _: drawn_by_model(ctx, part.rows, owners, shown),
+                       None)
+
+
+def resolved(value: Drawn, error: Exception | None = None) -> Future[Drawn]:
+    """A future that already holds `value`, or raises `error`."""
+    future: Future[Drawn] = Future()
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+    return future
+
+
+def answer_of(ctx: JobContext, future: Future[Drawn]) -> tuple[bool, Drawn]:
+    """(True, what the model drew), waited for with the pass's stop checks between
+    waits; (False, None) when a stop came and the call outlived the grace."""
+    stop_seen: float | None = None
+    while not future.done():
+        if stop_seen is None and ctx.budget.stop():
+            stop_seen = time.monotonic()
+        if stop_seen is not None and time.monotonic() - stop_seen >= stop_grace(ctx):
+            return False, None
+        wait([future], timeout=HEARTBEAT_SECONDS)
+    return True, future.result()
+
+
+def write_batch(ctx: JobContext, gate: write_gate.Gate | None, model: str,
+                state: dict[str, Known], item: str, part: Batch, owners: dict[str, str],
+                answer: Future[Drawn], errors: list[str]) -> str:
+    """The batch's facts and its sessions' read marks in one write: "done", "failed",
+    "moved" (another worker read these turns), "stopped" or "stale"."""
+    try:
+        answered, drawn = answer_of(ctx, answer)
+        if not answered:
+            return "stopped"
+        found, vectors, fell_back = batch_facts(ctx, part.rows, owners, drawn)
+    except Exception as exc:  # a backend fault or junk twice: recorded, as for embed
+        errors.append(note_failure(ctx, JOB, item, exc))
+        return "failed"
+    if vectors is not None:  # before the write: no product while the lock is held
+        for user in {u for u, _, _, _ in found}:
+            state[user].prepare(vectors)
+    users = sorted({owners[t.session_id] for t, _, _ in part.rows})
+    try:
+        with (gate.closed() if gate else contextlib.nullcontext()), \
+                ctx.store.write(*user_keys(users)) as conn, (
+                ctx.falling_back(fell_back) if fell_back else contextlib.nullcontext()):
+            if not ctx.still_current(conn):
+                return "stale"
+            mark_read(conn, read_through(part.unread))
+            for i, (user, turn_id, candidate, replaces) in enumerate(found):
+                assert vectors is not None
+                learn(conn, ctx, model, state[user], user, turn_id, candidate,
+                      vectors[i], replaces, i)
+    except Moved:
+        return "moved"
+    if fell_back:
+        ctx.note_fallback(JOB, item, fell_back)
+    ctx.budget.spend()
+    return "done"
+
+
+Drawn = list[Any] | OutputInvalid | None
+
+
+def drawn_by_model(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
+                   owners: dict[str, str], shown: dict[str, list[Fact]]) -> Drawn:
+    """What the LLM draws from the batch (`facts.producer`), or, where its answers were
+    rejected twice, why (unless jobs.fallback is off); None where facts come sentence by
+    sentence. Backend calls only: safe on a pool worker."""
+    if not by_llm(ctx):
+        return None
+    try:
+        return llm_candidates(ctx, rows, owners, shown)
+    except OutputInvalid as exc:
+        if not ctx.fallback:
+            raise
+        return exc
+
+
+def batch_facts(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
+                owners: dict[str, str], drawn: Drawn
+                ) -> tuple[list[Any], np.ndarray | None, str | None]:
+    """The batch's facts and their vectors (on the pass thread, which owns the embedder):
+    the model's, or sentence by sentence, with the reason where the model's were
+    rejected (the fallback's)."""
+    if isinstance(drawn, list):
+        vectors = embedded(ctx, [c.statement for _, _, c, _ in drawn]) if drawn else None
+        return drawn, vectors, None
+    found: list[Any] = [(user, turn, c, []) for user, turn, c in candidates(ctx, rows, owners)]
     vectors = embedded(ctx, [c.statement for _, _, c, _ in found]) if found else None
     if vectors is not None:
         found, vectors = worth_keeping(ctx, found, vectors)
-    return found, vectors, why
+    return found, vectors, None if drawn is None else str(drawn)
 
 
 def embedded(ctx: JobContext, statements: list[str]) -> np.ndarray:
