@@ -190,7 +190,8 @@ def run_claimed(ctx: JobContext, jobs: Registry, previous: Drives, log: Logger,
             finally:
                 ctx.users = None
                 claims.release(batch)
-        waits = len(per_agent) and not ctx.stopped() and leaves_reflection(ctx, claims, stats)
+        waits = (any(due[job.name].due for job in per_agent) and not ctx.stopped()
+                 and leaves_reflection(ctx, claims, stats))
         if waits:
             for job in per_agent:
                 results[job.name] = JobResult(job.name, False, waits)
