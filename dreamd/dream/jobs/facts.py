@@ -16,6 +16,7 @@ import dataclasses
 import functools
 import json
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +37,7 @@ from dreamd.dream.prompts import facts_prompt, facts_repair_prompt
 from dreamd.dream.selector import chosen
 from dreamd.errors import InputRejected, OutputInvalid
 from dreamd.ids import user_keys
-from dreamd.models import BacklogStats, Fact, JobResult, JobSpec, Turn
+from dreamd.models import BacklogStats, Fact, JobResult, JobSpec, Prompt, Turn
 from dreamd.store.facts import add_fact, add_sources, fact_vectors, facts_of, replace_fact
 from dreamd.store.interface import Conn
 from dreamd.store.pending import Moved, count_unread, mark_read, unread_turns
@@ -210,47 +211,64 @@ def parsed(raw: str, turn_ids: set[int], known: set[int], source: str = ""
     return out
 
 
-def llm_candidates(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
-                   owners: dict[str, str], shown: dict[str, list[Fact]]
-                   ) -> list[tuple[str, int, Candidate, list[int]]]:
-    """The facts an LLM draws from these turns, per user, in requests that fit; each
-    prompt shows the user's facts in `shown`."""
-    out: list[tuple[str, int, Candidate, list[int]]] = []
+@dataclass(frozen=True)
+class Ask:
+    """One facts request: some of one user's turns, with the facts shown beside them."""
+    user: str
+    lines: list[str]
+    build: Callable[[list[str]], Prompt]
+    said: dict[int, Turn]
+    known: frozenset[int]
+
+
+def asks_for(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
+             owners: dict[str, str], shown: dict[str, list[Fact]]) -> list[Ask]:
+    """The requests that draw facts from these turns, per user, each as large as fits;
+    each prompt shows the user's facts in `shown`. They do not depend on each other."""
+    out = []
     for user in sorted(set(owners.values())):
         said = {t.id: t for t, _, _ in rows if owners[t.session_id] == user
                 and speaker_name(ctx, t.role, user) is not None}
         known = shown[user]
         listed = [f"#{f.id} {f.subject}{f' ({f.about})' if f.about else ''}: {f.statement}"
-                 for f in known]
+                  for f in known]
         lines = [f"[{t.id}] {long_day(t.created_at)}{speaker_name(ctx, t.role, user)}: "
                  f"{t.content}" for t in said.values()]
         build = functools.partial(facts_prompt, ctx.names_for(user), known=listed,
                                   per_turn=PER_TURN)
-        at, cap = 0, len(lines)
+        at = 0
         while at < len(lines):
-            n = largest(ctx, build, lines[at:], cap)
-            part_ids = {int(ln[1 : ln.index("]")]) for ln in lines[at : at + n]}
-            prompt = build(lines[at : at + n])
-            try:
-                raw = ctx.complete(prompt).text
-            except InputRejected:
-                if n == 1:
-                    raise
-                cap = max(1, n // 2)  # the server counts tokens its own way: smaller
-                continue
-            source = source_of(prompt)
-            try:
-                found = parsed(raw, part_ids, {f.id for f in known}, source)
-            except OutputInvalid as exc:  # one repair, then the batch's failure
-                raw = ctx.complete(facts_repair_prompt(prompt, str(exc))).text
-                found = parsed(raw, part_ids, {f.id for f in known}, source)
-            for candidate, turn_id, replaces in found:
-                out.append((user, turn_id, dataclasses.replace(
-                    candidate, said_at=said[turn_id].created_at,
-                    valid_from=candidate.valid_from or said[turn_id].created_at[:10]),
-                    replaces))
+            n = largest(ctx, build, lines[at:], len(lines) - at)
+            out.append(Ask(user, lines[at : at + n], build, said,
+                           frozenset(f.id for f in known)))
             at += n
     return out
+
+
+def ask(ctx: JobContext, request: Ask) -> list[tuple[str, int, Candidate, list[int]]]:
+    """The facts the LLM draws in one request; one repair of an invalid answer. A request
+    the server refuses as too long (it counts tokens its own way) is asked in halves."""
+    prompt = request.build(request.lines)
+    part_ids = {int(ln[1 : ln.index("]")]) for ln in request.lines}
+    try:
+        raw = ctx.complete(prompt).text
+    except InputRejected:
+        if len(request.lines) == 1:
+            raise
+        half = len(request.lines) // 2
+        return (ask(ctx, dataclasses.replace(request, lines=request.lines[:half]))
+                + ask(ctx, dataclasses.replace(request, lines=request.lines[half:])))
+    source = source_of(prompt)
+    try:
+        found = parsed(raw, part_ids, set(request.known), source)
+    except OutputInvalid as exc:  # one repair, then the batch's failure
+        raw = ctx.complete(facts_repair_prompt(prompt, str(exc))).text
+        found = parsed(raw, part_ids, set(request.known), source)
+    said = request.said
+    return [(request.user, turn_id, dataclasses.replace(
+        candidate, said_at=said[turn_id].created_at,
+        valid_from=candidate.valid_from or said[turn_id].created_at[:10]), replaces)
+        for candidate, turn_id, replaces in found]
 
 
 def read_through(unread: list[tuple[int, str, int]]) -> dict[str, tuple[int, int, int]]:
@@ -336,7 +354,8 @@ def run(ctx: JobContext, reason: str) -> JobResult:
                     outcome = "spent"
                     break
             if outcome == "stopped":  # what is still out is never written
-                ctx.abandon(sum(not f.done() and not f.cancel() for f in answers))
+                ctx.abandon(sum(not f.done() and not f.cancel()
+                                for futures in answers for f in futures))
             if outcome == "moved":  # another worker read these turns: its facts stand
                 state.clear()
                 continue
@@ -375,18 +394,27 @@ def in_batches(unread: list[tuple[int, str, int]],
 
 def produce(ctx: JobContext, pool: ThreadPoolExecutor | None, gate: write_gate.Gate | None,
             part: Batch, owners: dict[str, str], shown: dict[str, list[Fact]],
-            passed_over: bool) -> Future[Drawn]:
-    """What the model draws from the batch: at once without a pool, else on a pool worker
-    (a passed-over batch has nothing)."""
+            passed_over: bool) -> list[Future[Drawn]]:
+    """What the model draws from the batch, request by request: at once without a pool,
+    else on the pool's workers (a passed-over batch has nothing; without the LLM, facts
+    come sentence by sentence: None)."""
     if passed_over:
-        return resolved([])
-    if pool is None or gate is None or not by_llm(ctx):
-        try:
-            return resolved(drawn_by_model(ctx, part.rows, owners, shown))
-        except Exception as exc:  # the batch's failure, recorded when it is written
-            return resolved(None, exc)
-    return pool.submit(gate.run, lambda _: drawn_by_model(ctx, part.rows, owners, shown),
-                       None)
+        return [resolved([])]
+    if not by_llm(ctx):
+        return [resolved(None)]
+    try:
+        asks = asks_for(ctx, part.rows, owners, shown)
+        if pool is None or gate is None:
+            drawn: list[Drawn] = []
+            for a in asks:  # in turn, until one's answers are rejected
+                drawn.append(asked(ctx, a))
+                if isinstance(drawn[-1], OutputInvalid):
+                    break
+            return [resolved(combined(drawn))]
+    except Exception as exc:  # the batch's failure, recorded when it is written
+        return [resolved(None, exc)]
+    return [pool.submit(gate.run, functools.partial(asked, ctx), a) for a in asks] or [
+        resolved([])]
 
 
 def resolved(value: Drawn, error: Exception | None = None) -> Future[Drawn]:
@@ -399,22 +427,22 @@ def resolved(value: Drawn, error: Exception | None = None) -> Future[Drawn]:
     return future
 
 
-def answer_of(ctx: JobContext, future: Future[Drawn]) -> tuple[bool, Drawn]:
-    """(True, what the model drew), waited for with the pass's stop checks between
-    waits; (False, None) when a stop came and the call outlived the grace."""
+def answer_of(ctx: JobContext, futures: list[Future[Drawn]]) -> tuple[bool, Drawn]:
+    """(True, what the model drew from the batch), waited for with the pass's stop checks
+    between waits; (False, None) when a stop came and a call outlived the grace."""
     stop_seen: float | None = None
-    while not future.done():
+    while not all(f.done() for f in futures):
         if stop_seen is None and ctx.budget.stop():
             stop_seen = time.monotonic()
         if stop_seen is not None and time.monotonic() - stop_seen >= stop_grace(ctx):
             return False, None
-        wait([future], timeout=HEARTBEAT_SECONDS)
-    return True, future.result()
+        wait(futures, timeout=HEARTBEAT_SECONDS)
+    return True, combined([f.result() for f in futures])
 
 
 def write_batch(ctx: JobContext, gate: write_gate.Gate | None, model: str,
                 state: dict[str, Known], item: str, part: Batch, owners: dict[str, str],
-                answer: Future[Drawn], errors: list[str]) -> str:
+                answer: list[Future[Drawn]], errors: list[str]) -> str:
     """The batch's facts and its sessions' read marks in one write: "done", "failed",
     "moved" (another worker read these turns), "stopped" or "stale"."""
     try:
@@ -451,19 +479,26 @@ def write_batch(ctx: JobContext, gate: write_gate.Gate | None, model: str,
 Drawn = list[Any] | OutputInvalid | None
 
 
-def drawn_by_model(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
-                   owners: dict[str, str], shown: dict[str, list[Fact]]) -> Drawn:
-    """What the LLM draws from the batch (`facts.producer`), or, where its answers were
-    rejected twice, why (unless jobs.fallback is off); None where facts come sentence by
-    sentence. Backend calls only: safe on a pool worker."""
-    if not by_llm(ctx):
-        return None
+def asked(ctx: JobContext, request: Ask) -> Drawn:
+    """What the LLM draws in one request, or, where its answers were rejected twice, why
+    (unless jobs.fallback is off). Backend calls only: safe on a pool worker."""
     try:
-        return llm_candidates(ctx, rows, owners, shown)
+        return ask(ctx, request)
     except OutputInvalid as exc:
         if not ctx.fallback:
             raise
         return exc
+
+
+def combined(parts: list[Drawn]) -> Drawn:
+    """A batch's draw from its requests' (in order): sentence by sentence if any says so,
+    the fallback's reason if any request's answers were rejected, else every fact."""
+    if any(p is None for p in parts):
+        return None
+    rejected = [p for p in parts if isinstance(p, OutputInvalid)]
+    if rejected:
+        return rejected[0]
+    return [fact for p in parts if isinstance(p, list) for fact in p]
 
 
 def batch_facts(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
