@@ -272,7 +272,7 @@ def test_a_fact_copied_from_the_worked_example_is_made_up() -> None:
     """The facts prompt shows one worked example; an answer that gives it back names what
     the turns never said, and is rejected like any other made-up fact."""
     from dreamd.backends.validate import source_of
-    from dreamd.dream.jobs.facts import parsed
+    from dreamd.dream.jobs.facts_asked import parsed
     from dreamd.dream.prompts import facts_prompt
     from dreamd.errors import OutputInvalid
 

@@ -56,15 +56,7 @@ def test_sigterm_with_every_call_hung_exits_0_within_the_grace(
         tmp_path: Path, hanging: FakeOpenAI, mode: list[str]) -> None:
     db = tmp_path / "memory.db"
     big_file(db, 30, 6)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dreamd", "--db", str(db), "--config",
-         str(llm_config(tmp_path, hanging)), *mode],
-        cwd=ROOT, env=dreamd_env(OPENAI_API_KEY="sk-test"), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 30
-    while chat_calls(hanging) < 4 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert chat_calls(hanging) == 4  # four workers, each inside a call that never ends
+    proc = four_calls_hung(db, llm_config(tmp_path, hanging), mode, hanging)
     time.sleep(0.3)
     calls = chat_calls(hanging)
     signalled = time.monotonic()
@@ -76,6 +68,26 @@ def test_sigterm_with_every_call_hung_exits_0_within_the_grace(
     assert chat_calls(hanging) == calls  # no new call and no retry after the signal
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT COUNT(*) FROM summaries").fetchone() == (0,)
+    conn.close()
+    interrupted_abandoning_four(db, out)
+
+
+def four_calls_hung(db: Path, config: Path, args: list[str], hanging: FakeOpenAI
+                    ) -> subprocess.Popen[str]:
+    """dreamd started on `db`, once four calls (one per worker) hang at the server."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dreamd", "--db", str(db), "--config", str(config), *args],
+        cwd=ROOT, env=dreamd_env(OPENAI_API_KEY="sk-test"), stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while chat_calls(hanging) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert chat_calls(hanging) == 4  # four workers, each inside a call that never ends
+    return proc
+
+
+def interrupted_abandoning_four(db: Path, out: str) -> None:
+    conn = sqlite3.connect(db)
     outcome, notes = conn.execute(
         "SELECT outcome, notes FROM dreamd_runs ORDER BY id DESC LIMIT 1").fetchone()
     conn.close()
@@ -92,14 +104,8 @@ def test_sigterm_with_the_facts_batches_hung_exits_0_within_the_grace(
     big_file(db, 30, 40)  # 1,200 turns: six batches
     config = llm_config(tmp_path, hanging)
     config.write_text(config.read_text().replace('producer = "offline"', 'producer = "llm"'))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dreamd", "--db", str(db), "--config", str(config), "--force"],
-        cwd=ROOT, env=dreamd_env(OPENAI_API_KEY="sk-test"), stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while chat_calls(hanging) < 4 and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert chat_calls(hanging) == 4 and set(hanging.tasks()) == {"facts"}
+    proc = four_calls_hung(db, config, ["--force"], hanging)
+    assert set(hanging.tasks()) == {"facts"}
     signalled = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=300)
@@ -109,12 +115,8 @@ def test_sigterm_with_the_facts_batches_hung_exits_0_within_the_grace(
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT COUNT(*) FROM facts").fetchone() == (0,)
     assert conn.execute("SELECT SUM(facts_turns) FROM dreamd_sessions").fetchone() == (0,)
-    outcome, notes = conn.execute(
-        "SELECT outcome, notes FROM dreamd_runs ORDER BY id DESC LIMIT 1").fetchone()
     conn.close()
-    assert outcome == "interrupted"
-    assert "4 backend calls still in flight were abandoned" in notes
-    assert '"event": "calls_abandoned"' in out
+    interrupted_abandoning_four(db, out)
 
 
 def test_a_slow_answer_inside_its_deadline_keeps_the_watchdog_fed(tmp_path: Path) -> None:

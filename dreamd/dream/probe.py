@@ -20,7 +20,7 @@ from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.backends.validate import junk, source_of
 from dreamd.config import Config, server_url
 from dreamd.dream.dates import day_of, long_date
-from dreamd.dream.jobs.facts import PER_TURN, parsed
+from dreamd.dream.jobs.facts_asked import PER_TURN, parsed
 from dreamd.dream.prompts import facts_prompt, summary_prompt, turn_line
 from dreamd.errors import BackendError, BackendUnavailable, DreamdError, OutputInvalid
 

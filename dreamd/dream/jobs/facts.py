@@ -12,32 +12,29 @@ watermark.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import functools
-import json
-import time
-from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from dreamd.backends import write_gate
-from dreamd.backends.validate import source_of, ungrounded
 from dreamd.config import Config
-from dreamd.dream.dates import day_of, long_date
-from dreamd.dream.facts import CHANGE, MAX_CHARS, Candidate, extract
+from dreamd.dream.facts import CHANGE, Candidate, extract
 from dreamd.dream.jobs.base import JobContext, failed_items, note_failure, note_success
 from dreamd.dream.jobs.embed import horizon
-from dreamd.dream.jobs.fitting import largest
-from dreamd.dream.jobs.pool import HEARTBEAT_SECONDS, stop_grace
+from dreamd.dream.jobs.facts_asked import (
+    KNOWN_SHOWN,
+    Drawn,
+    answer_of,
+    by_llm,
+    produce,
+    speaker_name,
+)
 from dreamd.dream.keys import addressee, space
-from dreamd.dream.prompts import facts_prompt, facts_repair_prompt
 from dreamd.dream.selector import chosen
-from dreamd.errors import InputRejected, OutputInvalid
 from dreamd.ids import user_keys
-from dreamd.models import BacklogStats, Fact, JobResult, JobSpec, Prompt, Turn
+from dreamd.models import BacklogStats, Fact, JobResult, JobSpec, Turn
 from dreamd.store.facts import add_fact, add_sources, fact_vectors, facts_of, replace_fact
 from dreamd.store.interface import Conn
 from dreamd.store.pending import Moved, count_unread, mark_read, unread_turns
@@ -52,7 +49,6 @@ SAME = 0.9  # cosine at which a candidate says what a known fact says
 # every morning"): all-MiniLM-L6-v2 puts such pairs of one person at 0.53-0.80, and
 # unrelated facts of that person at 0.31-0.44.
 CHANGED = 0.5
-NOT_PEOPLE = frozenset({"assistant", "system", "tool", "function", "developer"})
 
 
 class Known:
@@ -133,13 +129,6 @@ class Known:
         self.live = np.append(self.live, True)
 
 
-def speaker_name(ctx: JobContext, role: str, user_id: str) -> str | None:
-    """Who said it, by name; None for the agent's own turns (not facts about a person)."""
-    if role.lower() in NOT_PEOPLE:
-        return None
-    return ctx.names_for(user_id)["user"] if role == "user" else role
-
-
 def candidates(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
                owners: dict[str, str]) -> list[tuple[str, int, Candidate]]:
     """(user, turn id, candidate) of every fact in these turns."""
@@ -158,119 +147,6 @@ def candidates(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]
     return out
 
 
-ABOUTS = frozenset({"job", "home", "partner"})
-PER_TURN = 3  # facts an LLM may draw from one turn
-KNOWN_SHOWN = 40  # current facts shown to the LLM, so it can say which a new one replaces
-
-
-def parsed(raw: str, turn_ids: set[int], known: set[int], source: str = ""
-           ) -> list[tuple[Candidate, int, list[int]]]:
-    """An LLM's facts, checked against the schema and, given the prompt as `source`,
-    grounded in it: (candidate, its first turn, the known facts it replaces). Anything
-    off is OutputInvalid naming the problem."""
-    try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise OutputInvalid(f"not JSON ({exc})") from None
-    items = data.get("facts") if isinstance(data, dict) else None
-    if not isinstance(items, list):
-        raise OutputInvalid('expected an object {"facts": [...]}')
-    if len(items) > PER_TURN * max(1, len(turn_ids)):
-        raise OutputInvalid(f"{len(items)} facts from {len(turn_ids)} turns")
-    out = []
-    for i, item in enumerate(items):
-        where = f"fact {i + 1}"
-        if not isinstance(item, dict):
-            raise OutputInvalid(f"{where} is not an object")
-        subject, statement = item.get("subject"), item.get("statement")
-        if not (isinstance(subject, str) and 0 < len(subject.strip()) <= 80):
-            raise OutputInvalid(f"{where}: subject must be a name")
-        if not (isinstance(statement, str) and 0 < len(statement.strip()) <= MAX_CHARS):
-            raise OutputInvalid(f"{where}: statement must be 1..{MAX_CHARS} characters")
-        if source and subject.strip().lower() not in source.lower():
-            raise OutputInvalid(f"{where} names what the turns do not: {subject.strip()}")
-        made_up = ungrounded(f"{subject}: {statement}", source) if source else []
-        if made_up:
-            raise OutputInvalid(f"{where} names what the turns do not: {', '.join(made_up[:4])}")
-        about = item.get("about")
-        if about is not None and about not in ABOUTS:
-            raise OutputInvalid(f"{where}: about must be one of {sorted(ABOUTS)} or null")
-        since = item.get("valid_from")
-        if since is not None and not (isinstance(since, str) and day_of(since) is not None):
-            raise OutputInvalid(f"{where}: valid_from must be YYYY-MM-DD or null")
-        turns = item.get("turns")
-        if not (isinstance(turns, list) and turns and all(
-                isinstance(t, int) and t in turn_ids for t in turns)):
-            raise OutputInvalid(f"{where}: turns must name the given [ids]")
-        replaces = item.get("replaces") or []
-        if not (isinstance(replaces, list) and all(isinstance(r, int) and r in known
-                                                   for r in replaces)):
-            raise OutputInvalid(f"{where}: replaces must name known #ids")
-        out.append((Candidate(subject.strip(), statement.strip(), about, since, ""),
-                    min(turns), replaces))
-    return out
-
-
-@dataclass(frozen=True)
-class Ask:
-    """One facts request: some of one user's turns, with the facts shown beside them."""
-    user: str
-    lines: list[str]
-    build: Callable[[list[str]], Prompt]
-    said: dict[int, Turn]
-    known: frozenset[int]
-
-
-def asks_for(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
-             owners: dict[str, str], shown: dict[str, list[Fact]]) -> list[Ask]:
-    """The requests that draw facts from these turns, per user, each as large as fits;
-    each prompt shows the user's facts in `shown`. They do not depend on each other."""
-    out = []
-    for user in sorted(set(owners.values())):
-        said = {t.id: t for t, _, _ in rows if owners[t.session_id] == user
-                and speaker_name(ctx, t.role, user) is not None}
-        known = shown[user]
-        listed = [f"#{f.id} {f.subject}{f' ({f.about})' if f.about else ''}: {f.statement}"
-                  for f in known]
-        lines = [f"[{t.id}] {long_day(t.created_at)}{speaker_name(ctx, t.role, user)}: "
-                 f"{t.content}" for t in said.values()]
-        build = functools.partial(facts_prompt, ctx.names_for(user), known=listed,
-                                  per_turn=PER_TURN)
-        at = 0
-        while at < len(lines):
-            n = largest(ctx, build, lines[at:], len(lines) - at)
-            out.append(Ask(user, lines[at : at + n], build, said,
-                           frozenset(f.id for f in known)))
-            at += n
-    return out
-
-
-def ask(ctx: JobContext, request: Ask) -> list[tuple[str, int, Candidate, list[int]]]:
-    """The facts the LLM draws in one request; one repair of an invalid answer. A request
-    the server refuses as too long (it counts tokens its own way) is asked in halves."""
-    prompt = request.build(request.lines)
-    part_ids = {int(ln[1 : ln.index("]")]) for ln in request.lines}
-    try:
-        raw = ctx.complete(prompt).text
-    except InputRejected:
-        if len(request.lines) == 1:
-            raise
-        half = len(request.lines) // 2
-        return (ask(ctx, dataclasses.replace(request, lines=request.lines[:half]))
-                + ask(ctx, dataclasses.replace(request, lines=request.lines[half:])))
-    source = source_of(prompt)
-    try:
-        found = parsed(raw, part_ids, set(request.known), source)
-    except OutputInvalid as exc:  # one repair, then the batch's failure
-        raw = ctx.complete(facts_repair_prompt(prompt, str(exc))).text
-        found = parsed(raw, part_ids, set(request.known), source)
-    said = request.said
-    return [(request.user, turn_id, dataclasses.replace(
-        candidate, said_at=said[turn_id].created_at,
-        valid_from=candidate.valid_from or said[turn_id].created_at[:10]), replaces)
-        for candidate, turn_id, replaces in found]
-
-
 def read_through(unread: list[tuple[int, str, int]]) -> dict[str, tuple[int, int, int]]:
     """Each session's (mark found, last turn read, turns read) in one look at the batch."""
     marks: dict[str, tuple[int, int, int]] = {}
@@ -278,18 +154,6 @@ def read_through(unread: list[tuple[int, str, int]]) -> dict[str, tuple[int, int
         found, last, count = marks.get(session, (mark, turn_id, 0))
         marks[session] = (found, max(last, turn_id), count + 1)
     return marks
-
-
-def by_llm(ctx: JobContext) -> bool:
-    """Whether this pass's facts come from the LLM: `facts.producer`, where "auto" means
-    the LLM when the completer is one."""
-    producer = ctx.config.facts.producer
-    return ctx.llm if producer == "auto" else producer == "llm" and ctx.llm
-
-
-def long_day(timestamp: str) -> str:
-    day = day_of(timestamp)
-    return f"{long_date(day)}. " if day else ""
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
@@ -336,7 +200,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
             if not batches:
                 break
             shown = {user: facts.current()[-KNOWN_SHOWN:] for user, facts in state.items()}
-            answers = [produce(ctx, pool, gate, part, owners, shown,
+            answers = [produce(ctx, pool, gate, part.rows, owners, shown,
                                passed_over=failures.get(item) == "quarantined")
                        for item, part in batches]
             outcome = "next"
@@ -392,54 +256,6 @@ def in_batches(unread: list[tuple[int, str, int]],
     return out
 
 
-def produce(ctx: JobContext, pool: ThreadPoolExecutor | None, gate: write_gate.Gate | None,
-            part: Batch, owners: dict[str, str], shown: dict[str, list[Fact]],
-            passed_over: bool) -> list[Future[Drawn]]:
-    """What the model draws from the batch, request by request: at once without a pool,
-    else on the pool's workers (a passed-over batch has nothing; without the LLM, facts
-    come sentence by sentence: None)."""
-    if passed_over:
-        return [resolved([])]
-    if not by_llm(ctx):
-        return [resolved(None)]
-    try:
-        asks = asks_for(ctx, part.rows, owners, shown)
-        if pool is None or gate is None:
-            drawn: list[Drawn] = []
-            for a in asks:  # in turn, until one's answers are rejected
-                drawn.append(asked(ctx, a))
-                if isinstance(drawn[-1], OutputInvalid):
-                    break
-            return [resolved(combined(drawn))]
-    except Exception as exc:  # the batch's failure, recorded when it is written
-        return [resolved(None, exc)]
-    return [pool.submit(gate.run, functools.partial(asked, ctx), a) for a in asks] or [
-        resolved([])]
-
-
-def resolved(value: Drawn, error: Exception | None = None) -> Future[Drawn]:
-    """A future that already holds `value`, or raises `error`."""
-    future: Future[Drawn] = Future()
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
-    return future
-
-
-def answer_of(ctx: JobContext, futures: list[Future[Drawn]]) -> tuple[bool, Drawn]:
-    """(True, what the model drew from the batch), waited for with the pass's stop checks
-    between waits; (False, None) when a stop came and a call outlived the grace."""
-    stop_seen: float | None = None
-    while not all(f.done() for f in futures):
-        if stop_seen is None and ctx.budget.stop():
-            stop_seen = time.monotonic()
-        if stop_seen is not None and time.monotonic() - stop_seen >= stop_grace(ctx):
-            return False, None
-        wait(futures, timeout=HEARTBEAT_SECONDS)
-    return True, combined([f.result() for f in futures])
-
-
 def write_batch(ctx: JobContext, gate: write_gate.Gate | None, model: str,
                 state: dict[str, Known], item: str, part: Batch, owners: dict[str, str],
                 answer: list[Future[Drawn]], errors: list[str]) -> str:
@@ -474,31 +290,6 @@ def write_batch(ctx: JobContext, gate: write_gate.Gate | None, model: str,
         ctx.note_fallback(JOB, item, fell_back)
     ctx.budget.spend()
     return "done"
-
-
-Drawn = list[Any] | OutputInvalid | None
-
-
-def asked(ctx: JobContext, request: Ask) -> Drawn:
-    """What the LLM draws in one request, or, where its answers were rejected twice, why
-    (unless jobs.fallback is off). Backend calls only: safe on a pool worker."""
-    try:
-        return ask(ctx, request)
-    except OutputInvalid as exc:
-        if not ctx.fallback:
-            raise
-        return exc
-
-
-def combined(parts: list[Drawn]) -> Drawn:
-    """A batch's draw from its requests' (in order): sentence by sentence if any says so,
-    the fallback's reason if any request's answers were rejected, else every fact."""
-    if any(p is None for p in parts):
-        return None
-    rejected = [p for p in parts if isinstance(p, OutputInvalid)]
-    if rejected:
-        return rejected[0]
-    return [fact for p in parts if isinstance(p, list) for fact in p]
 
 
 def batch_facts(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],

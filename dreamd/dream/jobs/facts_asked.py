@@ -1,0 +1,235 @@
+"""The model's side of the facts job: the requests that draw facts from a batch of turns,
+how an answer is checked, and the pool that sends a batch's requests at once.
+
+A batch's requests (one user's turns, as many as fit each) show the same known facts and
+do not depend on each other, so with several workers they all go out together; the
+answers are written by the job, batch by batch in turn order (dreamd.dream.jobs.facts).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+from dreamd.backends import write_gate
+from dreamd.backends.validate import source_of, ungrounded
+from dreamd.dream.dates import day_of, long_date
+from dreamd.dream.facts import MAX_CHARS, Candidate
+from dreamd.dream.jobs.base import JobContext
+from dreamd.dream.jobs.fitting import largest
+from dreamd.dream.jobs.pool import HEARTBEAT_SECONDS, stop_grace
+from dreamd.dream.prompts import facts_prompt, facts_repair_prompt
+from dreamd.errors import InputRejected, OutputInvalid
+from dreamd.models import Fact, Prompt, Turn
+
+NOT_PEOPLE = frozenset({"assistant", "system", "tool", "function", "developer"})
+ABOUTS = frozenset({"job", "home", "partner"})
+PER_TURN = 3  # facts an LLM may draw from one turn
+KNOWN_SHOWN = 40  # current facts shown to the LLM, so it can say which a new one replaces
+
+
+def speaker_name(ctx: JobContext, role: str, user_id: str) -> str | None:
+    """Who said it, by name; None for the agent's own turns (not facts about a person)."""
+    if role.lower() in NOT_PEOPLE:
+        return None
+    return ctx.names_for(user_id)["user"] if role == "user" else role
+
+
+def by_llm(ctx: JobContext) -> bool:
+    """Whether this pass's facts come from the LLM: `facts.producer`, where "auto" means
+    the LLM when the completer is one."""
+    producer = ctx.config.facts.producer
+    return ctx.llm if producer == "auto" else producer == "llm" and ctx.llm
+
+
+def long_day(timestamp: str) -> str:
+    day = day_of(timestamp)
+    return f"{long_date(day)}. " if day else ""
+
+
+def parsed(raw: str, turn_ids: set[int], known: set[int], source: str = ""
+           ) -> list[tuple[Candidate, int, list[int]]]:
+    """An LLM's facts, checked against the schema and, given the prompt as `source`,
+    grounded in it: (candidate, its first turn, the known facts it replaces). Anything
+    off is OutputInvalid naming the problem."""
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise OutputInvalid(f"not JSON ({exc})") from None
+    items = data.get("facts") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        raise OutputInvalid('expected an object {"facts": [...]}')
+    if len(items) > PER_TURN * max(1, len(turn_ids)):
+        raise OutputInvalid(f"{len(items)} facts from {len(turn_ids)} turns")
+    out = []
+    for i, item in enumerate(items):
+        where = f"fact {i + 1}"
+        if not isinstance(item, dict):
+            raise OutputInvalid(f"{where} is not an object")
+        subject, statement = item.get("subject"), item.get("statement")
+        if not (isinstance(subject, str) and 0 < len(subject.strip()) <= 80):
+            raise OutputInvalid(f"{where}: subject must be a name")
+        if not (isinstance(statement, str) and 0 < len(statement.strip()) <= MAX_CHARS):
+            raise OutputInvalid(f"{where}: statement must be 1..{MAX_CHARS} characters")
+        if source and subject.strip().lower() not in source.lower():
+            raise OutputInvalid(f"{where} names what the turns do not: {subject.strip()}")
+        made_up = ungrounded(f"{subject}: {statement}", source) if source else []
+        if made_up:
+            raise OutputInvalid(f"{where} names what the turns do not: {', '.join(made_up[:4])}")
+        about = item.get("about")
+        if about is not None and about not in ABOUTS:
+            raise OutputInvalid(f"{where}: about must be one of {sorted(ABOUTS)} or null")
+        since = item.get("valid_from")
+        if since is not None and not (isinstance(since, str) and day_of(since) is not None):
+            raise OutputInvalid(f"{where}: valid_from must be YYYY-MM-DD or null")
+        turns = item.get("turns")
+        if not (isinstance(turns, list) and turns and all(
+                isinstance(t, int) and t in turn_ids for t in turns)):
+            raise OutputInvalid(f"{where}: turns must name the given [ids]")
+        replaces = item.get("replaces") or []
+        if not (isinstance(replaces, list) and all(isinstance(r, int) and r in known
+                                                   for r in replaces)):
+            raise OutputInvalid(f"{where}: replaces must name known #ids")
+        out.append((Candidate(subject.strip(), statement.strip(), about, since, ""),
+                    min(turns), replaces))
+    return out
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One facts request: some of one user's turns, with the facts shown beside them."""
+    user: str
+    lines: list[str]
+    build: Callable[[list[str]], Prompt]
+    said: dict[int, Turn]
+    known: frozenset[int]
+
+
+def asks_for(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
+             owners: dict[str, str], shown: dict[str, list[Fact]]) -> list[Ask]:
+    """The requests that draw facts from these turns, per user, each as large as fits;
+    each prompt shows the user's facts in `shown`. They do not depend on each other."""
+    out = []
+    for user in sorted(set(owners.values())):
+        said = {t.id: t for t, _, _ in rows if owners[t.session_id] == user
+                and speaker_name(ctx, t.role, user) is not None}
+        known = shown[user]
+        listed = [f"#{f.id} {f.subject}{f' ({f.about})' if f.about else ''}: {f.statement}"
+                  for f in known]
+        lines = [f"[{t.id}] {long_day(t.created_at)}{speaker_name(ctx, t.role, user)}: "
+                 f"{t.content}" for t in said.values()]
+        build = functools.partial(facts_prompt, ctx.names_for(user), known=listed,
+                                  per_turn=PER_TURN)
+        at = 0
+        while at < len(lines):
+            n = largest(ctx, build, lines[at:], len(lines) - at)
+            out.append(Ask(user, lines[at : at + n], build, said,
+                           frozenset(f.id for f in known)))
+            at += n
+    return out
+
+
+def ask(ctx: JobContext, request: Ask) -> list[tuple[str, int, Candidate, list[int]]]:
+    """The facts the LLM draws in one request; one repair of an invalid answer. A request
+    the server refuses as too long (it counts tokens its own way) is asked in halves."""
+    prompt = request.build(request.lines)
+    part_ids = {int(ln[1 : ln.index("]")]) for ln in request.lines}
+    try:
+        raw = ctx.complete(prompt).text
+    except InputRejected:
+        if len(request.lines) == 1:
+            raise
+        half = len(request.lines) // 2
+        return (ask(ctx, dataclasses.replace(request, lines=request.lines[:half]))
+                + ask(ctx, dataclasses.replace(request, lines=request.lines[half:])))
+    source = source_of(prompt)
+    try:
+        found = parsed(raw, part_ids, set(request.known), source)
+    except OutputInvalid as exc:  # one repair, then the batch's failure
+        raw = ctx.complete(facts_repair_prompt(prompt, str(exc))).text
+        found = parsed(raw, part_ids, set(request.known), source)
+    said = request.said
+    return [(request.user, turn_id, dataclasses.replace(
+        candidate, said_at=said[turn_id].created_at,
+        valid_from=candidate.valid_from or said[turn_id].created_at[:10]), replaces)
+        for candidate, turn_id, replaces in found]
+
+
+Drawn = list[Any] | OutputInvalid | None
+
+
+def asked(ctx: JobContext, request: Ask) -> Drawn:
+    """What the LLM draws in one request, or, where its answers were rejected twice, why
+    (unless jobs.fallback is off). Backend calls only: safe on a pool worker."""
+    try:
+        return ask(ctx, request)
+    except OutputInvalid as exc:
+        if not ctx.fallback:
+            raise
+        return exc
+
+
+def combined(parts: list[Drawn]) -> Drawn:
+    """A batch's draw from its requests' (in order): sentence by sentence if any says so,
+    the fallback's reason if any request's answers were rejected, else every fact."""
+    if any(p is None for p in parts):
+        return None
+    rejected = [p for p in parts if isinstance(p, OutputInvalid)]
+    if rejected:
+        return rejected[0]
+    return [fact for p in parts if isinstance(p, list) for fact in p]
+
+
+def produce(ctx: JobContext, pool: ThreadPoolExecutor | None, gate: write_gate.Gate | None,
+            rows: list[tuple[Turn, Turn | None, Turn | None]], owners: dict[str, str],
+            shown: dict[str, list[Fact]],
+            passed_over: bool) -> list[Future[Drawn]]:
+    """What the model draws from the batch, request by request: at once without a pool,
+    else on the pool's workers (a passed-over batch has nothing; without the LLM, facts
+    come sentence by sentence: None)."""
+    if passed_over:
+        return [resolved([])]
+    if not by_llm(ctx):
+        return [resolved(None)]
+    try:
+        asks = asks_for(ctx, rows, owners, shown)
+        if pool is None or gate is None:
+            drawn: list[Drawn] = []
+            for a in asks:  # in turn, until one's answers are rejected
+                drawn.append(asked(ctx, a))
+                if isinstance(drawn[-1], OutputInvalid):
+                    break
+            return [resolved(combined(drawn))]
+    except Exception as exc:  # the batch's failure, recorded when it is written
+        return [resolved(None, exc)]
+    return [pool.submit(gate.run, functools.partial(asked, ctx), a) for a in asks] or [
+        resolved([])]
+
+
+def resolved(value: Drawn, error: Exception | None = None) -> Future[Drawn]:
+    """A future that already holds `value`, or raises `error`."""
+    future: Future[Drawn] = Future()
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+    return future
+
+
+def answer_of(ctx: JobContext, futures: list[Future[Drawn]]) -> tuple[bool, Drawn]:
+    """(True, what the model drew from the batch), waited for with the pass's stop checks
+    between waits; (False, None) when a stop came and a call outlived the grace."""
+    stop_seen: float | None = None
+    while not all(f.done() for f in futures):
+        if stop_seen is None and ctx.budget.stop():
+            stop_seen = time.monotonic()
+        if stop_seen is not None and time.monotonic() - stop_seen >= stop_grace(ctx):
+            return False, None
+        wait(futures, timeout=HEARTBEAT_SECONDS)
+    return True, combined([f.result() for f in futures])
