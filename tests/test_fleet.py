@@ -23,6 +23,7 @@ from dreamd.store.tally import sync_tally
 from dreamd.store.tiers import save_gist, save_self_state, self_state
 from dreamd.store.turns import dirty_sessions
 from tests.engines import App
+from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -225,7 +226,7 @@ def test_a_pass_claims_a_user_once_unless_its_worker_died(pg_server: Any) -> Non
         assert leases.claim(store, "b", keys[:1], 1, 60.0) == keys[:1]
         leases.release(store, "b", keys[:1])  # b did ana's work
         assert leases.claim(store, "c", keys[1:2], 1, 0.05) == keys[1:2]  # c dies holding ben
-        assert wait_for_lapse(store, keys[1])
+        assert wait_for(lambda: lapsed(store, keys[1]), 30)
         assert leases.claim(store, "a", keys, 8, 60.0, since) == keys[1:]
         # Without a pass's clock, every free user is claimed.
         leases.release(store, "a", keys[1:])
@@ -234,14 +235,8 @@ def test_a_pass_claims_a_user_once_unless_its_worker_died(pg_server: Any) -> Non
         store.close()
 
 
-def wait_for_lapse(store: Store, key: str) -> bool:
-    """Whether the lease on `key` runs out within 30 s (in the server's clock)."""
-    import time
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with store.read() as conn:
-            if conn.execute("SELECT expires_at < now() FROM dreamd_leases WHERE key = ?",
-                            (key,)).fetchone()[0]:
-                return True
-        time.sleep(0.05)
-    return False
+def lapsed(store: Store, key: str) -> bool:
+    """Whether the lease on `key` has run out (in the server's clock)."""
+    with store.read() as conn:
+        return bool(conn.execute("SELECT expires_at < now() FROM dreamd_leases WHERE key = ?",
+                                 (key,)).fetchone()[0])

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from testkit.openai_server import FakeOpenAI
-from tests.helpers import ROOT, big_file, dreamd_env
+from tests.helpers import ROOT, big_file, dreamd_env, wait_for
 
 GRACE = 4.0
 
@@ -79,9 +79,7 @@ def four_calls_hung(db: Path, config: Path, args: list[str], hanging: FakeOpenAI
         [sys.executable, "-m", "dreamd", "--db", str(db), "--config", str(config), *args],
         cwd=ROOT, env=dreamd_env(OPENAI_API_KEY="sk-test"), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while chat_calls(hanging) < 4 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for(lambda: chat_calls(hanging) >= 4, 120)
     assert chat_calls(hanging) == 4  # four workers, each inside a call that never ends
     return proc
 
