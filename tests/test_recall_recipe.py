@@ -15,7 +15,7 @@ from dreamd.dream.cycle import run_pass
 from dreamd.dream.dates import Period, asked_period, long_date, periods, resolve
 from dreamd.dream.jobs import embed
 from dreamd.dream.jobs.registry import JOBS, Registry
-from dreamd.dream.keys import Said, context_text, in_names, turn_key
+from dreamd.dream.keys import Said, context_text, in_names, turn_key, vector_key
 from dreamd.memory.api import Memory, scope_of
 from dreamd.memory.recall import named, query_words
 from dreamd.store.facts import facts_of
@@ -107,6 +107,19 @@ def test_the_key_says_who_spoke_to_whom_and_when() -> None:
     text = context_text(said, Said("Melanie", "How was your week?", said.created_at,
                                    "Caroline"), None)
     assert text.splitlines()[1] == "Melanie: How was Caroline's week?"
+
+
+def test_a_pasted_page_is_indexed_whole_but_not_carried_whole_into_other_keys() -> None:
+    """Every word of a 1 MB turn is in its own words entry; its neighbours' entries and its
+    vector key take its first few thousand characters (no embedder reads further)."""
+    page = "I keep notes about my garden and " * 30_000
+    pasted = Said("ana", page + "the last word is zucchini", "2023-05-07T13:56:00+00:00")
+    after = Said("bot", "That is a long page.", pasted.created_at, "ana")
+    assert "zucchini" in context_text(pasted, None, after)
+    neighbour = context_text(after, pasted, None)
+    assert len(neighbour) < 5_000 and neighbour.splitlines()[1].startswith("ana: ana keep notes")
+    key = vector_key(pasted)
+    assert 8_000 <= len(key) < 10_000 and "zucchini" not in key
 
 
 def test_query_words_are_unicode() -> None:
