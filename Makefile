@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO_DB := demo/memory.db
 
-.PHONY: demo test install bench quality clean
+.PHONY: demo test soak install bench quality clean
 
 $(BIN)/dreamd: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,7 +24,12 @@ demo: install
 test: install
 	$(BIN)/ruff check dreamd tests bench testkit
 	$(BIN)/mypy
-	$(BIN)/python -m pytest -n 4 --dist worksteal --durations=10
+	$(BIN)/python -m pytest -n 4 --dist worksteal --durations=10 -m 'not soak'
+
+# The long runs: 600 passes beside a live writer, kill -9 at random moments (of a dreamd on a
+# file and of PostgreSQL workers), a 20k-turn pass beside a live writer (~3 min; CI runs it).
+soak: install
+	$(BIN)/python -m pytest -n 4 --durations=0 -m soak
 
 bench: install
 	$(BIN)/python -m bench.run

@@ -63,3 +63,4 @@ def minilm() -> Any:
     from dreamd.backends.local import LocalEmbedder
 
     return LocalEmbedder(threads=1)
+

@@ -4,7 +4,9 @@ the daemon as a subprocess, and the OpenAI-compatible test server's client side.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
+import shutil
 import socket
 import sqlite3
 import subprocess
@@ -158,6 +160,27 @@ def query(db: Path, sql: str, default: Any = None) -> Any:
         return default  # not migrated yet
     finally:
         conn.close()
+
+
+def built_once(tmp_path_factory: Any, worker_id: str, name: str,
+               build: Callable[[Path], None]) -> Path:
+    """A directory `build` fills once per test session, shared by the pytest-xdist workers
+    (the first to take the lock builds it; the rest wait and reuse it). Tests that change
+    what is in it work on a copy."""
+    if worker_id == "master":  # one process: its own session-scoped directory
+        where = tmp_path_factory.mktemp(name)
+        build(where)
+        return where
+    root = tmp_path_factory.getbasetemp().parent  # shared by the workers of one run
+    where, done = root / name, root / f"{name}.built"
+    with (root / f"{name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not done.exists():
+            shutil.rmtree(where, ignore_errors=True)  # a build that failed half-way
+            where.mkdir()
+            build(where)
+            done.touch()
+    return where
 
 
 def wait_for(predicate, timeout: float, step: float = 0.05) -> bool:

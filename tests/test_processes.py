@@ -34,6 +34,7 @@ def turns(db: Path) -> int:
     return query(db, "SELECT COUNT(*) FROM exchanges", 0) or 0
 
 
+@pytest.mark.soak
 def test_live_writer_during_a_force_pass(tmp_path: Path) -> None:
     """≥ 50 inserts/s by another process through a whole pass on 20k turns: no lock errors,
     every row kept, and the new turns are consolidated by the next pass."""
@@ -73,7 +74,7 @@ def test_live_writer_during_a_force_pass(tmp_path: Path) -> None:
     conn.close()
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 def test_kill_9_at_random_moments_then_one_clean_pass(tmp_path: Path) -> None:
     """kill -9 at random moments while a chat app writes 60 turns a second throughout:
     nothing lost, duplicated or torn."""

@@ -28,7 +28,13 @@ from dreamd.store.connect import SqliteStore as Store
 from dreamd.store.interface import Conn
 from dreamd.store.opening import open_store
 from tests.engines import App
-from tests.helpers import RecordingCompleter, config_for, make_chat_file, open_sqlite
+from tests.helpers import (
+    RecordingCompleter,
+    built_once,
+    config_for,
+    make_chat_file,
+    open_sqlite,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 USERS = (DEFAULT_USER, "ana", "bo")
@@ -315,7 +321,8 @@ def test_forget_in_steps_of_two_turns_ends_where_one_step_does(tmp_path: Path) -
 class HalfForgotten:
     """A file where `dreamd forget --user ana` was killed with SIGKILL half-way: 14 of
     ana's sessions and 2 of bo's, 600 turns each, embedded and indexed before. Built once
-    per test session (`made`); each test works on a copy of its own."""
+    per test session by `build`, whichever pytest worker comes first; each test works on a
+    copy of its own."""
 
     def __init__(self, db: Path) -> None:
         self.db = db
@@ -324,7 +331,7 @@ class HalfForgotten:
         self.command = [sys.executable, "-m", "dreamd", "--db", str(db)]
 
     @classmethod
-    def made(cls, where: Path) -> HalfForgotten:
+    def build(cls, where: Path) -> None:
         db = where / "big.db"
         app = make_chat_file(db)
         open_store(config_for(db)).close()  # sessions rows carry a user
@@ -347,7 +354,6 @@ class HalfForgotten:
         killed.kill()
         _, err = killed.communicate(timeout=10)
         assert half.journal() is not None, f"the forget ended before it was killed: {err}"
-        return half
 
     def copy(self, where: Path) -> HalfForgotten:
         """The file as the kill left it (its WAL and shared memory too), elsewhere."""
@@ -374,8 +380,9 @@ class HalfForgotten:
 
 
 @pytest.fixture(scope="session")
-def half_forgotten(tmp_path_factory: pytest.TempPathFactory) -> HalfForgotten:
-    return HalfForgotten.made(tmp_path_factory.mktemp("half-forgotten"))
+def half_forgotten(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> HalfForgotten:
+    where = built_once(tmp_path_factory, worker_id, "half-forgotten", HalfForgotten.build)
+    return HalfForgotten(where / "big.db")
 
 
 def test_a_forget_killed_half_way_is_finished_by_the_next_pass(

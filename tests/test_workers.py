@@ -123,6 +123,7 @@ def test_workers_share_500_users_each_consolidated_once(pg_server: Any, count: i
 
 
 @pytest.mark.heavy
+@pytest.mark.soak
 def test_killing_workers_mid_claim_loses_nothing(pg_server: Any, tmp_path: Path) -> None:
     """kill -9 of a worker holding leases, 50 times at random moments, beside a chat app
     writing over 100 turns a second across users and a worker that keeps going: no turn
