@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass
 
 from dreamd.models import JSON_TASKS, Prompt
 
@@ -98,17 +99,33 @@ def in_list(text: str, at: int) -> bool:
     return len(items) >= 3 and all(0 < len(item.split()) <= 3 for item in items)
 
 
-def ungrounded(answer: str, source: str) -> list[str]:
+@dataclass(frozen=True)
+class Grounds:
+    """What a source mentions, read once: the facts job checks each of a batch's facts
+    against one long prompt, and reading it again for each was most of the job's CPU."""
+
+    lowered: str
+    words: frozenset[str]
+    numbers: frozenset[int]
+
+    @classmethod
+    def of(cls, source: str) -> Grounds:
+        lowered = source.lower()
+        words = frozenset(re.findall(r"[\w'’-]+", lowered))
+        # By value, and a month named in words gives its number: "7 May 2023" -> 2023-05-07.
+        numbers = {int(n) for n in NUMBER.findall(source)}
+        numbers |= {i + 1 for i, month in enumerate(MONTHS) if month in words}
+        return cls(lowered, words, frozenset(numbers))
+
+
+def ungrounded(answer: str, source: str | Grounds) -> list[str]:
     """The numbers, addresses and mid-sentence names of `answer` that `source` (the
     prompt: instructions, material and the memory it was given) never mentions."""
-    lowered = source.lower()
-    words = set(re.findall(r"[\w'’-]+", lowered))
-    # By value, and a month named in words gives its number: "7 May 2023" -> 2023-05-07.
-    numbers = {int(n) for n in NUMBER.findall(source)}
-    numbers |= {i + 1 for i, month in enumerate(MONTHS) if month in words}
+    grounds = source if isinstance(source, Grounds) else Grounds.of(source)
+    lowered, words = grounds.lowered, grounds.words
     missing = [a for a in ADDRESS.findall(answer) if a.lower().rstrip(".,") not in lowered]
     rest = ADDRESS.sub(" ", answer)
-    missing += [n for n in NUMBER.findall(rest) if int(n) not in numbers]
+    missing += [n for n in NUMBER.findall(rest) if int(n) not in grounds.numbers]
     for match in NAME.finditer(rest):
         word = match.group(0).rstrip("'’-")
         base = re.sub(r"['’]s$", "", word).lower()

@@ -15,6 +15,7 @@ the background like a model change, never mixed with the old one.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
@@ -75,7 +76,19 @@ def body(turn: Said, limit: int | None = None) -> str:
     """The turn's words as its key carries them (its first `limit` characters): names for
     pronouns, dates for "yesterday"."""
     content = turn.content if limit is None else turn.content[:limit]
-    return in_names(dated(content, turn.created_at), turn.speaker, turn.addressee)
+    if len(content) <= NEIGHBOUR_CHARS:  # a turn of talk: asked for again as a neighbour
+        return _rewritten(content, turn.created_at, turn.speaker, turn.addressee)
+    return _rewrite(content, turn.created_at, turn.speaker, turn.addressee)
+
+
+def _rewrite(content: str, created_at: str, speaker: str, addressee: str | None) -> str:
+    return in_names(dated(content, created_at), speaker, addressee)
+
+
+# A turn's words are rewritten for its vector key, its own words entry and each
+# neighbour's: once is enough (about a quarter of the embed job's CPU). Short turns
+# only, so the cache stays small (at most ~4 MB).
+_rewritten = functools.lru_cache(maxsize=1024)(_rewrite)
 
 
 def turn_key(turn: Said, day_said: bool = True, limit: int | None = None) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dreamd.backends import write_gate
-from dreamd.backends.validate import source_of, ungrounded
+from dreamd.backends.validate import Grounds, source_of, ungrounded
 from dreamd.dream.dates import day_of, long_date
 from dreamd.dream.facts import MAX_CHARS, Candidate
 from dreamd.dream.jobs.base import JobContext
@@ -68,6 +68,8 @@ def parsed(raw: str, turn_ids: set[int], known: set[int], source: str = ""
     if len(items) > PER_TURN * max(1, len(turn_ids)):
         raise OutputInvalid(f"{len(items)} facts from {len(turn_ids)} turns")
     out = []
+    grounds = Grounds.of(source) if source else None
+    lowered = grounds.lowered if grounds else ""
     for i, item in enumerate(items):
         where = f"fact {i + 1}"
         if not isinstance(item, dict):
@@ -77,9 +79,9 @@ def parsed(raw: str, turn_ids: set[int], known: set[int], source: str = ""
             raise OutputInvalid(f"{where}: subject must be a name")
         if not (isinstance(statement, str) and 0 < len(statement.strip()) <= MAX_CHARS):
             raise OutputInvalid(f"{where}: statement must be 1..{MAX_CHARS} characters")
-        if source and subject.strip().lower() not in source.lower():
+        if grounds and subject.strip().lower() not in lowered:
             raise OutputInvalid(f"{where} names what the turns do not: {subject.strip()}")
-        made_up = ungrounded(f"{subject}: {statement}", source) if source else []
+        made_up = ungrounded(f"{subject}: {statement}", grounds) if grounds else []
         if made_up:
             raise OutputInvalid(f"{where} names what the turns do not: {', '.join(made_up[:4])}")
         about = item.get("about")
