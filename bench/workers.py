@@ -19,10 +19,12 @@ default, sqlite and p99):
   extractive completer, beside the app inserting 100 turns a second: turns consolidated
   per second, dreamd's transactions per second, the share of its backends' busy time
   spent waiting for a lock (sampled from pg_stat_activity), the lock waits over 5 ms the
-  server logged, and the app's INSERT p99. Over the Unix socket, or with `netem` over
-  TCP with 1 ms added to every round trip (a network namespace whose loopback delays
-  each packet 0.5 ms; where the kernel has no netem, `bench.delay` holds each client
-  message 1 ms instead, and the line says so and gives the `SELECT 1` round trip).
+  server logged, the app's INSERT p99, and the median worker's resident set a quarter
+  into its pass, half-way and at its end (flat, or growing with the users it has
+  done). Over the Unix socket, or with `netem` over TCP with 1 ms added to every round
+  trip (a network namespace whose loopback delays each packet 0.5 ms; where the kernel
+  has no netem, `bench.delay` holds each client message 1 ms instead, and the line says
+  so and gives the `SELECT 1` round trip).
 """
 
 from __future__ import annotations
@@ -80,14 +82,24 @@ def copy_into(source: Path, url: str) -> None:
     lite.close()
 
 
-def passes(db: str, workers: int, **extra: str) -> float:
-    """Wall seconds until `workers` dreamd processes, started together, have all exited."""
+def passes(db: str, workers: int, extra: dict[str, str] | None = None,
+           rss: list[list[int]] | None = None) -> float:
+    """Wall seconds until `workers` dreamd processes, started together, have all exited;
+    `rss` gets each one's resident set (kB) sampled every quarter second."""
     with contextlib.ExitStack() as stack:
         logs = [stack.enter_context(tempfile.TemporaryFile("w+")) for _ in range(workers)]
         started = time.perf_counter()
         procs = [subprocess.Popen([sys.executable, "-m", "dreamd", "--db", db, "--force"],
                                   stdout=log, stderr=subprocess.STDOUT, text=True,
-                                  env=env(**extra), cwd=ROOT) for log in logs]
+                                  env=env(**(extra or {})), cwd=ROOT) for log in logs]
+        if rss is not None:
+            rss[:] = [[] for _ in procs]
+            while any(proc.poll() is None for proc in procs):
+                for proc, seen in zip(procs, rss, strict=True):
+                    kb = rss_kb(proc.pid) if proc.poll() is None else 0
+                    if kb:
+                        seen.append(kb)
+                time.sleep(0.25)
         for proc, log in zip(procs, logs, strict=True):
             proc.wait()
             if proc.returncode != 0:  # a failed job exits 1 and says so in its log
@@ -95,6 +107,34 @@ def passes(db: str, workers: int, **extra: str) -> float:
                 tail = "".join(log.readlines()[-5:])
                 raise SystemExit(f"dreamd exited {proc.returncode}:\n{tail}")
     return time.perf_counter() - started
+
+
+def rss_kb(pid: int) -> int:
+    """A live process's resident set in kB (0 once it has exited)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0
+    return next((int(line.split()[1]) for line in status.splitlines()
+                 if line.startswith("VmRSS:")), 0)
+
+
+def rss_line(rss: list[list[int]]) -> str:
+    """Each worker's resident set a quarter into its pass, at its end and at its peak
+    (the median worker's, MB): flat when the first two are near."""
+    lives = [seen for seen in rss if len(seen) >= 4]
+    if not lives:
+        return "worker RSS not sampled (passes under a second)"
+
+    def median(values: list[float]) -> float:
+        return sorted(values)[len(values) // 2] / 1024
+
+    quarter = median([seen[len(seen) // 4] for seen in lives])
+    half = median([seen[len(seen) // 2] for seen in lives])
+    end = median([seen[-1] for seen in lives])
+    peak = median([max(seen) for seen in lives])
+    return (f"worker RSS (median of {len(lives)}): {quarter:.0f} MB a quarter into its "
+            f"pass, {half:.0f} MB half-way, {end:.0f} MB at its end, peak {peak:.0f} MB")
 
 
 def caught_up(url: str) -> bool:
@@ -216,7 +256,7 @@ def one(conn: Any, sql: str, params: tuple[Any, ...] = ()) -> tuple[Any, ...]:
 
 
 def fleet_pass(server: PgServer, source: Path, workers: int,
-               reach: Callable[[str], str] = lambda url: url) -> dict[str, float]:
+               reach: Callable[[str], str] = lambda url: url) -> dict[str, Any]:
     """`workers` dreamd processes started together on a new copy of the store, with
     instant backends (the hashing embedder, the extractive completer: the store is what
     is measured), beside the app inserting 100 turns a second. The server's view is
@@ -267,9 +307,10 @@ def fleet_pass(server: PgServer, source: Path, workers: int,
     sampler = threading.Thread(target=sample, daemon=True)
     before = commits()
     sampler.start()
-    wall = passes(url, workers, DREAMD_EMBED__BACKEND="hashing",
-                  DREAMD_COMPLETER__BACKEND="extractive",
-                  DREAMD_WORKERS__LEASE_SECONDS="60")
+    rss: list[list[int]] = []
+    wall = passes(url, workers, {"DREAMD_EMBED__BACKEND": "hashing",
+                                 "DREAMD_COMPLETER__BACKEND": "extractive",
+                                 "DREAMD_WORKERS__LEASE_SECONDS": "60"}, rss)
     done.set()
     sampler.join()
     after = commits()
@@ -294,7 +335,8 @@ def fleet_pass(server: PgServer, source: Path, workers: int,
             "advisory_share": samples["advisory"] / max(1, samples["busy"]),
             "waits": len(waits), "advisory_waits": sum("advisory lock" in w for w in waits),
             "p99": lat[int(0.99 * (len(lat) - 1))] * 1000, "errors": len(written["errors"]),
-            "trip": sorted(trips)[len(trips) // 2] * 1000 if trips else 0.0}
+            "trip": sorted(trips)[len(trips) // 2] * 1000 if trips else 0.0,
+            "rss": rss_line(rss)}
 
 
 def fleet(users: int, turns: int, counts: tuple[int, ...], latency: str) -> None:
@@ -337,7 +379,7 @@ def fleet(users: int, turns: int, counts: tuple[int, ...], latency: str) -> None
                   f"dreamd backends waiting for a lock {r['lock_share']:.1%} of their busy "
                   f"time (advisory {r['advisory_share']:.1%}); waits over 5 ms logged "
                   f"{r['waits']} (advisory {r['advisory_waits']}); app INSERT p99 "
-                  f"{r['p99']:.2f} ms, errors {r['errors']}", flush=True)
+                  f"{r['p99']:.2f} ms, errors {r['errors']}; {r['rss']}", flush=True)
     finally:
         if proxy is not None:
             proxy.terminate()
@@ -401,8 +443,8 @@ def main() -> None:
         one, two = server.new_database(), server.new_database()
         copy_into(source, one)
         copy_into(source, two)
-        one_s = passes(one, 1, **extra)
-        two_s = passes(two, 2, **extra)
+        one_s = passes(one, 1, extra)
+        two_s = passes(two, 2, extra)
         assert caught_up(one) and caught_up(two)
         return one_s, two_s
 

@@ -11,6 +11,7 @@ import pytest
 
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.config import AgentConfig, Config, EmbedConfig, UserConfig
+from dreamd.dream import keys
 from dreamd.dream.cycle import run_pass
 from dreamd.dream.dates import Period, asked_period, long_date, periods, resolve
 from dreamd.dream.jobs import embed
@@ -152,6 +153,23 @@ def memory_of(db: Path, sessions: dict[str, list[tuple[str, str]]],
     run_pass(memory.store, memory.config, embedder, RecordingCompleter(memory.store, embedder),
              trigger="test", force=True, jobs=jobs)
     return memory
+
+
+def test_a_pass_keeps_no_turns_words_once_it_has_indexed_them(tmp_path: Path) -> None:
+    """The rewritten words kept while a pass indexes turns (each is a neighbour twice)
+    are dropped when the embed job ends: nothing of a turn stays in the process."""
+    memory = memory_of(tmp_path / "m.db", {"s": [
+        ("ana", "I moved to Lisbon last year"), ("ben", "How do you like it?"),
+        ("ana", "I love the light there")]})
+    try:
+        with memory.store.read() as conn:
+            assert 1 in search_words(conn, ["lisbon"], 5)  # it was indexed
+        assert keys._rewritten.cache_info().currsize == 0
+        assert vector_key(Said("ana", "I love it", "2023-05-07T13:56:00+00:00"))
+        assert keys._rewritten.cache_info().currsize == 1  # outside a pass: bounded
+    finally:
+        memory.close()
+        keys.done_rewriting()
 
 
 def ranked(memory: Memory, query: str, **kw: object) -> list[str]:

@@ -87,8 +87,14 @@ def _rewrite(content: str, created_at: str, speaker: str, addressee: str | None)
 
 # A turn's words are rewritten for its vector key, its own words entry and each
 # neighbour's: once is enough (about a quarter of the embed job's CPU). Short turns
-# only, so the cache stays small (at most ~4 MB).
+# only, so the cache stays small (at most ~4 MB); emptied after each embed run
+# (`done_rewriting`), so no turn's words stay in memory past the pass that read them.
 _rewritten = functools.lru_cache(maxsize=1024)(_rewrite)
+
+
+def done_rewriting() -> None:
+    """Forget the rewritten words kept for the turns just indexed."""
+    _rewritten.cache_clear()
 
 
 def turn_key(turn: Said, day_said: bool = True, limit: int | None = None) -> str:

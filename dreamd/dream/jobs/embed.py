@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dreamd.config import Config
 from dreamd.dream.jobs.base import JobContext, failed_items, note_failure, note_success
-from dreamd.dream.keys import Said, addressee, context_text, space, vector_key
+from dreamd.dream.keys import Said, addressee, context_text, done_rewriting, space, vector_key
 from dreamd.ids import user_keys
 from dreamd.models import BacklogStats, JobResult, JobSpec, Turn
 from dreamd.store.pending import (
@@ -75,7 +75,10 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         ctx.progress(JOB, done, done + remaining - len(turns))
     if not failed:
         done += embed_derived(ctx, errors)
-    index_text(ctx, upto)
+    try:
+        index_text(ctx, upto)
+    finally:
+        done_rewriting()
     with ctx.store.read() as conn:
         left = count_unembedded(conn, model, embed_watermark(conn, model), upto, ctx.scope)
     return JobResult(JOB, True, reason, done=done, failed=failed, remaining=left,
