@@ -120,8 +120,8 @@ def rss_kb(pid: int) -> int:
 
 
 def rss_line(rss: list[list[int]]) -> str:
-    """Each worker's resident set a quarter into its pass, at its end and at its peak
-    (the median worker's, MB): flat when the first two are near."""
+    """Each worker's resident set a quarter into its pass, half-way, at its end and at its
+    peak (the median worker's, MB): flat when the first three are near."""
     lives = [seen for seen in rss if len(seen) >= 4]
     if not lives:
         return "worker RSS not sampled (passes under a second)"

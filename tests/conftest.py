@@ -63,4 +63,3 @@ def minilm() -> Any:
     from dreamd.backends.local import LocalEmbedder
 
     return LocalEmbedder(threads=1)
-
