@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
@@ -23,7 +22,7 @@ from dreamd.dream.dates import day_of, long_date
 from dreamd.dream.facts import MAX_CHARS, Candidate
 from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.fitting import largest
-from dreamd.dream.jobs.pool import HEARTBEAT_SECONDS, stop_grace
+from dreamd.dream.jobs.pool import HEARTBEAT_SECONDS, StopClock
 from dreamd.dream.prompts import facts_prompt, facts_repair_prompt
 from dreamd.errors import InputRejected, OutputInvalid
 from dreamd.models import Fact, Prompt, Turn
@@ -227,11 +226,9 @@ def resolved(value: Drawn, error: Exception | None = None) -> Future[Drawn]:
 def answer_of(ctx: JobContext, futures: list[Future[Drawn]]) -> tuple[bool, Drawn]:
     """(True, what the model drew from the batch), waited for with the pass's stop checks
     between waits; (False, None) when a stop came and a call outlived the grace."""
-    stop_seen: float | None = None
+    clock = StopClock(ctx)
     while not all(f.done() for f in futures):
-        if stop_seen is None and ctx.budget.stop():
-            stop_seen = time.monotonic()
-        if stop_seen is not None and time.monotonic() - stop_seen >= stop_grace(ctx):
+        if clock.lapsed():
             return False, None
         wait(futures, timeout=HEARTBEAT_SECONDS)
     return True, combined([f.result() for f in futures])

@@ -97,7 +97,7 @@ def run_items(
     in_flight: dict[Future[Any], tuple[Any, Any]] = {}
     iterator = iter(items)
     exhausted = False
-    stop_seen: float | None = None
+    clock = StopClock(ctx)
     pool = ThreadPoolExecutor(max_workers=ctx.workers, thread_name_prefix="dreamd-llm")
     try:
         while True:
@@ -111,11 +111,10 @@ def run_items(
                     in_flight[pool.submit(gate.run, think, inputs)] = (item, inputs)
             if not in_flight:
                 break
-            if stop_seen is None and ctx.budget.stop():
-                stop_seen = time.monotonic()
+            if clock.stopping():
                 for future in [f for f in in_flight if f.cancel()]:
                     del in_flight[future]  # queued, never started: no call is made
-            if stop_seen is not None and time.monotonic() - stop_seen >= stop_grace(ctx):
+            if clock.lapsed():
                 ctx.abandon(len(in_flight))  # whatever they return is never written
                 in_flight.clear()
                 break
@@ -139,6 +138,27 @@ def stop_grace(ctx: JobContext) -> float:
     """How long calls in flight may still finish after a stop request: half the process's
     grace, so the pass can still record itself before the process must go."""
     return ctx.config.pass_.stop_grace_seconds / 2
+
+
+class StopClock:
+    """For a thread waiting on calls in flight: whether the pass was asked to stop (seen
+    between waits), and whether the calls have since had their grace."""
+
+    def __init__(self, ctx: JobContext) -> None:
+        self.ctx = ctx
+        self.seen: float | None = None
+
+    def stopping(self) -> bool:
+        if self.seen is None and self.ctx.budget.stop():
+            self.seen = time.monotonic()
+        return self.seen is not None
+
+    def lapsed(self) -> bool:
+        """Stopping, and the calls still out are past `stop_grace`: give them up."""
+        if not self.stopping():
+            return False
+        assert self.seen is not None
+        return time.monotonic() - self.seen >= stop_grace(self.ctx)
 
 
 _END = object()
