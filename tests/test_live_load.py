@@ -114,6 +114,7 @@ def test_embed_stops_when_a_forget_lands_mid_pass(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("DREAMD_")}
     env.update(PYTHONPATH=str(ROOT), DREAMD_EMBED__BACKEND="hashing")
     forgot: list[int] = []
+    writes_at_forget: list[int] = []
 
     def forget_from_outside(call: int) -> None:
         if call == 3:
@@ -121,15 +122,22 @@ def test_embed_stops_when_a_forget_lands_mid_pass(tmp_path: Path) -> None:
                             "--user", "default", "--session", "old-0"],
                            check=True, env=env, cwd=ROOT, capture_output=True, timeout=300)
             forgot.append(call)
+            writes_at_forget.append(store.lock_times.writes)
 
-    config = config_for(db, pass_=PassConfig(max_seconds=4.0))
+    # A budget no loaded machine runs out of: the pass must end because of the forget.
+    config = config_for(db, pass_=PassConfig(max_seconds=600.0))
     store = open_sqlite(config)
     embedder = SlowEmbedder(delay=0.01, on_call=forget_from_outside)
     result = run_pass(store, config, embedder, RecordingCompleter(store, embedder=embedder.inner),
                       trigger="test", force=True)
+    writes = store.lock_times.writes
     store.close()
     assert forgot == [3]
     assert embedder.calls <= 4, embedder.calls
+    # Nor does it go on opening write transactions it no longer saves in (the words
+    # index's loop once did, until the budget ran out): the one that found the forget,
+    # and the pass's own record.
+    assert writes - writes_at_forget[0] <= 4, writes - writes_at_forget[0]
     assert "forgotten" in {r.job: r for r in result.jobs}["summarize"].reason
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT COUNT(*) FROM exchanges WHERE session_id = 'old-0'"

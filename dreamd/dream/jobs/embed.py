@@ -109,8 +109,9 @@ def words_rows(turns: list[tuple[Turn, Turn | None, Turn | None]]) -> list[tuple
 def index_text(ctx: JobContext, upto: int, chunk: int = INDEX_CHUNK) -> None:
     """Bring the full-text index up to turn `upto`, in short chunks. A turn is indexed
     with its neighbours' words; the turn before a new one, indexed when it was the last
-    of its session, is indexed again with its new neighbour."""
-    while not ctx.budget.exhausted():
+    of its session, is indexed again with its new neighbour. Once memory was forgotten
+    during the pass, nothing more is written and the job ends."""
+    while not ctx.budget.exhausted() and not ctx.invalidated:
         with ctx.store.read() as conn:
             after = fts_watermark(conn)
             redo = fts_redo(conn)[:chunk]  # beside a forgotten turn
