@@ -8,19 +8,23 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, big_file, dreamd_env
+from tests.helpers import ROOT, big_file, built_once, dreamd_env
 
 
-@pytest.fixture(scope="module")
-def dreamed(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """1,200 one-turn sessions after one pass: `sessions` alone prints more than a pipe
-    holds (64 KiB), so its writes meet the closed pipe while it runs."""
-    db = tmp_path_factory.mktemp("pipe") / "memory.db"
+def build(where: Path) -> None:
+    db = where / "memory.db"
     big_file(db, 1200, 1)
     run = subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), "--force"], cwd=ROOT,
                          env=dreamd_env(), capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-2000:]
-    return db
+
+
+@pytest.fixture(scope="session")
+def dreamed(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> Path:
+    """1,200 one-turn sessions after one pass: `sessions` alone prints more than a pipe
+    holds (64 KiB), so its writes meet the closed pipe while it runs. Built once for the
+    run: every command here only reads it."""
+    return built_once(tmp_path_factory, worker_id, "pipe", build) / "memory.db"
 
 
 @pytest.mark.parametrize("command", [

@@ -72,8 +72,11 @@ def holds(logs: list[list[dict[str, Any]]]) -> dict[str, list[tuple[float, float
     return out
 
 
+@pytest.mark.long
 @pytest.mark.heavy
-@pytest.mark.parametrize("count", [2, 4, 16])
+# Two workers and sixteen (eight to a core here) in make test; four, in between, with the
+# long runs (make soak, which CI runs too).
+@pytest.mark.parametrize("count", [2, pytest.param(4, marks=pytest.mark.soak), 16])
 def test_workers_share_500_users_each_consolidated_once(pg_server: Any, count: int) -> None:
     url = pg_server.new_database()
     app = populate(url)
