@@ -137,7 +137,6 @@ def test_read_only_file_is_refused(tmp_path: Path) -> None:
             shutil.rmtree(where)
 
 
-@pytest.mark.long
 def test_demo_pass_with_the_real_local_embedder(tmp_path: Path) -> None:
     """The quick start's path: the embedded default model, no network, no key."""
     db = tmp_path / "m.db"

@@ -196,7 +196,6 @@ def test_a_pass_writes_in_transactions_of_bounded_size_whatever_the_backlog(
     assert 0 < most[200] <= most[4000] <= 2500, most  # 20 times the backlog, still short
 
 
-@pytest.mark.long
 def test_every_stored_tier_is_bounded_whatever_the_input(db: Path) -> None:
     """A 1 MB turn (one endless sentence, then one endless word) cannot make a 1 MB
     gist, era, profile or narrative."""

@@ -46,7 +46,6 @@ def consistent(db: Path) -> None:
     conn.close()
 
 
-@pytest.mark.long
 def test_first_pass_soon_and_sigterm_mid_pass_exits_cleanly(tmp_path: Path) -> None:
     db = tmp_path / "memory.db"
     big_file(db, 100, 40)  # long sessions: each gist takes a while
@@ -146,7 +145,6 @@ def test_sighup_reloads_a_valid_config_and_keeps_the_old_on_error(tmp_path: Path
     assert proc.returncode == 0
 
 
-@pytest.mark.long
 def test_notify_ready_status_watchdog_and_a_stuck_pass(tmp_path: Path) -> None:
     db = tmp_path / "memory.db"
     big_file(db, 3, 4)
@@ -273,7 +271,6 @@ def test_many_passes_with_a_live_writer_keep_wal_and_memory_bounded(tmp_path: Pa
           f"{sorted(data['latencies'])[int(len(data['latencies']) * 0.99)] * 1000:.1f} ms")
 
 
-@pytest.mark.long
 def test_new_turns_wake_the_daemon_within_seconds(tmp_path: Path) -> None:
     """Caught up, the schedule would sleep 30 minutes; 30 new turns bring a pass within
     seconds (wake_on_turns_seconds after the last one), and only once for them."""
@@ -310,7 +307,6 @@ def _scheduling(pid: int) -> list[tuple[int, int]]:
     return found
 
 
-@pytest.mark.long
 @pytest.mark.parametrize("background", [True, False])
 def test_the_daemon_and_its_model_threads_run_at_background_priority(
         tmp_path: Path, background: bool) -> None:

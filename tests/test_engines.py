@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 
 from dreamd.backends.factory import make_backends
 from dreamd.config import Config, EmbedConfig, StoreConfig
@@ -210,7 +209,6 @@ def test_a_schema_of_the_app_s_choosing(pg_server: Any) -> None:
     app.close()
 
 
-@pytest.mark.long
 def test_turns_committed_out_of_order_are_never_skipped(pg_server: object) -> None:
     """PostgreSQL hands out ids before commit: a turn with a smaller id may commit after a
     larger one. The pass must not move past it while it is in flight."""
@@ -278,7 +276,6 @@ def test_no_schema_and_no_right_to_create_it_writes_nothing(pg_server: object) -
     assert status.returncode == 2 and "Traceback" not in status.stderr, status.stderr
 
 
-@pytest.mark.long
 def test_new_turns_wake_a_worker_through_notify(pg_server: Any) -> None:
     """On PostgreSQL the daemon looks for new turns itself only every 30 s: the app's
     INSERT, through the trigger's NOTIFY, brings the next pass within seconds."""

@@ -180,7 +180,6 @@ def test_no_interjection_is_an_about_word_or_a_topic(minilm: Any, sample: str) -
         assert {"Dalia", "Ingrid"} <= set(words), words
 
 
-@pytest.mark.long
 def test_the_shipped_selector_is_what_the_shipped_examples_teach(minilm: Any) -> None:
     """The weights file is reproducible from the examples (`python -m
     dreamd.dream.selector`): nothing in it came from anywhere else."""

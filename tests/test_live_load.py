@@ -13,7 +13,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from dreamd.config import PassConfig
 from dreamd.dream.cycle import run_pass
@@ -72,7 +71,6 @@ def live_turns(db: Path) -> int:
             "SELECT COUNT(*) FROM exchanges WHERE session_id LIKE 'live-%'").fetchone()[0])
 
 
-@pytest.mark.long
 def test_a_busy_app_does_not_starve_the_jobs_after_embed(tmp_path: Path) -> None:
     """20,000 turns of backlog, embeddings at 50 ms a call, and a chat app writing 60
     turns a second: within one time-limited pass every tier gets built."""

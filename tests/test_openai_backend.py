@@ -335,7 +335,6 @@ def test_a_pool_of_workers_summarizes_concurrently(db: Path) -> None:
         fake.stop()
 
 
-@pytest.mark.long
 def test_api_key_never_reaches_logs_status_or_the_database(tmp_path: Path,
                                                            server: FakeOpenAI) -> None:
     db = tmp_path / "memory.db"

@@ -75,7 +75,6 @@ def summaries(url: str) -> int:
         app.close()
 
 
-@pytest.mark.long
 def test_daemon_carries_on_after_the_server_restarts(pg_server: Any, tmp_path: Path) -> None:
     """A worker in --loop outlives a restart of its server: its passes and its heartbeat
     reconnect, and turns the app adds afterwards are consolidated."""

@@ -64,7 +64,6 @@ def guarded(demo: Path) -> Iterator[Served]:
     assert server.stop() == 0, server.output()
 
 
-@pytest.mark.long
 def test_the_api_on_both_engines(target: str) -> None:
     server = Served(target, "--create")
     try:

@@ -51,7 +51,6 @@ def chat_calls(server: FakeOpenAI) -> int:
         return sum(r["path"].endswith("/chat/completions") for r in server.requests)
 
 
-@pytest.mark.long
 @pytest.mark.parametrize("mode", [["--force"], ["--loop", "600"]], ids=["force", "daemon"])
 def test_sigterm_with_every_call_hung_exits_0_within_the_grace(
         tmp_path: Path, hanging: FakeOpenAI, mode: list[str]) -> None:
@@ -118,7 +117,6 @@ def test_sigterm_with_the_facts_batches_hung_exits_0_within_the_grace(
     interrupted_abandoning_four(db, out)
 
 
-@pytest.mark.long
 def test_a_slow_answer_inside_its_deadline_keeps_the_watchdog_fed(tmp_path: Path) -> None:
     """Every answer takes 9 s, the watchdog interval is 6 s: the pass is healthy, so the
     pings never stop (a stuck pass going silent is tested in test_daemon). The pings come

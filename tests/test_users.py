@@ -116,7 +116,6 @@ def check_isolation(target: str, app: App, completer: RecordingCompleter,
         memory.close()
 
 
-@pytest.mark.long
 @pytest.mark.parametrize("engine", ["sqlite", "postgresql"])
 def test_users_memories_never_mix(engine: str, request: pytest.FixtureRequest) -> None:
     """Any interleaving of three users' sessions (some filed after their turns) and
@@ -386,7 +385,6 @@ def half_forgotten(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> 
     return HalfForgotten(where / "big.db")
 
 
-@pytest.mark.long
 def test_a_forget_killed_half_way_is_finished_by_the_next_pass(
         half_forgotten: HalfForgotten, tmp_path: Path) -> None:
     half = half_forgotten.copy(tmp_path)
@@ -412,7 +410,6 @@ def test_a_forget_killed_half_way_is_finished_by_the_next_pass(
     assert re.findall(rb"anaword\d+", file_bytes(half.db)) == []
 
 
-@pytest.mark.long
 def test_a_forget_started_over_an_unfinished_one_finishes_that_first(
         half_forgotten: HalfForgotten, tmp_path: Path) -> None:
     half = half_forgotten.copy(tmp_path)

@@ -72,7 +72,6 @@ def holds(logs: list[list[dict[str, Any]]]) -> dict[str, list[tuple[float, float
     return out
 
 
-@pytest.mark.long
 @pytest.mark.heavy
 # Two workers and sixteen (eight to a core here) in make test; four, in between, with the
 # long runs (make soak, which CI runs too).
