@@ -135,8 +135,8 @@ def test_embed_stops_when_a_forget_lands_mid_pass(tmp_path: Path) -> None:
     assert forgot == [3]
     assert embedder.calls <= 4, embedder.calls
     # Nor does it go on opening write transactions it no longer saves in (the words
-    # index's loop once did, until the budget ran out): the one that found the forget,
-    # and the pass's own record.
+    # index's loop once did, until the budget ran out): the one that found the forget
+    # and the pass's own records, three here.
     assert writes - writes_at_forget[0] <= 4, writes - writes_at_forget[0]
     assert "forgotten" in {r.job: r for r in result.jobs}["summarize"].reason
     with sqlite3.connect(db) as conn:
