@@ -15,8 +15,11 @@ the background like a model change, never mixed with the old one.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
+import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from dreamd.dream.dates import day_of, long_date, resolve
@@ -76,7 +79,7 @@ def body(turn: Said, limit: int | None = None) -> str:
     """The turn's words as its key carries them (its first `limit` characters): names for
     pronouns, dates for "yesterday"."""
     content = turn.content if limit is None else turn.content[:limit]
-    if len(content) <= NEIGHBOUR_CHARS:  # a turn of talk: asked for again as a neighbour
+    if len(content) <= NEIGHBOUR_CHARS and getattr(_indexing, "on", False):
         return _rewritten(content, turn.created_at, turn.speaker, turn.addressee)
     return _rewrite(content, turn.created_at, turn.speaker, turn.addressee)
 
@@ -85,16 +88,25 @@ def _rewrite(content: str, created_at: str, speaker: str, addressee: str | None)
     return in_names(dated(content, created_at), speaker, addressee)
 
 
-# A turn's words are rewritten for its vector key, its own words entry and each
-# neighbour's: once is enough (about a quarter of the embed job's CPU). Short turns
-# only, so the cache stays small (at most ~4 MB); emptied after each embed run
-# (`done_rewriting`), so no turn's words stay in memory past the pass that read them.
+# In the embed job a turn's words are rewritten for its vector key, its own words entry
+# and each neighbour's: once is enough (about a quarter of the job's CPU). Short turns
+# only, so the cache stays small (at most ~4 MB); used only inside `rewriting_once` and
+# emptied when it ends, so no turn's words stay in memory past the job that read them
+# (nor in a server that embeds the turns it is given).
 _rewritten = functools.lru_cache(maxsize=1024)(_rewrite)
+_indexing = threading.local()
 
 
-def done_rewriting() -> None:
-    """Forget the rewritten words kept for the turns just indexed."""
-    _rewritten.cache_clear()
+@contextlib.contextmanager
+def rewriting_once() -> Iterator[None]:
+    """On this thread, until it ends: each short turn's words rewritten once, then kept
+    for its other keys; forgotten at the end."""
+    _indexing.on = True
+    try:
+        yield
+    finally:
+        _indexing.on = False
+        _rewritten.cache_clear()
 
 
 def turn_key(turn: Said, day_said: bool = True, limit: int | None = None) -> str:

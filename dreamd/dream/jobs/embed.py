@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from dreamd.config import Config
 from dreamd.dream.jobs.base import JobContext, failed_items, note_failure, note_success
-from dreamd.dream.keys import Said, addressee, context_text, done_rewriting, space, vector_key
+from dreamd.dream.keys import (
+    Said,
+    addressee,
+    context_text,
+    rewriting_once,
+    space,
+    vector_key,
+)
 from dreamd.ids import user_keys
 from dreamd.models import BacklogStats, JobResult, JobSpec, Turn
 from dreamd.store.pending import (
@@ -36,6 +43,11 @@ INDEX_CHUNK = 500  # turns per full-text transaction: ~2 ms of write lock
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
+    with rewriting_once():  # a turn's words rewritten once for all its keys
+        return embed_turns(ctx, reason)
+
+
+def embed_turns(ctx: JobContext, reason: str) -> JobResult:
     model = space(ctx.embedder.model)
     batch = ctx.config.embed.batch_size
     done = failed = 0
@@ -75,10 +87,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
         ctx.progress(JOB, done, done + remaining - len(turns))
     if not failed:
         done += embed_derived(ctx, errors)
-    try:
-        index_text(ctx, upto)
-    finally:
-        done_rewriting()
+    index_text(ctx, upto)
     with ctx.store.read() as conn:
         left = count_unembedded(conn, model, embed_watermark(conn, model), upto, ctx.scope)
     return JobResult(JOB, True, reason, done=done, failed=failed, remaining=left,
