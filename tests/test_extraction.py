@@ -8,6 +8,7 @@ The selector learns from dreamd/data/fact_examples.txt alone; these files are it
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import re
 from pathlib import Path
@@ -20,7 +21,7 @@ from dreamd.backends.extractive import ExtractiveCompleter, topics
 from dreamd.cli.demo import SampleSession, parse_samples, sample_sessions
 from dreamd.dream.facts import bare, extract, people_named
 from dreamd.dream.prompts import summary_prompt
-from dreamd.dream.selector import WEIGHTS, learned
+from dreamd.dream.selector import EXAMPLES, WEIGHTS, examples, learned, proposals
 from dreamd.speech import in_third_person
 from tests.helpers import kept
 
@@ -180,6 +181,20 @@ def test_no_interjection_is_an_about_word_or_a_topic(minilm: Any, sample: str) -
         assert {"Dalia", "Ingrid"} <= set(words), words
 
 
+def test_the_shipped_selector_was_learned_from_these_examples(minilm: Any) -> None:
+    """The weights file names the examples it was learned from, as they are now, and
+    holds a weight for each of the embedder's dimensions: examples edited without
+    learning again fail here (learning it again is a soak test, below)."""
+    text = (Path(__file__).parent.parent / "dreamd" / "data" / EXAMPLES).read_text("utf-8")
+    shipped = json.loads((Path(__file__).parent.parent / "dreamd" / "data" / WEIGHTS)
+                         .read_text("utf-8"))
+    assert shipped["examples_sha256"] == hashlib.sha256(text.encode()).hexdigest()
+    assert shipped["examples"] == len(proposals(examples(text)))
+    assert shipped["model"] == minilm.model
+    assert len(shipped["weights"]) == minilm.embed(["a"]).shape[1]
+
+
+@pytest.mark.soak  # embeds every example with the real model and fits six times: ~20 s
 def test_the_shipped_selector_is_what_the_shipped_examples_teach(minilm: Any) -> None:
     """The weights file is reproducible from the examples (`python -m
     dreamd.dream.selector`): nothing in it came from anywhere else."""
