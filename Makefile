@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO_DB := demo/memory.db
 
-.PHONY: demo test soak install bench quality clean
+.PHONY: demo test lint suite soak install bench quality clean
 
 $(BIN)/dreamd: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -21,9 +21,17 @@ demo: install
 	$(BIN)/dreamd --db $(DEMO_DB) --config examples/demo.toml show --gists 3
 	$(BIN)/dreamd --db $(DEMO_DB) --config examples/demo.toml status --runs 1
 
+# Lint and types are checked while the suite runs: the suite leaves part of two cores idle
+# (it waits on its processes and servers), and a fresh clone's mypy takes half a minute.
+# Each line is printed whole, as it comes; either failing fails make test.
 test: install
+	$(MAKE) --no-print-directory --jobs=2 --output-sync=line lint suite
+
+lint: install
 	$(BIN)/ruff check dreamd tests bench testkit
 	$(BIN)/mypy
+
+suite: install
 	$(BIN)/python -m pytest -n 4 --dist worksteal --durations=10 -m 'not soak'
 
 # The long runs: 600 passes beside a live writer, kill -9 at random moments (of a dreamd on a
