@@ -35,8 +35,9 @@ suite: install
 	$(BIN)/python -m pytest -n 4 --dist worksteal --durations=10 -m 'not soak'
 
 # The long runs: 600 passes beside a live writer, kill -9 at random moments (of a dreamd on a
-# file and of PostgreSQL workers), a 20k-turn pass beside a live writer, four PostgreSQL
-# workers sharing 500 users (~2 min; CI runs it).
+# file and of PostgreSQL workers), a 20k-turn pass beside a live writer, two and four
+# PostgreSQL workers sharing 500 users, the fact selector learned again from its examples
+# (~3 min; CI runs it).
 soak: install
 	$(BIN)/python -m pytest -n 4 --durations=0 -m soak
 
