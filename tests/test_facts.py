@@ -239,6 +239,29 @@ def test_a_terse_second_sample_gives_a_profile_a_friend_would_recognise(
     assert judge.precision >= 0.5 and len(judge.found) >= 10, (judge.found, profile)
 
 
+def test_the_offline_profile_weighs_facts_by_the_selectors_score(tmp_path: Path,
+                                                                 minilm: Any) -> None:
+    """The profile job reads each current fact's stored vector and ranks by the selector's
+    score of it: the profile a pass stores is the one those scores give."""
+    from dreamd.dream.selector import for_model
+
+    data = Path(__file__).parent / "data"
+    sessions = parse_samples((data / "second_sample.txt").read_text("utf-8"))
+    profile, _ = sample_memory(tmp_path, minilm, sessions, "Jonah")
+    config = Config(db=str(tmp_path / "m.db"), user=UserConfig(name="Jonah"))
+    facts = facts_in(tmp_path / "m.db", config)
+    current = [f for f in facts if f.current]
+    selector = for_model(minilm.model)
+    assert selector is not None
+    scores = selector.scores(minilm.embed([f.statement for f in current]))
+    sureness = {f.id: float(p) for f, p in zip(current, scores, strict=True)}
+    by_score = profile_from(facts, config.profile.max_facts, listeners=(config.agent.name,),
+                            sureness=sureness)
+    assert profile == by_score
+    assert profile != profile_from(facts, config.profile.max_facts,
+                                   listeners=(config.agent.name,))
+
+
 def test_the_context_block_shows_facts_with_their_dates_and_the_past_when_asked(
         tmp_path: Path) -> None:
     from dreamd.memory.api import Memory
@@ -412,6 +435,22 @@ def test_a_profile_of_two_people_names_each_once_and_leaves_out_their_talk() -> 
         "About Mia:", "  Work:", "  - Mia works as a nurse at Leeds General.",
         "  Pets:", "  - Mia has four dogs named Olive, Pip, Bean and Fig.",
         "About Leo:", "  Home:", "  - Leo moved to Bristol in 2019."]
+
+
+def test_a_profile_shows_first_the_facts_the_selector_is_surest_of() -> None:
+    """Without the selector's scores, names and numbers weigh a fact; with them, its score
+    does (and a thing held at a time, a job or a home, still comes first)."""
+    said = "2023-05-07T10:00:00+00:00"
+    facts = [Fact(1, "u", "Mia", None, "Mia has two cats called Pip and Bean.", None, said),
+             Fact(2, "u", "Mia", None, "Mia walks the old dog from next door every morning.", None,
+                  said),
+             Fact(3, "u", "Mia", "home", "Mia lives in a flat above the bakery.", None, said)]
+    assert profile_from(facts, 2).splitlines() == [
+        "Home:", "- Mia lives in a flat above the bakery.",
+        "Pets:", "- Mia has two cats called Pip and Bean."]
+    assert profile_from(facts, 2, sureness={1: 0.7, 2: 0.95, 3: 0.66}).splitlines() == [
+        "Home:", "- Mia lives in a flat above the bakery.",
+        "Pets:", "- Mia walks the old dog from next door every morning."]
 
 
 def test_a_listener_without_a_name_leaves_the_profile_whole() -> None:

@@ -6,6 +6,7 @@ Pure: the facts in, text out. What a fact is and where it comes from is dreamd.d
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 
 from dreamd import speech
 from dreamd.dream.dates import day_of, long_date
@@ -99,11 +100,14 @@ def stands_alone(fact: Fact) -> bool:
 
 
 def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,
-                 listeners: tuple[str, ...] = ()) -> str:
+                 listeners: tuple[str, ...] = (), sureness: Mapping[int, float] | None = None
+                 ) -> str:
     """The current facts that read on their own, grouped by person and topic, the weightiest
     and newest first within a topic; replaced facts are not part of a profile. At most
     `per_person` facts of each person; with more than one person, "About <name>:" heads
-    each person's groups once (not the name before every group)."""
+    each person's groups once (not the name before every group). `sureness`, fact id ->
+    the selector's chance that it is worth keeping (dreamd.dream.selector), weighs a fact
+    where it is known, in place of the names and numbers it holds."""
     current = [f for f in facts if f.current and stands_alone(f)]
     subjects = list(dict.fromkeys(f.subject for f in current))
     # A line about one person that names another they talk with ("Mia would love to see
@@ -114,10 +118,14 @@ def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,
                if not any(named[o].search(f.statement) for o in talking - {f.subject})]
     subjects = list(dict.fromkeys(f.subject for f in current))
     groups: dict[tuple[str, str], list[Fact]] = {}
-    # What a person has one of at a time (job, home) first, then facts with a name or a
-    # number in them, the newest first.
-    for fact in sorted(current, key=lambda f: (weight(f), f.valid_from or f.learned_at, f.id),
-                       reverse=True):
+    # What a person has one of at a time (job, home) first, then the facts the selector is
+    # surest of (without it, those with a name or a number in them), the newest first.
+    def rank(f: Fact) -> tuple[float, str, int]:
+        weighed = weight(f) if sureness is None else \
+            4 * (f.about is not None) + sureness.get(f.id, 0.0)
+        return weighed, f.valid_from or f.learned_at, f.id
+
+    for fact in sorted(current, key=rank, reverse=True):
         groups.setdefault((fact.subject, topic(fact.statement)), []).append(fact)
     order = [name for name, _ in TOPICS] + [OTHER]
     lines: list[str] = []

@@ -7,19 +7,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from dreamd.config import Config
 from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.fitting import answer
 from dreamd.dream.jobs.pool import run_keyed
+from dreamd.dream.keys import space
 from dreamd.dream.prompts import profile_prompt
+from dreamd.dream.selector import for_model
 from dreamd.dream.shown import profile_from
 from dreamd.errors import OutputInvalid
 from dreamd.ids import profile_id
 from dreamd.models import BacklogStats, Completion, Fact, Gist, JobResult, JobSpec
-from dreamd.store.facts import facts_of
+from dreamd.store.facts import fact_vectors, facts_of
 from dreamd.store.interface import Conn
 from dreamd.store.queues import tier_queue
 from dreamd.store.runbook import cached_output, save_output
+from dreamd.store.state import from_blob
 from dreamd.store.tiers import (
     Tier,
     count_gists,
@@ -52,6 +57,7 @@ class Work:
     sessions: int
     cached: tuple[str, str] | None
     facts: list[Fact]
+    sureness: dict[int, float] | None  # fact id -> the selector's score, where it has one
 
     @property
     def key(self) -> str:
@@ -69,14 +75,29 @@ def prepare(ctx: JobContext, user: str) -> Work | None:
             new_gists=[g for g in gists_for_user(conn, user) if g.seq > seen],
             top_seq=max_gist_seq(conn, user), sessions=count_gists(conn, user),
             cached=cached_output(conn, JOB, key),
-            facts=facts_of(conn, user, current_only=True))
+            facts=(facts := facts_of(conn, user, current_only=True)),
+            sureness=sureness_of(ctx, conn, facts))
     return work if work.new_gists else None
+
+
+def sureness_of(ctx: JobContext, conn: Conn, facts: list[Fact]) -> dict[int, float] | None:
+    """How sure the fact selector is that each fact is worth keeping, read off the facts'
+    stored vectors; None without a selector for this embedder."""
+    selector = for_model(ctx.embedder.model)
+    if selector is None or not facts:
+        return None
+    blobs = fact_vectors(conn, space(ctx.embedder.model), [f.id for f in facts])
+    ids = [f.id for f in facts if f.id in blobs]
+    if not ids:
+        return {}
+    scores = selector.scores(np.stack([from_blob(blobs[i]) for i in ids]))
+    return {i: float(s) for i, s in zip(ids, scores, strict=True)}
 
 
 def think(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
     content = "" if ctx.asks_model else profile_from(
         work.facts, ctx.config.profile.max_facts,
-        listeners=(ctx.names_for(work.user_id)["agent"],))
+        listeners=(ctx.names_for(work.user_id)["agent"],), sureness=work.sureness)
     if content:
         return content, Completion(content, ctx.source, "facts", extractive=True), ""
     lines = [ln for g in work.new_gists for ln in g.content.splitlines() if ln.strip()]
