@@ -11,9 +11,17 @@ speaker is quoted instead: correct beats clever.
 from __future__ import annotations
 
 import functools
+import gzip
 import re
+from collections.abc import Callable
+from typing import Any
 
 from lemminflect import getAllLemmas, getInflection
+from lemminflect.codecs.InflectionLUCodec import InflectionLUCodec
+from lemminflect.codecs.LemmaLUCodec import LemmaLUCodec
+from lemminflect.core.Inflections import Inflections
+from lemminflect.core.Lemmatizer import Lemmatizer
+from lemminflect.core.LexicalUtils import categoryToUPos
 
 # Function words: never worth matching on.
 STOPWORDS = frozenset(
@@ -55,6 +63,94 @@ _LOWER_I = ((re.compile(r"\bi\b"), "I"), (re.compile(r"\b[iI]m\b"), "I'm"),
 _WORD = re.compile(r"[\w'’]+")
 
 
+# lemminflect's dictionary of English, read a word at a time. lemminflect parses its whole
+# lemma and inflection tables (120,000 lines) into dicts of tuples on first use: 0.4 s of
+# CPU in every process that extracts facts, before its first sentence (a fleet of sixteen
+# workers on two cores spends 7 s of it). Here each table's lines are only indexed by their
+# word when first needed (0.1 s), and a word's lines are parsed by lemminflect's own codecs
+# when it is first looked up; its lookups, overrides and rules for unknown words are
+# unchanged. tests/test_lexicon.py checks that every word of both tables reads as
+# lemminflect's own load reads it.
+
+
+class ByWord:
+    """One of lemminflect's tables as the mapping it looks words up in (`.get`): its
+    lines indexed by word once, a word's entry parsed at its first lookup."""
+
+    def __init__(self, path: str, parse: Callable[[str], tuple[str, dict[str, Any]]],
+                 fixed: dict[str, dict[str, Any]] | None = None) -> None:
+        with open(path, "rb") as f:
+            self._rows = gzip.decompress(f.read()).decode("utf-8").splitlines()
+        self._words = [row[:row.find(",")] for row in self._rows]
+        # A word's lines follow one another in the file: its first line's index (reversed,
+        # so that the first of a word's lines is the one kept).
+        self._first = dict(zip(reversed(self._words), range(len(self._words) - 1, -1, -1),
+                               strict=True))
+        self._parse = parse
+        self._parsed: dict[str, dict[str, Any]] = dict(fixed or {})
+
+    def get(self, word: str, default: Any = None) -> Any:
+        if word in self._parsed:
+            return self._parsed[word]
+        row = self._first.get(word)
+        if row is None:
+            return default
+        entry: dict[str, Any] = {}
+        while row < len(self._rows) and self._words[row] == word:
+            entry.update(self._parse(self._rows[row])[1])
+            row += 1
+        self._parsed[word] = entry
+        return entry
+
+    def __getitem__(self, word: str) -> Any:
+        entry = self.get(word)
+        if entry is None:
+            raise KeyError(word)
+        return entry
+
+    def __contains__(self, word: object) -> bool:
+        return word in self._parsed or word in self._first
+
+    def words(self) -> set[str]:
+        return set(self._first) | set(self._parsed)
+
+
+def _lemma_line(line: str) -> tuple[str, dict[str, Any]]:
+    word, category, forms = LemmaLUCodec.fromString(line)
+    return word, {categoryToUPos(category): forms}
+
+
+def _inflection_line(line: str) -> tuple[str, dict[str, Any]]:
+    word, _, forms = InflectionLUCodec.fromString(line)
+    return word, forms
+
+
+@functools.cache
+def _tables() -> None:
+    """lemminflect's two singletons given the tables read a word at a time (each looks
+    for its table's attribute before it loads one)."""
+    lemmatizer, inflections = Lemmatizer(), Inflections()
+    if not hasattr(lemmatizer, "lemma_dict"):
+        lemmatizer.lemma_dict = ByWord(lemmatizer.lemma_lu_fn, _lemma_line)
+    if not hasattr(inflections, "infl_dict"):
+        # The modal and auxiliary verbs' forms are lemminflect's own, set after its load.
+        inflections.infl_dict = ByWord(inflections.infl_lu_fn, _inflection_line,
+                                       InflectionLUCodec.updateForAuxMod({}))
+
+
+def lemmas(word: str) -> dict[str, tuple[str, ...]]:
+    """Each part of speech English knows `word` as, with its lemmas (getAllLemmas)."""
+    _tables()
+    return dict(getAllLemmas(word))
+
+
+def inflection(lemma: str, tag: str) -> tuple[str, ...] | None:
+    """The spellings of `lemma` for a Penn tag ("VBD", "VBN", "VBZ"), as getInflection."""
+    _tables()
+    found = getInflection(lemma, tag)
+    return tuple(found) if found else None
+
+
 def unstaged(text: str) -> str:
     """`text` without its stage directions."""
     return _STAGE.sub("", text)
@@ -87,7 +183,7 @@ def capitalized(sentence: str) -> str:
 @functools.lru_cache(maxsize=65536)
 def _senses(word: str) -> dict[str, tuple[str, ...]]:
     """The parts of speech English knows a lower-case word as, each with its lemmas."""
-    return dict(getAllLemmas(word))
+    return lemmas(word)
 
 
 def _verb_lemmas(word: str) -> tuple[str, ...]:
@@ -140,7 +236,7 @@ def past_verb(word: str) -> bool:
     """Whether `word` is a verb's simple past ("went", "moved"), as a subject-less
     sentence of one's own news opens ("Started at the bakery on Monday")."""
     low = word.lower()
-    return any(low in (getInflection(v, "VBD") or ()) and low != v for v in _verb_lemmas(low))
+    return any(low in (inflection(v, "VBD") or ()) and low != v for v in _verb_lemmas(low))
 
 
 def past_participle(word: str) -> bool:
@@ -148,7 +244,7 @@ def past_participle(word: str) -> bool:
     "moved"; not "need" or "read"."""
     low = word.lower()
     verbs = _verb_lemmas(low)
-    return low not in verbs and any(low in (getInflection(v, "VBN") or ()) for v in verbs)
+    return low not in verbs and any(low in (inflection(v, "VBN") or ()) for v in verbs)
 
 
 # Words after a subject that read the same after "I" and after "she".
@@ -220,14 +316,14 @@ def third_verb(verb: str) -> str | None:
         return None
     if verb not in verbs:  # a past form, "went", "got", "finished"
         return verb
-    if any(verb in (getInflection(v, "VBD") or ()) for v in verbs if v != verb):
+    if any(verb in (inflection(v, "VBD") or ()) for v in verbs if v != verb):
         return verb  # "saw", "found", "left": the past of another verb, as said after "I"
     if verb in _SAME_AFTER_ANYONE:
         return verb
-    past = getInflection(verb, "VBD")
+    past = inflection(verb, "VBD")
     if past and verb in past:  # "read", "put", "set": the same now and then
         return None
-    third = getInflection(verb, "VBZ")
+    third = inflection(verb, "VBZ")
     return third[0] if third else None
 
 
