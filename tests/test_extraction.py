@@ -102,6 +102,18 @@ def test_chit_chat_is_dropped(minilm: Any, name: str) -> None:
     assert len(stored) <= len(sentences) * 0.10, stored
 
 
+def test_an_opening_word_that_also_describes_is_no_verb_of_the_speakers() -> None:
+    """"Love my new job" is the speaker's (a verb opens it); "Last Fri my kids ..." is not
+    "Mia lasts": "last" also describes."""
+    from dreamd.dream.facts import extract
+
+    [love] = extract("Mia", "Love my new job at the bakery.", SAID, "Leo")
+    assert love.statement.startswith("Mia loves Mia's new job")
+    [last] = extract("Mia", "Last Fri I finally took my kids to a pottery workshop.", SAID,
+                     "Leo")
+    assert "lasts" not in last.statement and "Mia finally took Mia's kids" in last.statement
+
+
 @pytest.mark.parametrize(("said", "told"), [
     ("I guess she is doing a good job as a mom.", "Mia guesses she is doing a good job"),
     ("I hope you find one soon.", "Mia hopes Leo finds one soon."),

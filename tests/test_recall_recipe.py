@@ -34,6 +34,8 @@ SUNDAY = date(2023, 5, 7)
     (date(2024, 3, 1), "the day before yesterday", "Wednesday 28 February 2024"),  # leap
     (date(2023, 12, 31), "tomorrow", "Monday 1 January 2024"),
     (SUNDAY, "last Friday", "Friday 5 May 2023"),
+    (SUNDAY, "Last Fri", "Friday 5 May 2023"),  # as people shorten it
+    (SUNDAY, "this Thurs", "Thursday 11 May 2023"),
     (SUNDAY, "last Sunday", "Sunday 30 April 2023"),  # never the day itself
     (SUNDAY, "next Monday", "Monday 8 May 2023"),
     (date(2023, 12, 29), "next Tuesday", "Tuesday 2 January 2024"),
@@ -51,6 +53,12 @@ SUNDAY = date(2023, 5, 7)
 def test_relative_dates_resolve_against_the_day_said(said: date, text: str,
                                                      meaning: str) -> None:
     assert resolve(text, said).endswith(f"({meaning})")
+
+
+@pytest.mark.parametrize("text", ["I last sat there in May", "we lay on sun loungers",
+                                  "this sun is too hot"])
+def test_words_that_are_also_short_weekdays_are_left_as_they_are(text: str) -> None:
+    assert resolve(text, SUNDAY) == text
 
 
 @pytest.mark.parametrize(("question", "first", "last"), [

@@ -168,9 +168,14 @@ def _year(m: re.Match[str], said: date) -> str:
     return str(said.year + {"last": -1, "next": 1, "this": 0}[m.group(1).lower()])
 
 
-@_rule(rf"(last|next|this|on|this past|this coming) {_DAY}")
+# A weekday as people shorten it ("last Fri"); not "sat" or "sun", which are words too.
+_SHORT_DAY = r"(mon|tues?|wed|thu(?:rs?)?|fri)"
+
+
+@_rule(rf"(last|next|this|on|this past|this coming) (?:{_DAY}|{_SHORT_DAY})")
 def _weekday(m: re.Match[str], said: date) -> str:
-    which, weekday = m.group(1).lower(), WEEKDAYS.index(m.group(2).lower())
+    which = m.group(1).lower()
+    weekday = [d[:3] for d in WEEKDAYS].index((m.group(2) or m.group(3))[:3].lower())
     if which in ("last", "this past"):
         return long_date(_weekday_before(said, weekday))
     if which in ("next", "this coming"):

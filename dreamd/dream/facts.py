@@ -257,8 +257,10 @@ def _told(sentence: str, speaker: str, addressee: str | None, said: date | None,
         text = f"I {text[:1].lower()}{text[1:]}"
     elif own and words and words[0] == "Been":  # "Been running longer since we talked"
         text = f"I have {text[:1].lower()}{text[1:]}"
-    elif own and words and speech.base_verb(words[0]) and re.search(r"\b[Mm]y\b", text):
-        text = f"I {text[:1].lower()}{text[1:]}"  # "Love my new job"
+    elif own and words and speech.base_verb(words[0]) and not speech.describing(words[0]) \
+            and re.search(r"\b[Mm]y\b", text):
+        # "Love my new job"; not "Last Fri my kids ...", whose first word also describes.
+        text = f"I {text[:1].lower()}{text[1:]}"
     third = speech.in_third_person(text, speaker, addressee)
     if third is not None and speaker in third:
         return third  # "Sam adopted a dog"

@@ -84,6 +84,19 @@ def weight(fact: Fact) -> int:
 # left as they were, "it" and "them" pointing back at something said before.
 _LEANS_ON_CONTEXT = re.compile(r"\b(?:we|us|our|it(?!['’])|them|each of them)\b",
                                re.IGNORECASE)
+_DEMONSTRATIVE = re.compile(r"\b(?:this|these)\b(?:\s+([A-Za-z][\w'’-]*))?", re.IGNORECASE)
+
+
+def points_at_the_talk(text: str) -> bool:
+    """Whether a "this" or "these" stands for something shown or said ("painted this
+    after the march", "these are mine"), not before the thing it names ("made this bowl",
+    "these kids", "this year")."""
+    for m in _DEMONSTRATIVE.finditer(text):
+        after = (m.group(1) or "").lower()
+        if not (after and after not in speech.STOPWORDS
+                and (speech.thing_word(after) or speech.describing(after))):
+            return True
+    return False
 
 
 def stands_alone(fact: Fact) -> bool:
@@ -94,9 +107,11 @@ def stands_alone(fact: Fact) -> bool:
         return True
     quote = fact.statement.removeprefix(f'{fact.subject}: "')
     if quote != fact.statement:
-        return speech.opens_with_name(quote) and not _LEANS_ON_CONTEXT.search(quote)
+        return speech.opens_with_name(quote) and not _LEANS_ON_CONTEXT.search(quote) \
+            and not points_at_the_talk(quote)
     return fact.statement.startswith((f"{fact.subject} ", f"{fact.subject}'s ")) \
-        and not _LEANS_ON_CONTEXT.search(fact.statement)
+        and not _LEANS_ON_CONTEXT.search(fact.statement) \
+        and not points_at_the_talk(fact.statement)
 
 
 def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,
