@@ -102,12 +102,6 @@ class ByWord:
         self._parsed[word] = entry
         return entry
 
-    def __getitem__(self, word: str) -> Any:
-        entry = self.get(word)
-        if entry is None:
-            raise KeyError(word)
-        return entry
-
     def __contains__(self, word: object) -> bool:
         return word in self._parsed or word in self._first
 

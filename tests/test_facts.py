@@ -455,16 +455,18 @@ def test_a_profile_shows_first_the_facts_the_selector_is_surest_of() -> None:
 
 def test_a_profile_line_points_at_nothing_shown_or_said_before() -> None:
     """"painted this", "these are" stand for a photo or a turn: no profile line; "this
-    bowl", "these kids" and "this year" name what they point at, and stay."""
+    bowl", "these 3 dogs" and "this year" name what they point at, and stay."""
     said = "2023-05-07T10:00:00+00:00"
     facts = [Fact(1, "u", "Mia", None, "Mia painted this after the march in May.", None, said),
              Fact(2, "u", "Mia", None, "Mia made this bowl in Mia's pottery class.", None, said),
              Fact(3, "u", "Mia", None, "Mia started learning the cello this year (2023).", None,
                   said),
-             Fact(4, "u", "Mia", None, 'Mia: "These are the ones Omar gave me."', None, said)]
+             Fact(4, "u", "Mia", None, 'Mia: "These are the ones Omar gave me."', None, said),
+             Fact(5, "u", "Mia", None, "Mia walks these 3 dogs from the shelter.", None, said)]
     assert sorted(profile_from(facts, 16).splitlines()) == [
         "- Mia made this bowl in Mia's pottery class.",
-        "- Mia started learning the cello this year (2023).", "Learning:"]
+        "- Mia started learning the cello this year (2023).",
+        "- Mia walks these 3 dogs from the shelter.", "Learning:", "Pets:"]
 
 
 def test_a_listener_without_a_name_leaves_the_profile_whole() -> None:

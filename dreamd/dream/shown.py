@@ -84,17 +84,18 @@ def weight(fact: Fact) -> int:
 # left as they were, "it" and "them" pointing back at something said before.
 _LEANS_ON_CONTEXT = re.compile(r"\b(?:we|us|our|it(?!['’])|them|each of them)\b",
                                re.IGNORECASE)
-_DEMONSTRATIVE = re.compile(r"\b(?:this|these)\b(?:\s+([A-Za-z][\w'’-]*))?", re.IGNORECASE)
+_DEMONSTRATIVE = re.compile(r"\b(?:this|these)\b(?:\s+(\w[\w'’-]*))?", re.IGNORECASE)
 
 
 def points_at_the_talk(text: str) -> bool:
     """Whether a "this" or "these" stands for something shown or said ("painted this
     after the march", "these are mine"), not before the thing it names ("made this bowl",
-    "these kids", "this year")."""
+    "these kids", "this year", "these 3 dogs")."""
     for m in _DEMONSTRATIVE.finditer(text):
         after = (m.group(1) or "").lower()
         if not (after and after not in speech.STOPWORDS
-                and (speech.thing_word(after) or speech.describing(after))):
+                and (after[0].isdigit() or speech.thing_word(after)
+                     or speech.describing(after))):
             return True
     return False
 
