@@ -102,9 +102,6 @@ class ByWord:
         self._parsed[word] = entry
         return entry
 
-    def __contains__(self, word: object) -> bool:
-        return word in self._parsed or word in self._first
-
     def words(self) -> set[str]:
         return set(self._first) | set(self._parsed)
 
