@@ -196,6 +196,23 @@ def test_a_pass_writes_in_transactions_of_bounded_size_whatever_the_backlog(
     assert 0 < most[200] <= most[4000] <= 2500, most  # 20 times the backlog, still short
 
 
+def test_the_words_index_is_written_a_few_hundred_rows_at_a_time(tmp_path: Path) -> None:
+    """The full-text index of 1,600 new turns goes in chunks short enough that the chat
+    app, finding the lock taken, gets it at its busy handler's first or second retry
+    (SQLite sleeps 1, 2, 5, 10 ms between them). Each chunk of 500 turns (with their
+    neighbours' text again) wrote about 1,600 rows: 4-9 ms of lock on a slow box."""
+    db = tmp_path / "m.db"
+    big_file(db, 40, 40)
+    config = config_for(db)
+    store = open_sqlite(config)
+    try:
+        result = pass_(store, RecordingCompleter(store), config)
+    finally:
+        store.close()
+    assert result.outcome == "ok", result.jobs
+    assert 0 < result.write_lock["most_rows"] <= 1000, result.write_lock
+
+
 def test_every_stored_tier_is_bounded_whatever_the_input(db: Path) -> None:
     """A 1 MB turn (one endless sentence, then one endless word) cannot make a 1 MB
     gist, era, profile or narrative."""

@@ -39,7 +39,11 @@ JOB = "embed"
 # The lock of the list of turns to index again (after a forget): its writes read and
 # change the list.
 WORDS_REDO = "words-redo"
-INDEX_CHUNK = 500  # turns per full-text transaction: ~2 ms of write lock
+# Turns per full-text transaction: about 1 ms of write lock on a slow 2-core box. The chat
+# app that finds the lock taken sleeps in its busy handler (SQLite's: 1, 2, 5, 10 ms
+# between tries), so a write of 2 ms or less costs it at most 3 ms; 500 turns a
+# transaction held the lock 4-9 ms there, and the app's INSERT slept 8 ms or more.
+INDEX_CHUNK = 128
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:

@@ -12,6 +12,7 @@ watermark.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -54,10 +55,12 @@ CHANGED = 0.5
 class Known:
     """A user's current facts and their vectors, as the batch sees and changes them: the
     vectors in one matrix (grown by doubling), so a candidate meets them all in one
-    product."""
+    product. A batch's new facts are known by a stand-in id (negative) until its write
+    gives them theirs (`settle`)."""
 
     def __init__(self, facts: list[Fact], vectors: dict[int, np.ndarray]) -> None:
         self.facts = [f for f in facts if f.id in vectors]
+        self._row = {f.id: row for row, f in enumerate(self.facts)}
         self.unvectored = [f for f in facts if f.id not in vectors]
         dim = next(iter(vectors.values())).shape[0] if vectors else 0
         self._matrix = np.zeros((max(16, len(self.facts) * 2), dim), dtype=np.float32)
@@ -114,8 +117,9 @@ class Known:
         return [f for row, f in enumerate(self.facts) if self.live[row]] + self.unvectored
 
     def replaced(self, old: Fact) -> None:
-        if old in self.facts:
-            self.live[self.facts.index(old)] = False
+        row = self._row.get(old.id)
+        if row is not None:
+            self.live[row] = False
         else:
             self.unvectored.remove(old)
 
@@ -125,8 +129,19 @@ class Known:
         if len(self.facts) == len(self._matrix):
             self._matrix = np.vstack([self._matrix, np.zeros_like(self._matrix)])
         self._matrix[len(self.facts)] = vector
+        self._row[fact.id] = len(self.facts)
         self.facts.append(fact)
         self.live = np.append(self.live, True)
+
+    def settle(self, ids: dict[int, int]) -> None:
+        """The batch's new facts, written: each under the id its row was given (`ids`, by
+        stand-in, may hold other users' too)."""
+        for stand_in, fact_id in ids.items():
+            row = self._row.pop(stand_in, None)
+            if row is None:
+                continue
+            self.facts[row] = dataclasses.replace(self.facts[row], id=fact_id)
+            self._row[fact_id] = row
 
 
 def candidates(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
@@ -269,9 +284,8 @@ def write_batch(ctx: JobContext, gate: write_gate.Gate | None, model: str,
     except Exception as exc:  # a backend fault or junk twice: recorded, as for embed
         errors.append(note_failure(ctx, JOB, item, exc))
         return "failed"
-    if vectors is not None:  # before the write: no product while the lock is held
-        for user in {u for u, _, _, _ in found}:
-            state[user].prepare(vectors)
+    # Weighed before the write: the chat app waits while the lock is held.
+    steps = weighed(state, found, vectors)
     users = sorted({owners[t.session_id] for t, _, _ in part.rows})
     try:
         with (gate.closed() if gate else contextlib.nullcontext()), \
@@ -280,12 +294,11 @@ def write_batch(ctx: JobContext, gate: write_gate.Gate | None, model: str,
             if not ctx.still_current(conn):
                 return "stale"
             mark_read(conn, read_through(part.unread))
-            for i, (user, turn_id, candidate, replaces) in enumerate(found):
-                assert vectors is not None
-                learn(conn, ctx, model, state[user], user, turn_id, candidate,
-                      vectors[i], replaces, i)
+            ids = written(conn, ctx, model, steps)
     except Moved:
         return "moved"
+    for user in {step.user for step in steps}:
+        state[user].settle(ids)
     if fell_back:
         ctx.note_fallback(JOB, item, fell_back)
     ctx.budget.spend()
@@ -324,18 +337,43 @@ def worth_keeping(ctx: JobContext, found: list[Any], vectors: np.ndarray
     return kept, (np.asarray(vectors)[keep] if kept else None)
 
 
-def learn(conn: Conn, ctx: JobContext, model: str, known: Known, user: str, turn_id: int,
-          candidate: Candidate, vector: np.ndarray, replaces: list[int] | None = None,
-          i: int | None = None) -> None:
-    """Inside the batch's write: one candidate (the batch's `i`th) into the user's facts —
-    a new fact, or (one already known) its turn joins that fact's sources."""
+@dataclass(frozen=True)
+class Step:
+    """What one candidate does to a user's facts, weighed before the write: gives its turn
+    to the fact that says the same (`same`), or is a new fact (`new`, a stand-in id) that
+    ends the facts `ends`. Ids below zero are the batch's new facts."""
+
+    user: str
+    turn_id: int
+    candidate: Candidate
+    vector: np.ndarray
+    same: int | None = None
+    new: int | None = None
+    ends: tuple[int, ...] = ()
+
+
+def weighed(state: dict[str, Known], found: list[Any], vectors: np.ndarray | None
+            ) -> list[Step]:
+    """The batch's candidates met with each user's facts (and with each other, in order),
+    outside any transaction: one product per user for the batch, then each in turn."""
+    if vectors is None:
+        return []
+    for user in {u for u, _, _, _ in found}:
+        state[user].prepare(vectors)
+    steps: list[Step] = []
+    for i, (user, turn_id, candidate, replaces) in enumerate(found):
+        steps.append(weigh(state[user], user, turn_id, candidate, vectors[i], replaces, i,
+                           stand_in=-(len(steps) + 1)))
+    return steps
+
+
+def weigh(known: Known, user: str, turn_id: int, candidate: Candidate, vector: np.ndarray,
+          replaces: list[int] | None, i: int | None, stand_in: int) -> Step:
+    """One candidate (the batch's `i`th) against the user's facts: a fact already known
+    (its turn joins that fact's sources), or a new fact and the ones it replaces."""
     same = known.same(candidate.subject, vector, i)
     if same is not None:
-        add_sources(conn, same.id, [turn_id])
-        return
-    fact_id = add_fact(conn, user, candidate.subject, candidate.about, candidate.statement,
-                         candidate.valid_from, candidate.said_at, [turn_id], ctx.source)
-    put_vector(conn, model, "fact", str(fact_id), to_blob(vector))
+        return Step(user, turn_id, candidate, vector, same=same.id)
     wanted = set(replaces or ())
     named = [f for f in known.current() if f.id in wanted] if wanted else []
     by_about = known.about(candidate.subject, candidate.about) if candidate.about else []
@@ -346,11 +384,32 @@ def learn(conn: Conn, ctx: JobContext, model: str, known: Known, user: str, turn
         nearest, cosine = known.nearest(candidate.subject, vector)
         if nearest is not None and cosine >= CHANGED:
             changed = [nearest]
-    for old in {f.id: f for f in named + by_about + changed}.values():
-        replace_fact(conn, old.id, fact_id, candidate.valid_from)
+    ended = list({f.id: f for f in named + by_about + changed}.values())
+    for old in ended:
         known.replaced(old)
-    known.add(Fact(fact_id, user, candidate.subject, candidate.about, candidate.statement,
+    known.add(Fact(stand_in, user, candidate.subject, candidate.about, candidate.statement,
                    candidate.valid_from, candidate.said_at, sources=(turn_id,)), vector)
+    return Step(user, turn_id, candidate, vector, new=stand_in,
+                ends=tuple(f.id for f in ended))
+
+
+def written(conn: Conn, ctx: JobContext, model: str, steps: list[Step]) -> dict[int, int]:
+    """Inside the batch's write: its steps as rows, nothing weighed. Returns each new
+    fact's id by its stand-in."""
+    ids: dict[int, int] = {}
+    for step in steps:
+        if step.same is not None:
+            add_sources(conn, ids.get(step.same, step.same), [step.turn_id])
+            continue
+        c = step.candidate
+        fact_id = add_fact(conn, step.user, c.subject, c.about, c.statement, c.valid_from,
+                           c.said_at, [step.turn_id], ctx.source)
+        assert step.new is not None
+        ids[step.new] = fact_id
+        put_vector(conn, model, "fact", str(fact_id), to_blob(step.vector))
+        for old in step.ends:
+            replace_fact(conn, ids.get(old, old), fact_id, c.valid_from)
+    return ids
 
 
 def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
