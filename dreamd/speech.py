@@ -293,6 +293,9 @@ _THIRD |= {f"{verb}n{q}t": f"{third}n't" for verb, third in (
 _WE = re.compile(r"\b(?:[Ww]e|us|[Oo]ur|[Oo]urs|[Ww]e['’](?:re|ve|ll|d))\b")
 _THEM_ALL = re.compile(r"\byou (?:guys|all|two|both)\b|\by['’]all\b", re.IGNORECASE)
 _QUOTES = re.compile("[\"“”]")
+# A span in quotation marks: a title, a name, someone's words ("Becoming", "I love you").
+_QUOTED = re.compile("\"[^\"]*\"|“[^“”]*”")
+_STAND_IN = 0xE000  # private-use characters hold a quoted span's place while retelling
 
 
 def third_verb(verb: str) -> str | None:
@@ -372,8 +375,24 @@ def in_third_person(sentence: str, speaker: str, addressee: str | None) -> str |
     """`sentence` told about `speaker` by name ("I guess Mia is right" -> "Mia guesses
     ..."), or None where that cannot be done without guessing: a verb that reads as now and
     then, "we", or a second person that would need a name nobody gave."""
-    if _WE.search(sentence) or _QUOTES.search(sentence) or _THEM_ALL.search(sentence):
-        return None  # "we" and "you guys" are more than one; a quotation is another's
+    # What is in quotation marks is kept as said ("My son typed "I love you"" -> "Mia's
+    # son typed "I love you""); the rest is retold.
+    spans = _QUOTED.findall(sentence)
+    text = sentence
+    for i, span in enumerate(spans):
+        text = text.replace(span, chr(_STAND_IN + i), 1)
+    if _WE.search(text) or _QUOTES.search(text) or _THEM_ALL.search(text):
+        return None  # "we" and "you guys" are more than one; a quotation left open
+    retold = _retold(text, speaker, addressee)
+    if retold is None:
+        return None
+    for i, span in enumerate(spans):
+        retold = retold.replace(chr(_STAND_IN + i), span)
+    return retold
+
+
+def _retold(sentence: str, speaker: str, addressee: str | None) -> str | None:
+    """in_third_person's work on a sentence without quotation marks."""
     text = re.sub(r"\bI['’]d\b", lambda m: f"I {_had_or_would(m)}", sentence)
     for contracted, full in (("m", "am"), ("ve", "have"), ("ll", "will")):
         text = re.sub(rf"\bI['’]{contracted}\b", f"I {full}", text)

@@ -133,6 +133,15 @@ def test_an_opening_word_that_also_describes_is_no_verb_of_the_speakers(said: st
     ("I study law and I watch birds.", "Mia studies law and Mia watches birds."),
     ("I told you about my sister.", "Mia told Leo about Mia's sister."),
     ("You were right, I can't sing.", "Leo was right, Mia can't sing."),
+    # Words in quotation marks are kept as said: a title, a name, someone's words.
+    ('My favourite book is "Becoming" by Michelle Obama.',
+     'Mia\'s favourite book is "Becoming" by Michelle Obama.'),
+    ('"Brave" by Sara Bareilles means a lot to me.',
+     '"Brave" by Sara Bareilles means a lot to Mia.'),
+    ('My boss said "you are the best" and I cried.',
+     'Mia\'s boss said "you are the best" and Mia cried.'),
+    ("My son typed \u201cI love you\u201d for the first time.",
+     "Mia's son typed \u201cI love you\u201d for the first time."),
 ])
 def test_rewritten_sentences_keep_their_verbs_in_agreement(said: str, told: str) -> None:
     assert (in_third_person(said, "Mia", "Leo") or "").startswith(told)
@@ -141,7 +150,7 @@ def test_rewritten_sentences_keep_their_verbs_in_agreement(said: str, told: str)
 @pytest.mark.parametrize("said", [
     "I read it yesterday.",  # read now, or read then?
     "We are adopting a child.",  # "we" is more than the speaker
-    'My boss said "you are the best" and I cried.',  # someone else's words
+    'My boss said "you are the best and I cried.',  # a quotation left open
 ])
 def test_where_rewriting_would_guess_the_speaker_is_quoted(said: str) -> None:
     assert in_third_person(said, "Mia", "Leo") is None
