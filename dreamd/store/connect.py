@@ -40,6 +40,8 @@ def has_wal_reset_bug(version: tuple[int, int, int]) -> bool:
 
 # A forget merges the words index this many pages a transaction: each step is short.
 MERGE_PAGES = 50
+# Pages of the words index merged in one tidying step (about 3 ms of lock on a slow box).
+TIDY_PAGES = 16
 
 
 class SqliteStore:
@@ -77,6 +79,7 @@ class SqliteStore:
         self._checkpointed = time.monotonic()
         self.lock_times = WriteLockTimes()
         self._released: float | None = None
+        self._tidies_words = False
         raw = getattr(conn, "raw", None)  # dreamd's own library (apsw): see `_committed`
         if raw is not None and self.checkpoints:
             raw.set_wal_hook(self._committed)
@@ -189,6 +192,25 @@ class SqliteStore:
         # ... then `optimize`, nearly free by now, makes sure it is one segment.
         self.conn.execute("INSERT INTO dreamd_fts (dreamd_fts) VALUES ('optimize')")
         return False
+
+    def tidy_words(self) -> bool:
+        # FTS5 merges the parts of its index as they pile up, inside the write that adds
+        # one: on a slow box a 1 ms insert of 128 turns then held the lock 20-25 ms. Its
+        # own merging is turned off (a setting the file keeps) and done here instead, a
+        # step of TIDY_PAGES in a write of its own; FTS5 still merges at once past 16
+        # parts at a level, which these steps keep it from reaching.
+        with self.write() as conn:
+            if not self._tidies_words:
+                row = conn.execute(
+                    "SELECT v FROM dreamd_fts_config WHERE k = 'automerge'").fetchone()
+                if row is None or str(row[0]) != "0":
+                    conn.execute(
+                        "INSERT INTO dreamd_fts (dreamd_fts, rank) VALUES ('automerge', 0)")
+                self._tidies_words = True
+            before = conn.total_changes
+            conn.execute("INSERT INTO dreamd_fts (dreamd_fts, rank) VALUES ('merge', ?)",
+                         (TIDY_PAGES,))
+            return conn.total_changes - before >= 2
 
     def vacuum(self, tables: Sequence[str]) -> None:
         self.conn.execute("VACUUM")

@@ -111,6 +111,10 @@ class Store(Protocol):
         """Inside a write: merge a step of the words index, so no old part of it keeps an
         erased turn's words; True while there is more to merge (PostgreSQL: nothing to
         merge, its index drops an entry with the row)."""
+    def tidy_words(self) -> bool:
+        """Outside a transaction: a short step, in a write of its own, of merging the
+        parts of the words index that adding turns leaves; True when it merged some
+        (PostgreSQL: nothing to merge, and no write)."""
     def vacuum(self, tables: Sequence[str]) -> None:
         """Outside a transaction: leave no stale copy of a deleted row in live storage
         (SQLite rewrites the whole file; PostgreSQL vacuums `tables`)."""

@@ -303,6 +303,9 @@ class PgStore:
     def merge_words(self) -> bool:
         return False  # a GIN index drops an entry with its row: no segments to merge
 
+    def tidy_words(self) -> bool:
+        return False  # a GIN index has no parts to merge
+
     def vacuum(self, tables: Sequence[str]) -> None:
         """Frees the erased rows' space for reuse (the server's log keeps their images
         until it recycles its segments)."""

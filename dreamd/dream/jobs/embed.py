@@ -44,6 +44,9 @@ WORDS_REDO = "words-redo"
 # between tries), so a write of 2 ms or less costs it at most 3 ms; 500 turns a
 # transaction held the lock 4-9 ms there, and the app's INSERT slept 8 ms or more.
 INDEX_CHUNK = 128
+# Steps of merging the index's parts after each chunk, while there is any to do (see
+# Store.tidy_words): enough to keep up with what a chunk adds.
+TIDY_STEPS = 4
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
@@ -140,6 +143,9 @@ def index_text(ctx: JobContext, upto: int, chunk: int = INDEX_CHUNK) -> None:
             if ctx.still_current(conn):
                 index_texts(conn, rows, tuple(redo))
                 settle_words_watermark(conn, upto)
+        for _ in range(TIDY_STEPS):  # its parts merged in short writes of their own
+            if not ctx.store.tidy_words():
+                break
 
 
 def embed_derived(ctx: JobContext, errors: list[str]) -> int:
