@@ -200,9 +200,9 @@ def test_the_words_index_is_written_a_few_hundred_rows_at_a_time(tmp_path: Path)
     """The full-text index of 6,000 new turns goes in chunks short enough that the chat
     app, finding the lock taken, gets it at its busy handler's first or second retry
     (SQLite sleeps 1, 2, 5, 10 ms between tries), and its parts are merged in writes of
-    their own. Chunks of 500 turns (with their neighbours' text again) wrote about 1,600
-    rows, 4-9 ms of lock on a slow box; with chunks of 128, FTS5's own merging, inside
-    the insert that adds a part, still made writes of 622 rows (20-25 ms there)."""
+    their own. Chunks of 500 turns (with their neighbours' text again) wrote 1,776 rows
+    at once here, 4-9 ms of lock on a slow box; with chunks of 128, FTS5's own merging,
+    inside the insert that adds a part, still made writes of 622 rows (20-25 ms there)."""
     from dreamd.backends.hashing import HashingEmbedder
     from dreamd.dream.jobs import embed
     from dreamd.dream.jobs.base import Budget, JobContext
