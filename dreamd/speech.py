@@ -293,9 +293,11 @@ _THIRD |= {f"{verb}n{q}t": f"{third}n't" for verb, third in (
 _WE = re.compile(r"\b(?:[Ww]e|us|[Oo]ur|[Oo]urs|[Ww]e['’](?:re|ve|ll|d))\b")
 _THEM_ALL = re.compile(r"\byou (?:guys|all|two|both)\b|\by['’]all\b", re.IGNORECASE)
 _QUOTES = re.compile("[\"“”]")
-# A span in quotation marks: a title, a name, someone's words ("Becoming", "I love you").
-_QUOTED = re.compile("\"[^\"]*\"|“[^“”]*”")
+# A span in quotation marks: a title, a name, someone's words ("Becoming", "I love you");
+# not the inch marks of 5'10".
+_QUOTED = re.compile("(?<![\\w'’])(?:\"[^\"]*\"|“[^“”]*”)(?!\\w)")
 _STAND_IN = 0xE000  # private-use characters hold a quoted span's place while retelling
+_PRIVATE = re.compile("[\ue000-\uf8ff]")
 
 
 def third_verb(verb: str) -> str | None:
@@ -377,18 +379,35 @@ def in_third_person(sentence: str, speaker: str, addressee: str | None) -> str |
     then, "we", or a second person that would need a name nobody gave."""
     # What is in quotation marks is kept as said ("My son typed "I love you"" -> "Mia's
     # son typed "I love you""); the rest is retold.
+    if _PRIVATE.search(sentence):
+        return None  # characters that would be taken for a quoted span's stand-in
     spans = _QUOTED.findall(sentence)
     text = sentence
     for i, span in enumerate(spans):
         text = text.replace(span, chr(_STAND_IN + i), 1)
     if _WE.search(text) or _QUOTES.search(text) or _THEM_ALL.search(text):
         return None  # "we" and "you guys" are more than one; a quotation left open
+    if _quoted_verb(text):
+        return None  # 'I "love" my job': the verb in quotation marks stays as said
     retold = _retold(text, speaker, addressee)
     if retold is None:
         return None
     for i, span in enumerate(spans):
         retold = retold.replace(chr(_STAND_IN + i), span)
     return retold
+
+
+def _quoted_verb(text: str) -> bool:
+    """Whether a quoted span stands where "I" or "you" needs its verb (adverbs between)."""
+    words = re.findall(r"[A-Za-z'’]+|[\ue000-\uf8ff]", text)
+    for i, word in enumerate(words):
+        if word in ("I", "you", "You"):
+            after = i + 1
+            while after < len(words) and adverb(words[after]):
+                after += 1
+            if after < len(words) and _PRIVATE.fullmatch(words[after]):
+                return True
+    return False
 
 
 def _retold(sentence: str, speaker: str, addressee: str | None) -> str | None:

@@ -227,6 +227,39 @@ def test_the_words_index_is_written_a_few_hundred_rows_at_a_time(tmp_path: Path)
     assert automerge is not None and str(automerge[0]) == "0" and indexed == 6000
 
 
+def test_long_turns_go_into_the_words_index_fewer_at_a_time(tmp_path: Path) -> None:
+    """Turns of 200 words: a chunk of 128 of them, with their neighbours' words, was half
+    a megabyte of text in one write (547 rows, 14 ms here). A write now takes at most
+    INDEX_CHARS of text (219 rows, 8 ms)."""
+    import random
+
+    from dreamd.backends.hashing import HashingEmbedder
+    from dreamd.dream.jobs import embed
+    from dreamd.dream.jobs.base import Budget, JobContext
+    from dreamd.store.tally import sync_tally
+
+    db = tmp_path / "m.db"
+    app = make_chat_file(db)
+    rng = random.Random(5)
+    words = [f"word{i}" for i in range(5000)]
+    for s in range(10):
+        add_turns(app, f"s{s}", [" ".join(rng.choice(words) for _ in range(200))
+                                 for _ in range(40)])
+    app.close()
+    config = config_for(db)
+    store = open_sqlite(config)
+    try:
+        sync_tally(store)
+        result = embed.run(JobContext(store, config, HashingEmbedder(),
+                                      RecordingCompleter(store), Budget(),
+                                      epoch="0"), "test")  # a new file's vector epoch
+        indexed = store.conn.execute("SELECT COUNT(*) FROM dreamd_fts").fetchone()[0]
+    finally:
+        store.close()
+    assert result.done == 400 and indexed == 400, result
+    assert store.lock_times.most_rows <= 400, store.lock_times.as_dict()
+
+
 def test_every_stored_tier_is_bounded_whatever_the_input(db: Path) -> None:
     """A 1 MB turn (one endless sentence, then one endless word) cannot make a 1 MB
     gist, era, profile or narrative."""

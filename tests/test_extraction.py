@@ -151,6 +151,8 @@ def test_rewritten_sentences_keep_their_verbs_in_agreement(said: str, told: str)
     "I read it yesterday.",  # read now, or read then?
     "We are adopting a child.",  # "we" is more than the speaker
     'My boss said "you are the best and I cried.',  # a quotation left open
+    'I am 5\'10" and my brother is 6\'2" tall.',  # inch marks, not a quotation
+    'I really "love" my job.',  # the verb is in quotation marks
 ])
 def test_where_rewriting_would_guess_the_speaker_is_quoted(said: str) -> None:
     assert in_third_person(said, "Mia", "Leo") is None

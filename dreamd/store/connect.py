@@ -206,11 +206,12 @@ class SqliteStore:
                 if row is None or str(row[0]) != "0":
                     conn.execute(
                         "INSERT INTO dreamd_fts (dreamd_fts, rank) VALUES ('automerge', 0)")
-                self._tidies_words = True
             before = conn.total_changes
             conn.execute("INSERT INTO dreamd_fts (dreamd_fts, rank) VALUES ('merge', ?)",
                          (TIDY_PAGES,))
-            return conn.total_changes - before >= 2
+            merged = conn.total_changes - before >= 2
+        self._tidies_words = True  # once the setting is committed
+        return merged
 
     def vacuum(self, tables: Sequence[str]) -> None:
         self.conn.execute("VACUUM")

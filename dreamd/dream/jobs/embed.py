@@ -44,9 +44,11 @@ WORDS_REDO = "words-redo"
 # between tries), so a write of 2 ms or less costs it at most 3 ms; 500 turns a
 # transaction held the lock 4-9 ms there, and the app's INSERT slept 8 ms or more.
 INDEX_CHUNK = 128
-# Steps of merging the index's parts after each chunk, while there is any to do (see
-# Store.tidy_words): enough to keep up with what a chunk adds.
-TIDY_STEPS = 4
+INDEX_CHARS = 100_000  # and at most this much text (chat turns of 20-50 words: ~80,000)
+# Steps of merging the index's parts after each chunk and after the last, while there is
+# any to do (see Store.tidy_words), at most this many: 16 pages each keep up with chunks
+# of long turns too (200 words a turn fell behind at 4 steps).
+TIDY_STEPS = 32
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
@@ -137,15 +139,29 @@ def index_text(ctx: JobContext, upto: int, chunk: int = INDEX_CHUNK) -> None:
             again = with_neighbours(conn, sorted(
                 indexed(conn, before) | {i for i in redo if i <= after}))
         if not turns and not redo:
+            tidy_words(ctx)  # what the last chunks left
             return
-        rows = words_rows(again + turns)
+        rows = words_rows(turns)
+        # Long turns: fewer of them a write (the mark stops at the first turn not indexed).
+        size = n = 0
+        while n < len(rows) and (n == 0 or size + len(rows[n][1]) <= INDEX_CHARS):
+            size += len(rows[n][1])
+            n += 1
+        turns, rows = turns[:n], rows[:n]
+        neighbours = {b.id for _, b, _ in turns if b is not None}
+        rows = words_rows([t for t in again if t[0].id in neighbours or t[0].id in redo]) + rows
         with ctx.store.write(*([WORDS_REDO] if redo else [])) as conn:
             if ctx.still_current(conn):
                 index_texts(conn, rows, tuple(redo))
                 settle_words_watermark(conn, upto)
-        for _ in range(TIDY_STEPS):  # its parts merged in short writes of their own
-            if not ctx.store.tidy_words():
-                break
+        tidy_words(ctx)
+
+
+def tidy_words(ctx: JobContext) -> None:
+    """The index's parts merged in short writes of their own while there is any to do."""
+    for _ in range(TIDY_STEPS):
+        if ctx.stopped() or not ctx.store.tidy_words():
+            break
 
 
 def embed_derived(ctx: JobContext, errors: list[str]) -> int:

@@ -177,12 +177,12 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     done = failed = 0
     errors: list[str] = []
     failures = failed_items(ctx, JOB)
-    # Each user's facts are read once per run and kept in step by `learn` (only this job
+    # Each user's facts are read once per run and kept in step by `weighed` (only this job
     # writes facts; a forget meanwhile ends the run through `still_current`).
     state: dict[str, Known] = {}
     # With the LLM and several workers, the batches after the one being written are
     # already with the model (their prompts show the facts known when they were read;
-    # `learn` still merges what says the same as a fact found meanwhile).
+    # `weighed` still merges what says the same as a fact found meanwhile).
     ahead = ctx.workers if by_llm(ctx) and ctx.workers > 1 else 1
     gate = write_gate.Gate() if ahead > 1 else None
     pool = (ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="dreamd-facts")
