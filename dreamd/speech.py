@@ -293,7 +293,7 @@ _THIRD |= {f"{verb}n{q}t": f"{third}n't" for verb, third in (
 _WE = re.compile(r"\b(?:[Ww]e|us|[Oo]ur|[Oo]urs|[Ww]e['’](?:re|ve|ll|d))\b")
 _THEM_ALL = re.compile(r"\byou (?:guys|all|two|both)\b|\by['’]all\b", re.IGNORECASE)
 _QUOTES = re.compile("[\"“”]")
-# A span in quotation marks: a title, a name, someone's words ("Becoming", "I love you");
+# A span in quotation marks: a title, a name, someone's words ("Becoming", "I miss you");
 # not the inch marks of 5'10".
 _QUOTED = re.compile("(?<![\\w'’])(?:\"[^\"]*\"|“[^“”]*”)(?!\\w)")
 _STAND_IN = 0xE000  # private-use characters hold a quoted span's place while retelling
@@ -377,8 +377,8 @@ def in_third_person(sentence: str, speaker: str, addressee: str | None) -> str |
     """`sentence` told about `speaker` by name ("I guess Mia is right" -> "Mia guesses
     ..."), or None where that cannot be done without guessing: a verb that reads as now and
     then, "we", or a second person that would need a name nobody gave."""
-    # What is in quotation marks is kept as said ("My son typed "I love you"" -> "Mia's
-    # son typed "I love you""); the rest is retold.
+    # What is in quotation marks is kept as said ("My dad wrote "I miss you" on the card"
+    # -> "Mia's dad wrote "I miss you" on the card"); the rest is retold.
     if _PRIVATE.search(sentence):
         return None  # characters that would be taken for a quoted span's stand-in
     spans = _QUOTED.findall(sentence)

@@ -140,8 +140,8 @@ def test_an_opening_word_that_also_describes_is_no_verb_of_the_speakers(said: st
      '"Brave" by Sara Bareilles means a lot to Mia.'),
     ('My boss said "you are the best" and I cried.',
      'Mia\'s boss said "you are the best" and Mia cried.'),
-    ("My son typed \u201cI love you\u201d for the first time.",
-     "Mia's son typed \u201cI love you\u201d for the first time."),
+    ("My dad wrote \u201cI miss you\u201d on the card.",
+     "Mia's dad wrote \u201cI miss you\u201d on the card."),
 ])
 def test_rewritten_sentences_keep_their_verbs_in_agreement(said: str, told: str) -> None:
     assert (in_third_person(said, "Mia", "Leo") or "").startswith(told)

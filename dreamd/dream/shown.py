@@ -108,11 +108,13 @@ def stands_alone(fact: Fact) -> bool:
         return True
     quote = fact.statement.removeprefix(f'{fact.subject}: "')
     if quote != fact.statement:
-        return speech.opens_with_name(quote) and not _LEANS_ON_CONTEXT.search(quote) \
-            and not points_at_the_talk(quote)
+        return speech.opens_with_name(quote) and not _leans_on_the_talk(quote)
     return fact.statement.startswith((f"{fact.subject} ", f"{fact.subject}'s ")) \
-        and not _LEANS_ON_CONTEXT.search(fact.statement) \
-        and not points_at_the_talk(fact.statement)
+        and not _leans_on_the_talk(fact.statement)
+
+
+def _leans_on_the_talk(text: str) -> bool:
+    return bool(_LEANS_ON_CONTEXT.search(text)) or points_at_the_talk(text)
 
 
 def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,

@@ -182,14 +182,9 @@ class SqliteStore:
                            "wal_reset_bug": has_wal_reset_bug(sqlite_version(SYSTEM))}}
 
     def merge_words(self) -> bool:
-        # FTS5: a delta of total_changes under 2 means the merge found nothing left to do
-        # ...
-        before = self.conn.total_changes
-        self.conn.execute("INSERT INTO dreamd_fts (dreamd_fts, rank) VALUES ('merge', ?)",
-                          (-MERGE_PAGES,))
-        if self.conn.total_changes - before >= 2:
+        if _merged(self.conn, -MERGE_PAGES):
             return True
-        # ... then `optimize`, nearly free by now, makes sure it is one segment.
+        # Nothing left to merge: `optimize`, nearly free by now, makes sure it is one part.
         self.conn.execute("INSERT INTO dreamd_fts (dreamd_fts) VALUES ('optimize')")
         return False
 
@@ -206,10 +201,7 @@ class SqliteStore:
                 if row is None or str(row[0]) != "0":
                     conn.execute(
                         "INSERT INTO dreamd_fts (dreamd_fts, rank) VALUES ('automerge', 0)")
-            before = conn.total_changes
-            conn.execute("INSERT INTO dreamd_fts (dreamd_fts, rank) VALUES ('merge', ?)",
-                         (TIDY_PAGES,))
-            merged = conn.total_changes - before >= 2
+            merged = _merged(conn, TIDY_PAGES)
         self._tidies_words = True  # once the setting is committed
         return merged
 
@@ -223,6 +215,14 @@ class SqliteStore:
     def close(self) -> None:
         self.conn.close()
 
+
+
+def _merged(conn: Raw, pages: int) -> bool:
+    """One FTS5 `merge` step of the words index (`pages` below zero: whether or not a
+    level is due); whether it merged anything (the command's own row is one change)."""
+    before = conn.total_changes
+    conn.execute("INSERT INTO dreamd_fts (dreamd_fts, rank) VALUES ('merge', ?)", (pages,))
+    return conn.total_changes - before >= 2
 
 
 def _check_sqlite_file(path: Path) -> None:
