@@ -125,7 +125,9 @@ class JobSpec:
     `work(stats, force, config)` is pure: whether the backlog snapshot holds work for the
     job, and what, in words. `run(ctx, reason)` does it. `model_key` names the
     `[completer]` key of the job's own model; `bounds` maps each prompt task the job
-    sends to the characters its answer may keep."""
+    sends to the characters its answer may keep. `needs` names the jobs whose work it
+    reads: with an LLM taking several calls at once, a job starts as soon as those are
+    done, beside the others (dreamd.dream.lanes); None, every job before it."""
 
     name: str
     drive: str
@@ -133,6 +135,7 @@ class JobSpec:
     run: Callable[[Any, str], JobResult]
     model_key: str = ""
     bounds: Mapping[str, int] = field(default_factory=dict)
+    needs: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)

@@ -123,6 +123,10 @@ class FakeOpenAI:
         # there ever were at once.
         self.in_flight: collections.Counter[str] = collections.Counter()
         self.peak: collections.Counter[str] = collections.Counter()
+        # The most requests of any tasks there were at once, and which tasks were ever
+        # inside their delay together.
+        self.peak_all = 0
+        self.together: set[frozenset[str]] = set()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -216,6 +220,8 @@ class FakeOpenAI:
                 with fake.lock:
                     fake.in_flight[task] += 1
                     fake.peak[task] = max(fake.peak[task], fake.in_flight[task])
+                    fake.peak_all = max(fake.peak_all, sum(fake.in_flight.values()))
+                    fake.together.add(frozenset(t for t, n in fake.in_flight.items() if n))
                 try:
                     if fake.delay:
                         time.sleep(fake.delay)

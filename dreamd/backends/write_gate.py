@@ -9,7 +9,9 @@ So the pool's workers hold a share of a gate while they compute and give it back
 they wait on the network (the backends mark those waits with `pause`/`resume`). The
 pass thread closes the gate around each write: it waits, at most `DRAIN_SECONDS`, for
 the shares to come back, and a worker that wants one meanwhile waits until the write is
-done. The gate only schedules; nothing depends on it for correctness.
+done. Jobs that run side by side (dreamd.dream.lanes) share one gate: it stays closed
+while any of their threads writes. The gate only schedules; nothing depends on it for
+correctness.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class Gate:
         self.drain_seconds = drain_seconds
         self._cond = threading.Condition()
         self._busy = 0
-        self._closed = False
+        self._closers = 0  # pass threads inside `closed` now
 
     @property
     def busy(self) -> int:
@@ -41,7 +43,7 @@ class Gate:
 
     def _enter(self) -> None:
         with self._cond:
-            self._cond.wait_for(lambda: not self._closed)
+            self._cond.wait_for(lambda: not self._closers)
             self._busy += 1
 
     def _leave(self) -> None:
@@ -62,17 +64,19 @@ class Gate:
 
     @contextlib.contextmanager
     def closed(self) -> Iterator[None]:
-        """In the pass thread: no worker computes inside this block (unless one is still
-        busy after `drain_seconds`, in which case the block runs anyway)."""
+        """In a pass thread: no worker computes inside this block (unless one is still
+        busy after `drain_seconds`, in which case the block runs anyway). Workers go on
+        once no pass thread is inside it."""
         with self._cond:
-            self._closed = True
+            self._closers += 1
             self._cond.wait_for(lambda: self._busy == 0, self.drain_seconds)
         try:
             yield
         finally:
             with self._cond:
-                self._closed = False
-                self._cond.notify_all()
+                self._closers -= 1
+                if not self._closers:
+                    self._cond.notify_all()
 
 
 def pause() -> None:

@@ -15,6 +15,7 @@ from dreamd.config import Config
 from dreamd.dream import drives as drv
 from dreamd.dream.jobs.base import Budget, JobContext, utcnow
 from dreamd.dream.jobs.registry import JOBS, Registry
+from dreamd.dream.lanes import run_beside, side_by_side
 from dreamd.dream.sensing import read_backlog, sync_owners
 from dreamd.dream.workers import Claims
 from dreamd.ids import user_keys
@@ -243,12 +244,20 @@ MAX_ROUNDS = 8
 
 def run_rounds(ctx: JobContext, jobs: Registry, previous: Drives, log: Logger
                ) -> list[JobResult]:
-    """Every job in order, each within its share of the pass; then, while the budget
-    lasts and a round made progress on work that remains, another round, in which a job
-    runs again if it left work or a job before it did some."""
+    """Every job, each within its share of the pass (in order, or side by side: see
+    dreamd.dream.lanes); then, while the budget lasts and a round made progress on work
+    that remains, another round, in order, in which a job runs again if it left work or
+    a job before it did some."""
     order = list(jobs)
-    results = [run_job(ctx, job, previous, log, share=1.0 if job is order[-1] else JOB_SHARE)
-               for job in order]
+
+    def share(job: JobSpec) -> float:
+        return 1.0 if job is order[-1] else JOB_SHARE
+
+    if side_by_side(ctx):  # the first round: each job once the jobs it needs are done
+        results = run_beside(ctx, jobs, lambda here, job, part: run_job(
+            here, job, previous, log, part), share)
+    else:
+        results = [run_job(ctx, job, previous, log, share(job)) for job in order]
     for _ in range(MAX_ROUNDS - 1):
         if ctx.stopped() or not any(r.done and r.remaining for r in results):
             break

@@ -16,8 +16,8 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
-from threading import Event
+from dataclasses import dataclass, field
+from threading import Event, Lock
 from typing import Any, Protocol
 
 
@@ -55,12 +55,19 @@ class WriteLockTimes:
     longest: float = 0.0
     most_rows: int = 0  # rows one transaction wrote, at most
     waited: float = 0.0  # seconds spent getting the lock (PostgreSQL: the write's locks)
+    # A pass's connections count together (see `Store.sibling`).
+    _lock: Lock = field(default_factory=Lock, repr=False, compare=False)
+
+    def wait(self, seconds: float) -> None:
+        with self._lock:
+            self.waited += seconds
 
     def add(self, seconds: float, rows: int = 0) -> None:
-        self.writes += 1
-        self.held += seconds
-        self.longest = max(self.longest, seconds)
-        self.most_rows = max(self.most_rows, rows)
+        with self._lock:
+            self.writes += 1
+            self.held += seconds
+            self.longest = max(self.longest, seconds)
+            self.most_rows = max(self.most_rows, rows)
 
     def as_dict(self) -> dict[str, float]:
         return {"writes": self.writes, "held_ms": round(self.held * 1000, 1),
@@ -100,6 +107,11 @@ class Store(Protocol):
         """Look again at which of the app's turns are final (committed, no smaller id still
         to come), waiting up to `wait` seconds for those committed before the call; the
         turns' watermarks never move past what this returns. (SQLite: always all.)"""
+    def sibling(self) -> Store | None:
+        """Another connection to the same store, for another thread of the same pass
+        (jobs side by side, dreamd.dream.lanes): its writes count in this one's
+        `lock_times`, and it reads the turns this one has settled; the caller closes it.
+        None where no second connection can be opened."""
     def settle(self) -> None:
         """After a batch of writes: fold the write-ahead log into the store without
         waiting for anyone (SQLite: a passive checkpoint)."""

@@ -155,6 +155,7 @@ class PgStore:
         self.raw = raw
         self.url = url
         self.schema = schema
+        self.busy_timeout_ms = busy_timeout_ms
         # Set in every transaction: behind a pooler in transaction mode, the next one may
         # run on another server connection, with that connection's settings.
         self._local = (f"SET LOCAL search_path TO {quoted_name(schema)}; "
@@ -242,7 +243,7 @@ class PgStore:
         asked = time.perf_counter()
         self.begin("BEGIN", "write", then=self.locks(keys, alone))
         locked = time.perf_counter()
-        self.lock_times.waited += locked - asked
+        self.lock_times.wait(locked - asked)
         try:
             yield self._conn
         except BaseException:
@@ -257,6 +258,15 @@ class PgStore:
         row = self.raw.execute(f"SELECT pg_try_advisory_xact_lock({KEY_LOCK}, "
                                f"{lock_number(self.schema, key)})").fetchone()
         return row is not None and bool(row[0])
+
+    def sibling(self) -> PgStore | None:
+        if self.read_only or self._reopen is None:
+            return None
+        other = PgStore(self._reopen(), self.url, self.schema, reopen=self._reopen,
+                        busy_timeout_ms=self.busy_timeout_ms)
+        other.lock_times = self.lock_times
+        other.settled = self.settled
+        return other
 
     @contextlib.contextmanager
     def read(self) -> Iterator[PgConn]:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from dreamd.backends import write_gate
 from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.llm_output import bounded, estimate_tokens
 from dreamd.backends.local import MODEL_ID
@@ -40,15 +41,24 @@ class Budget:
 
     A job runs inside a share of what is left (`share`), so one job with a big backlog
     cannot spend the whole pass while the jobs after it wait; what a job leaves unused
-    flows on to the next."""
+    flows on to the next. A share is the running thread's: jobs side by side (see
+    dreamd.dream.lanes) each have their own, and spend from the one pass."""
 
     max_seconds: float = 0.0
     max_items: int = 0
     stop: Callable[[], bool] = lambda: False
     started: float = field(default_factory=time.monotonic)
     items: int = 0
-    share_until: float | None = None
-    share_items: int | None = None
+    _shares: threading.local = field(default_factory=threading.local, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def share_until(self) -> float | None:
+        return getattr(self._shares, "until", None)
+
+    @property
+    def share_items(self) -> int | None:
+        return getattr(self._shares, "items", None)
 
     def exhausted(self) -> bool:
         return self.pass_exhausted() or self.share_exhausted()
@@ -67,22 +77,23 @@ class Budget:
 
     @contextlib.contextmanager
     def share(self, fraction: float) -> Iterator[None]:
-        """Limit what runs inside to `fraction` of the time and items left (at least one
-        item). A fraction of 1 is the rest of the pass."""
+        """On this thread, limit what runs inside to `fraction` of the time and items left
+        (at least one item). A fraction of 1 is the rest of the pass."""
         if fraction < 1:
             if self.max_seconds:
                 left = self.max_seconds - (time.monotonic() - self.started)
-                self.share_until = time.monotonic() + max(0.0, left) * fraction
+                self._shares.until = time.monotonic() + max(0.0, left) * fraction
             if self.max_items:
-                self.share_items = self.items + max(1, int((self.max_items - self.items)
-                                                           * fraction))
+                self._shares.items = self.items + max(1, int((self.max_items - self.items)
+                                                             * fraction))
         try:
             yield
         finally:
-            self.share_until = self.share_items = None
+            self._shares.until = self._shares.items = None
 
     def spend(self, n: int = 1) -> None:
-        self.items += n
+        with self._lock:
+            self.items += n
 
     def room(self) -> int:
         """Items this job may still spend (at least one; a large number when unlimited)."""
@@ -121,6 +132,17 @@ class FellBack:
 
 
 @dataclass
+class Ends:
+    """What ends a pass's work, seen by each of its jobs: jobs side by side (see
+    dreamd.dream.lanes) have a context each, holding one of these in common."""
+
+    halted: BaseException | None = None  # backend work stopped (see JobContext.halt)
+    invalidated: bool = False  # memory was forgotten during the pass
+    # Backend calls still in flight when the stop grace ran out: left to finish unheard.
+    abandoned: int = 0
+
+
+@dataclass
 class JobContext:
     store: Store
     config: Config
@@ -132,7 +154,7 @@ class JobContext:
     log: Logger = field(default_factory=silent)
     progress: Callable[[str, int, int], None] = lambda job, done, total: None
     tokens: Tokens = field(default_factory=Tokens)
-    halted: BaseException | None = None
+    ends: Ends = field(default_factory=Ends)
     notes: list[str] = field(default_factory=list)
     owner: int = field(default_factory=threading.get_ident)
     # The vector epoch when the pass began; a forget (or a session changing owner) bumps
@@ -142,11 +164,8 @@ class JobContext:
     # app writes meanwhile are the next pass's, so a busy app cannot starve later jobs.
     # None outside a pass: the newest turn when a job starts.
     horizon: int | None = None
-    # Backend calls still in flight when the stop grace ran out: left to finish unheard.
-    abandoned: int = 0
     # Prompt task -> the job that sends it: its model key and output bound.
     tasks: Mapping[str, JobSpec] = field(default_factory=dict)
-    invalidated: bool = False
     # The users this pass consolidates (a worker's leased users); None: every user.
     users: tuple[str, ...] | None = None
     # A worker's pass: which jobs are due, decided once on every user's backlog.
@@ -155,10 +174,28 @@ class JobContext:
     fell_back: list[tuple[str, str, str]] = field(default_factory=list)
     # (job, item) that failed in this pass: not asked again before the next one.
     failed_now: set[tuple[str, str]] = field(default_factory=set)
+    # Writes wait for the pass's LLM workers to stop computing (see write_gate): one gate
+    # for every job of the pass, so that none computes while another job writes.
+    gate: write_gate.Gate = field(default_factory=write_gate.Gate)
+    # Jobs side by side share `completer.workers` calls at once (None: one job at a
+    # time, its pool is the limit).
+    calls: threading.Semaphore | None = None
     _extractive: ExtractiveCompleter | None = None
 
     def now(self) -> datetime:
         return self.clock()
+
+    @property
+    def halted(self) -> BaseException | None:
+        return self.ends.halted
+
+    @property
+    def invalidated(self) -> bool:
+        return self.ends.invalidated
+
+    @property
+    def abandoned(self) -> int:
+        return self.ends.abandoned
 
     @property
     def scope(self) -> list[str] | None:
@@ -232,11 +269,11 @@ class JobContext:
         """Inside a write: whether memory was not forgotten since the pass began. Once it
         was, the pass saves nothing more and stops; the next one starts afresh."""
         if get_state(conn, "vector_epoch", "0") != self.epoch:
-            self.invalidated = True
+            self.ends.invalidated = True
         return not self.invalidated
 
     def abandon(self, calls: int) -> None:
-        self.abandoned += calls
+        self.ends.abandoned += calls
         self.notes.append(f"stopping: {calls} backend calls still in flight were abandoned "
                           f"after the stop grace; nothing they return is written")
         self.log.warning("calls_abandoned", calls=calls)
@@ -245,7 +282,7 @@ class JobContext:
         """Stop backend work for the rest of the pass (configuration, breaker or budget),
         saying once which backend stopped it."""
         if self.halted is None:
-            self.halted = error
+            self.ends.halted = error
             self.notes.append(f"{self.stopped_work} for this pass: "
                               f"{type(error).__name__}: {error}")
             event = "embedder_halted" if self.stopped_work.startswith("embedding") \
@@ -327,10 +364,27 @@ class JobContext:
             return None
         return f"the answer is not about its input (cosine {cosine:.2f} with it, under {floor})"
 
+    @contextlib.contextmanager
+    def call_slot(self) -> Iterator[None]:
+        """One of the calls the pass may have out at once, waited for (holding no share
+        of the write gate) while jobs side by side use them all."""
+        if self.calls is None:
+            yield
+            return
+        with write_gate.waiting():
+            self.calls.acquire()
+        try:
+            if self.halted is not None:  # while it waited: no call is made
+                raise type(self.halted)(str(self.halted))
+            yield
+        finally:
+            self.calls.release()
+
     def _call(self, prompt: Prompt) -> Completion:
         estimate = self._reserve(prompt)
         try:
-            completion = self.completer.complete(prompt)
+            with self.call_slot():
+                completion = self.completer.complete(prompt)
         except PASS_STOPPING as exc:
             self.halt(exc)  # at once, so a call queued behind this one is never made
             raise

@@ -197,4 +197,4 @@ def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
 
 
 SPEC = JobSpec(name=JOB, drive="continuity", work=work, run=run, model_key="",
-               bounds={})
+               bounds={}, needs=())

@@ -108,4 +108,4 @@ def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
 
 
 SPEC = JobSpec(name=JOB, drive="coherence", work=work, run=run, model_key="eras_model",
-               bounds={'era': 3000})
+               bounds={'era': 3000}, needs=("facts", "summarize"))

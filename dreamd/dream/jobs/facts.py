@@ -184,7 +184,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     # already with the model (their prompts show the facts known when they were read;
     # `weighed` still merges what says the same as a fact found meanwhile).
     ahead = ctx.workers if by_llm(ctx) and ctx.workers > 1 else 1
-    gate = write_gate.Gate() if ahead > 1 else None
+    gate = ctx.gate if ahead > 1 else None
     pool = (ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="dreamd-facts")
             if ahead > 1 else None)
     try:
@@ -417,5 +417,5 @@ def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
 
 
 SPEC = JobSpec(name=JOB, drive="continuity", work=work, run=run, model_key="facts_model",
-               bounds={"facts": 8000})
+               bounds={"facts": 8000}, needs=())
 

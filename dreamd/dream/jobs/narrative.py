@@ -118,4 +118,4 @@ def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
 
 
 SPEC = JobSpec(name=JOB, drive="coherence", work=work, run=run, model_key="narrative_model",
-               bounds={'narrative': 3000})
+               bounds={'narrative': 3000}, needs=("facts", "profile", "eras"))

@@ -14,7 +14,6 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
-from dreamd.backends import write_gate
 from dreamd.dream.jobs.base import FellBack, JobContext, failed_items, note_failure
 from dreamd.errors import OutputInvalid
 from dreamd.ids import user_key
@@ -53,7 +52,7 @@ def run_items(
     # Backend calls run in the pool, so the pass thread can stop waiting for a hung one;
     # each write waits for the workers to stop computing (see dreamd.backends.write_gate).
     pooled = ctx.llm or ctx.workers > 1
-    gate = write_gate.Gate() if pooled else None
+    gate = ctx.gate if pooled else None
     quiet_write = gate.closed if gate is not None else contextlib.nullcontext
 
     def finish(item: Any, inputs: Any, value: Any, error: BaseException | None) -> None:

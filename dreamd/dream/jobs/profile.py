@@ -146,4 +146,4 @@ def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
 
 
 SPEC = JobSpec(name=JOB, drive="coherence", work=work, run=run, model_key="profile_model",
-               bounds={'profile': 4000})
+               bounds={'profile': 4000}, needs=("facts", "summarize"))

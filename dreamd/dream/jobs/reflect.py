@@ -192,4 +192,4 @@ def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
 
 
 SPEC = JobSpec(name=JOB, drive="curiosity", work=work, run=run, model_key="reflect_model",
-               bounds={'reflect': 6000})
+               bounds={'reflect': 6000}, needs=("summarize",))

@@ -14,7 +14,7 @@ from dreamd.models import DRIVE_NAMES, JobSpec
 
 class Registry:
     """Jobs in dependency order (embed → facts → summarize → profile/eras → narrative →
-    reflect)."""
+    reflect); what each job needs of the others is its spec's `needs`."""
 
     def __init__(self, jobs: tuple[JobSpec, ...]) -> None:
         for job in jobs:
@@ -22,6 +22,11 @@ class Registry:
                 raise ValueError(f"job {job.name!r}: unknown drive {job.drive!r}")
         if len({job.name for job in jobs}) != len(jobs):
             raise ValueError("two jobs with one name")
+        names = [job.name for job in jobs]
+        for at, job in enumerate(jobs):
+            later = [n for n in job.needs or () if n in names[at:]]
+            if later:
+                raise ValueError(f"job {job.name!r} needs {later[0]!r}, which runs after it")
         self.jobs = jobs
 
     def __iter__(self) -> Iterator[JobSpec]:
@@ -33,6 +38,12 @@ class Registry:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(job.name for job in self.jobs)
+
+    def needs(self, job: JobSpec) -> tuple[str, ...]:
+        """The jobs of this registry whose work `job` reads (see JobSpec.needs): in a
+        round it starts once they are done."""
+        before = self.names[: self.names.index(job.name)]
+        return before if job.needs is None else tuple(n for n in job.needs if n in before)
 
     def with_job(self, job: JobSpec, after: str | None = None) -> Registry:
         """A registry with `job` added after the job named `after` (default: last)."""

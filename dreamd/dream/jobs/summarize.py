@@ -178,4 +178,4 @@ def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
 
 
 SPEC = JobSpec(name=JOB, drive="continuity", work=work, run=run, model_key="summarize_model",
-               bounds={'summarize': 4000, 'merge': 4000})
+               bounds={'summarize': 4000, 'merge': 4000}, needs=("embed",))

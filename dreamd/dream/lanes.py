@@ -1,0 +1,106 @@
+"""Jobs side by side: a round of a pass with an LLM that takes several calls at once.
+
+One job after another, a pass waits for each: facts' few large calls, then summarize's
+many, then profile's, eras' and reflect's one or two each, though none of these reads
+what the one before it writes. So where the completer is an LLM with `workers` above 1,
+the first round of a pass starts each job as soon as the jobs it needs (`JobSpec.needs`)
+are done: embed and facts at once, summarize when embed is done, profile, eras and
+reflect together once summarize and facts are, narrative last. Each job runs on a thread
+of its own, with its own connection to the store (`Store.sibling`: on SQLite one writer
+in the process at a time, on PostgreSQL the same keys as any other writer), and its own
+share of the pass's budget. They share what a pass shares: the budget's time and items,
+the token count, the stops (`Ends`), the write gate (no worker computes while any job
+writes), and `completer.workers` calls at once among them all (`JobContext.calls`).
+
+Without an LLM, or with one worker, jobs run one after another on the pass's thread: the
+extractive producer is bound by the CPU, and one call at a time has nothing to overlap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+
+from dreamd.dream.jobs.base import JobContext
+from dreamd.dream.jobs.registry import Registry
+from dreamd.errors import StoreError
+from dreamd.models import JobResult, JobSpec
+from dreamd.store.interface import Store
+
+RunJob = Callable[[JobContext, JobSpec, float], JobResult]
+
+# How often the pass's thread looks up from waiting on its jobs (signals are handled on
+# it between waits).
+WAKE_SECONDS = 0.5
+
+
+def side_by_side(ctx: JobContext) -> bool:
+    """Whether jobs of a round run side by side: an LLM with several calls at once."""
+    return ctx.llm and ctx.workers > 1
+
+
+def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
+               share: Callable[[JobSpec], float]) -> list[JobResult]:
+    """Each job of `jobs`, started once the jobs it needs are done, on a thread and a
+    connection of its own; their results in the registry's order. A job that raises
+    (a store fault: `run_job` records a job's own failures) stops the others' backend
+    work, and is raised here once they have ended."""
+    ctx.calls = threading.BoundedSemaphore(ctx.workers)
+    free: list[Store] = [ctx.store]  # connections no job is using; the pass's own first
+    opened: list[Store] = []
+    results: dict[str, JobResult] = {}
+    running: dict[Future[JobResult], tuple[JobSpec, Store]] = {}
+    failure: BaseException | None = None
+    pool = ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="dreamd-job")
+    try:
+        while len(results) < len(jobs):
+            busy = {job.name for job, _ in running.values()}
+            for job in jobs:
+                if (failure is not None or job.name in results or job.name in busy
+                        or not set(jobs.needs(job)) <= results.keys()):
+                    continue
+                store = free.pop() if free else sibling(ctx)
+                if store is None:
+                    break  # it starts when a running job gives its connection back
+                if store is not ctx.store and store not in opened:
+                    opened.append(store)
+                running[pool.submit(lane, ctx, store, job, run_job, share(job))] = (job, store)
+            if not running:
+                break
+            done, _ = wait(running, timeout=WAKE_SECONDS, return_when=FIRST_COMPLETED)
+            for future in done:
+                job, store = running.pop(future)
+                free.append(store)
+                try:
+                    results[job.name] = future.result()
+                except BaseException as exc:  # raised once the other jobs have ended
+                    failure = failure or exc
+                    if ctx.ends.halted is None:
+                        ctx.ends.halted = exc
+    finally:
+        pool.shutdown(wait=True)
+        for store in opened:
+            store.close()
+        ctx.calls = None
+    if failure is not None:
+        raise failure
+    return [results[job.name] for job in jobs]
+
+
+def lane(ctx: JobContext, store: Store, job: JobSpec, run_job: RunJob, share: float
+         ) -> JobResult:
+    """On a job's own thread: the job with the pass's context, on `store`."""
+    here = dataclasses.replace(ctx, store=store, owner=threading.get_ident())
+    return run_job(here, job, share)
+
+
+def sibling(ctx: JobContext) -> Store | None:
+    """A second connection for a job beside the others; None where none can be opened
+    (the job then waits for one that is in use)."""
+    try:
+        return ctx.store.sibling()
+    except StoreError as exc:
+        ctx.log.warning("no_second_connection", error=str(exc)[:200])
+        return None

@@ -1,0 +1,200 @@
+"""Jobs side by side (dreamd.dream.lanes): with an LLM taking several calls at once, a
+pass starts each job once the jobs it needs are done, under one limit on calls, and
+leaves the same memory as one job after another."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dreamd.backends import write_gate
+from dreamd.backends.hashing import HashingEmbedder
+from dreamd.backends.openai_backend import OpenAICompleter
+from dreamd.config import Config, EmbedConfig, UserConfig
+from dreamd.dream.cycle import run_pass
+from dreamd.dream.jobs.base import Budget
+from dreamd.dream.jobs.registry import JOBS, Registry
+from dreamd.ids import user_key
+from dreamd.models import JobSpec
+from testkit.openai_server import FakeOpenAI
+from tests.helpers import KEY, T0, add_turns, completer_config, make_chat_file, open_sqlite
+
+WORKERS = 4
+
+
+def consolidated(tmp_path: Path, workers: int) -> tuple[dict[str, Any], FakeOpenAI]:
+    """A first pass over eight sessions through the test server (0.2 s a call) with
+    `workers` calls at once: what it stored, and the server (what it saw)."""
+    server = FakeOpenAI(delay=0.2).start()
+    db = tmp_path / f"w{workers}.db"
+    config = Config(db=str(db), embed=EmbedConfig(backend="hashing"),
+                    user=UserConfig(name="Sam"))
+    config = dataclasses.replace(config, completer=completer_config(
+        server, workers=workers, read_timeout_seconds=5, call_deadline_seconds=30))
+    app = make_chat_file(db)
+    for s in range(8):
+        add_turns(app, f"s{s}", [f"I planted {s * 10 + n} tulip bulbs in row {n}."
+                                 if n % 2 == 0 else f"How did row {n} turn out?"
+                                 for n in range(6)],
+                  start=T0 + timedelta(days=20 * s))
+    app.close()
+    store = open_sqlite(config)
+    try:
+        with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY}) as client:
+            result = run_pass(store, config, HashingEmbedder(), client, trigger="test",
+                              force=True)
+    finally:
+        store.close()
+        server.stop()
+    assert result.outcome == "ok", result.jobs
+    assert all(r.done for r in result.jobs if r.job != "embed" or r.ran), result.jobs
+    conn = sqlite3.connect(db)
+    stored = {
+        "gists": conn.execute("SELECT session_id, content FROM summaries ORDER BY 1").fetchall(),
+        "facts": sorted(r[0] for r in conn.execute("SELECT statement FROM facts")),
+        "profile": conn.execute("SELECT content FROM profile").fetchall(),
+        "eras": conn.execute("SELECT month, content FROM eras ORDER BY 1").fetchall(),
+        "narrative": conn.execute("SELECT content FROM narrative").fetchall(),
+        "self": [{k: v for k, v in json.loads(data).items() if k in ("reflection", "topics")}
+                 for (data,) in conn.execute("SELECT data FROM self_state")],
+    }
+    conn.close()
+    return stored, server
+
+
+def test_with_several_workers_jobs_that_need_nothing_of_each_other_ask_at_once(
+        tmp_path: Path) -> None:
+    """Facts' calls go out while summarize's do, and profile's, eras' and reflect's
+    together; never more calls at once than `completer.workers` among them all. One job
+    after another, the same memory comes out. (Each job waited for the one before it:
+    facts and summarize, or profile and eras, were never with the model together.)"""
+    side_by_side, server = consolidated(tmp_path, WORKERS)
+    assert any({"facts", "summarize"} <= tasks for tasks in server.together), server.together
+    assert any(len(tasks & {"profile", "era", "reflect"}) >= 2 for tasks in server.together), \
+        server.together
+    assert server.peak_all <= WORKERS
+    assert server.peak["summarize"] >= 2
+    one_at_a_time, one = consolidated(tmp_path, 1)
+    assert one.peak_all == 1
+    assert side_by_side == one_at_a_time
+    assert len(side_by_side["gists"]) == 8 and side_by_side["facts"]
+    assert side_by_side["profile"] and side_by_side["eras"] and side_by_side["narrative"]
+
+
+def spec(name: str, needs: tuple[str, ...] | None) -> JobSpec:
+    return JobSpec(name=name, drive="continuity", work=lambda s, f, c: (False, ""),
+                   run=lambda ctx, reason: None, needs=needs)  # type: ignore[arg-type, return-value]
+
+
+def test_what_a_job_needs_comes_before_it() -> None:
+    assert JOBS.needs(next(j for j in JOBS if j.name == "summarize")) == ("embed",)
+    assert JOBS.needs(next(j for j in JOBS if j.name == "facts")) == ()
+    # A job that says nothing waits for every job before it; a need outside the registry
+    # (a worker's registry of the agent's jobs alone) is no wait.
+    mine = JOBS.with_job(spec("count", None), after="summarize")
+    assert mine.needs(next(j for j in mine if j.name == "count")) == ("embed", "facts",
+                                                                       "summarize")
+    alone = Registry((next(j for j in JOBS if j.name == "reflect"),))
+    assert alone.needs(alone.jobs[0]) == ()
+    with pytest.raises(ValueError, match="needs 'later', which runs after it"):
+        Registry((spec("first", ("later",)), spec("later", ())))
+
+
+def test_two_writers_keep_the_gate_closed_until_both_are_done() -> None:
+    """Jobs side by side share the write gate: a worker waits while any job writes."""
+    gate = write_gate.Gate()
+    first_in, second_in, first_out, ran = (threading.Event() for _ in range(4))
+
+    def writer(inside: threading.Event, leave: threading.Event | None) -> None:
+        with gate.closed():
+            inside.set()
+            if leave is not None:
+                leave.wait(5)
+            else:
+                time.sleep(0.3)
+
+    one = threading.Thread(target=writer, args=(first_in, first_out))
+    two = threading.Thread(target=writer, args=(second_in, None))
+    one.start()
+    two.start()
+    assert first_in.wait(5) and second_in.wait(5)
+    first_out.set()  # the first write ends; the second still runs for 0.3 s
+    one.join()
+    worker = threading.Thread(target=gate.run, args=(lambda _: ran.set(), None))
+    worker.start()
+    assert not ran.wait(0.1)
+    two.join()
+    assert ran.wait(5)
+    worker.join()
+
+
+def test_a_share_of_the_pass_is_its_own_thread_s() -> None:
+    budget = Budget(max_items=100)
+    seen: dict[str, int] = {}
+    opened, spent = threading.Barrier(2), threading.Barrier(2)
+
+    def job(name: str, fraction: float, spend: int) -> None:
+        with budget.share(fraction):
+            opened.wait(5)  # both shares are open at once
+            budget.spend(spend)
+            spent.wait(5)
+            seen[name] = budget.room()
+
+    threads = [threading.Thread(target=job, args=("half", 0.5, 10)),
+               threading.Thread(target=job, args=("all", 1.0, 10))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # 20 spent of 100 by both; the half share (50 items from 0) has 30 left, the other
+    # the whole pass's 80.
+    assert seen == {"half": 30, "all": 80}
+    assert budget.share_items is None
+
+
+def test_a_second_connection_writes_after_the_first_and_counts_with_it(target: str) -> None:
+    """Store.sibling: another connection to the same store, for a job beside the others;
+    its write waits for the first's where they change one user's memory (on SQLite,
+    whatever they change), and the pass's write-lock times hold both."""
+    from tests.test_cycle import on_engine
+
+    with on_engine(target) as (store, _app, _config):
+        other = store.sibling()
+        assert other is not None
+        try:
+            before = store.lock_times.writes
+            key = user_key("sam")
+            order: list[str] = []
+            inside = threading.Event()
+
+            def second() -> None:
+                inside.wait(5)
+                with other.write(key) as conn:
+                    conn.execute("INSERT INTO dreamd_state (key, value) VALUES ('b', '2')")
+                    order.append("second")
+
+            thread = threading.Thread(target=second)
+            thread.start()
+            with store.write(key) as conn:
+                conn.execute("INSERT INTO dreamd_state (key, value) VALUES ('a', '1')")
+                inside.set()
+                time.sleep(0.2)
+                order.append("first")
+            thread.join()
+            assert order == ["first", "second"]
+            assert store.lock_times is other.lock_times
+            assert store.lock_times.writes == before + 2
+            with other.read() as conn:
+                rows = conn.execute("SELECT key FROM dreamd_state WHERE key IN ('a', 'b') "
+                                    "ORDER BY key").fetchall()
+            assert [r[0] for r in rows] == ["a", "b"]
+        finally:
+            other.close()
