@@ -4,6 +4,7 @@ leaves the same memory as one job after another."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import sqlite3
@@ -198,3 +199,71 @@ def test_a_second_connection_writes_after_the_first_and_counts_with_it(target: s
             assert [r[0] for r in rows] == ["a", "b"]
         finally:
             other.close()
+
+
+def test_jobs_side_by_side_run_on_threads_and_connections_of_their_own(db: Path) -> None:
+    """Two jobs that need nothing of each other run at once (each waits for the other
+    inside its run), on threads and connections of their own; each holds a share of the
+    write gate while it computes, and its writes close the gate. One worker: one after
+    another, on the pass's own thread and connection."""
+    from dreamd.config import CompleterConfig
+    from dreamd.models import JobResult
+    from tests.helpers import RecordingCompleter, config_for
+
+    make_chat_file(db).close()
+    met = threading.Barrier(2, timeout=10)
+    seen: list[dict[str, Any]] = []
+
+    def job(name: str) -> JobSpec:
+        def run(ctx: Any, reason: str) -> JobResult:
+            if ctx.workers > 1:
+                met.wait()  # BrokenBarrierError, a failed job, if the other is not running
+            with ctx.store.write() as conn:
+                conn.execute("INSERT OR REPLACE INTO dreamd_state (key, value) VALUES (?, '1')",
+                             (name,))
+                busy = ctx.gate.busy
+            seen.append({"job": name, "thread": threading.get_ident(), "store": id(ctx.store),
+                         "quiet": ctx.store.quiet == ctx.gate.closed,
+                         "busy in write": busy})
+            return JobResult(name, True, reason, done=1)
+        return JobSpec(name=name, drive="continuity", work=lambda s, f, c: (True, "always"),
+                       run=run, needs=())
+
+    jobs = Registry((job("left"), job("right")))
+    for workers in (2, 1):
+        seen.clear()
+        config = dataclasses.replace(config_for(db), completer=CompleterConfig(
+            backend="openai", workers=workers))
+        store = open_sqlite(config)
+        completer = RecordingCompleter(store, name="stand-in")
+        result = run_pass(store, config, completer.embedder, completer, trigger="test",
+                          force=True, jobs=jobs)
+        assert [(r.job, r.done, r.failed) for r in result.jobs] == [
+            ("left", 1, 0), ("right", 1, 0)], result.jobs
+        assert store.quiet is contextlib.nullcontext  # after the round, writes as before
+        store.close()
+        threads = {s["thread"] for s in seen}
+        stores = {s["store"] for s in seen}
+        if workers > 1:
+            assert len(threads) == 2 and threading.get_ident() not in threads
+            assert len(stores) == 2
+            assert all(s["quiet"] and s["busy in write"] == 0 for s in seen)
+        else:
+            assert threads == {threading.get_ident()} and len(stores) == 1
+            assert not any(s["quiet"] for s in seen)
+
+
+def test_a_closer_that_holds_a_share_gives_it_back_while_it_writes() -> None:
+    """A job's own thread computes holding a share; its own write must not count it as a
+    worker still computing (it would wait out the drain on itself)."""
+    gate = write_gate.Gate()
+    inside: list[int] = []
+
+    def job(_: Any) -> None:
+        assert gate.busy == 1
+        with gate.closed():
+            inside.append(gate.busy)
+        inside.append(gate.busy)
+
+    gate.run(job, None)
+    assert inside == [0, 1] and gate.busy == 0

@@ -148,3 +148,34 @@ def test_index_of_vectors_stored_only_ahead_of_the_daemon(tmp_path: Path) -> Non
     assert [h.exchange_id for h in memory.recall("embedded app", k=1)] == [first]
     assert memory.index.ids.tolist() == [first]
     memory.close()
+
+
+def test_the_hashing_embedder_is_a_bag_of_signed_token_hashes_alone_or_in_a_batch() -> None:
+    """The test and bench stand-in's vectors, as defined (each word and pair of words adds
+    its sign at its slot, then the vector is normalised), whatever batch a text is in."""
+    import hashlib
+    import itertools
+    import re
+
+    def defined(text: str, dim: int) -> np.ndarray:
+        vec = np.zeros(dim, dtype=np.float32)
+        words = re.findall(r"[a-z0-9']+", text.lower())
+        for token in words + [f"{a} {b}" for a, b in itertools.pairwise(words)]:
+            digest = hashlib.blake2b(token.encode(), digest_size=8).digest()
+            vec[int.from_bytes(digest[:4], "little") % dim] += 1.0 if digest[4] & 1 else -1.0
+        norm = float(np.linalg.norm(vec))
+        if norm == 0.0:
+            vec[0] = 1.0
+            return vec
+        return vec / norm
+
+    texts = ["I moved to Porto in May.", "", "!!", "it's it's it's", "Mika, Mika and Mika",
+             "How did row 3 turn out? " * 20]
+    for dim in (16, 256):
+        embedder = HashingEmbedder(dim)
+        batch = embedder.embed(texts)
+        assert batch.dtype == np.float32 and batch.shape == (len(texts), dim)
+        for text, row in zip(texts, batch, strict=True):
+            assert np.array_equal(row, defined(text, dim))
+            assert np.array_equal(embedder.embed([text])[0], row)
+    assert HashingEmbedder(16).embed([]).shape == (0, 16)

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from dreamd.backends import write_gate
 from dreamd.errors import ModelFileError
 
 MODEL_ID = "all-MiniLM-L6-v2-int8"
@@ -135,7 +136,7 @@ class LocalEmbedder:
         return feeds
 
     def run(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        with self._lock:
+        with write_gate.waiting(), self._lock:  # the model's run lets go of the GIL
             hidden = self._session_for(self._threads).run(None, feeds)[0]
         mask = feeds["attention_mask"][..., None].astype(np.float32)
         pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)

@@ -6,7 +6,8 @@ workers answering at once, a 0.3 ms transaction stretched past 10 ms, and the ch
 INSERT waited behind the lock for all of it (`python -m bench.llm throughput`).
 
 So the pool's workers hold a share of a gate while they compute and give it back while
-they wait on the network (the backends mark those waits with `pause`/`resume`). The
+they wait on the network (the backends mark those waits with `pause`/`resume`, and the
+local model's runs, which let go of the GIL, with `waiting`). The
 pass thread closes the gate around each write: it waits, at most `DRAIN_SECONDS`, for
 the shares to come back, and a worker that wants one meanwhile waits until the write is
 done. Jobs that run side by side (dreamd.dream.lanes) share one gate: it stays closed
@@ -66,7 +67,11 @@ class Gate:
     def closed(self) -> Iterator[None]:
         """In a pass thread: no worker computes inside this block (unless one is still
         busy after `drain_seconds`, in which case the block runs anyway). Workers go on
-        once no pass thread is inside it."""
+        once no pass thread is inside it. A thread that holds a share (a job's own
+        thread, beside others) gives it back for the block."""
+        held = getattr(_local, "gate", None) is self and _local.held
+        if held:
+            pause()
         with self._cond:
             self._closers += 1
             self._cond.wait_for(lambda: self._busy == 0, self.drain_seconds)
@@ -77,6 +82,8 @@ class Gate:
                 self._closers -= 1
                 if not self._closers:
                     self._cond.notify_all()
+            if held:
+                resume()
 
 
 def pause() -> None:

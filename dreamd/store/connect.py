@@ -85,6 +85,8 @@ class SqliteStore:
         # here, and takes the file's lock the moment the other lets it go, instead of in
         # SQLite's busy handler, which sleeps 1, 2, 5 then 10 ms between its tries.
         self._writer = threading.Lock()
+        self.quiet: Callable[[], contextlib.AbstractContextManager[object]] = \
+            contextlib.nullcontext
         raw = getattr(conn, "raw", None)  # dreamd's own library (apsw): see `_committed`
         if raw is not None and self.checkpoints:
             raw.set_wal_hook(self._committed)
@@ -101,7 +103,7 @@ class SqliteStore:
         if self.conn.in_transaction:
             raise StoreError("internal: nested write transaction")
         asked = time.perf_counter()
-        with self._writer:
+        with self.quiet(), self._writer:
             self.conn.execute("BEGIN IMMEDIATE")
             locked = time.perf_counter()
             self.lock_times.wait(locked - asked)

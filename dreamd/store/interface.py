@@ -83,6 +83,10 @@ class Store(Protocol):
     where: str  # what to show a person: the file's path or the server's URL (no password)
     read_only: bool
     lock_times: WriteLockTimes
+    # Entered around each write, outside its transaction: jobs side by side set it to
+    # the pass's write gate, so that no other thread of the pass computes while one
+    # writes (see dreamd.backends.write_gate).
+    quiet: Callable[[], AbstractContextManager[object]]
     # What the engine can do, so that no caller asks which engine it is:
     # several dreamd processes share it, each claiming users under leases
     # (dreamd.store.leases); False: one dreamd at a time, under the instance lock.

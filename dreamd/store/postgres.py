@@ -163,6 +163,8 @@ class PgStore:
         self.where = shown(url) + ("" if schema == "public" else f" (schema {schema})")
         self.read_only = read_only
         self.lock_times = WriteLockTimes()
+        self.quiet: Callable[[], contextlib.AbstractContextManager[object]] = \
+            contextlib.nullcontext
         self.settled = Settled()
         self._reopen = reopen
         self._conn = PgConn(raw, self)
@@ -241,18 +243,19 @@ class PgStore:
         if self.read_only:
             raise StoreError("internal: write on a read-only store")
         asked = time.perf_counter()
-        self.begin("BEGIN", "write", then=self.locks(keys, alone))
-        locked = time.perf_counter()
-        self.lock_times.wait(locked - asked)
-        try:
-            yield self._conn
-        except BaseException:
-            if self.in_transaction:
-                self.raw.execute("ROLLBACK")
+        with self.quiet():
+            self.begin("BEGIN", "write", then=self.locks(keys, alone))
+            locked = time.perf_counter()
+            self.lock_times.wait(locked - asked)
+            try:
+                yield self._conn
+            except BaseException:
+                if self.in_transaction:
+                    self.raw.execute("ROLLBACK")
+                self.lock_times.add(time.perf_counter() - locked)
+                raise
+            self.raw.execute("COMMIT")
             self.lock_times.add(time.perf_counter() - locked)
-            raise
-        self.raw.execute("COMMIT")
-        self.lock_times.add(time.perf_counter() - locked)
 
     def take(self, conn: Any, key: str) -> bool:
         row = self.raw.execute(f"SELECT pg_try_advisory_xact_lock({KEY_LOCK}, "

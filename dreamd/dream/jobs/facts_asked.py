@@ -230,5 +230,6 @@ def answer_of(ctx: JobContext, futures: list[Future[Drawn]]) -> tuple[bool, Draw
     while not all(f.done() for f in futures):
         if clock.lapsed():
             return False, None
-        wait(futures, timeout=HEARTBEAT_SECONDS)
+        with write_gate.waiting():
+            wait(futures, timeout=HEARTBEAT_SECONDS)
     return True, combined([f.result() for f in futures])

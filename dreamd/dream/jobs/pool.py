@@ -14,6 +14,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
+from dreamd.backends import write_gate
 from dreamd.dream.jobs.base import FellBack, JobContext, failed_items, note_failure
 from dreamd.errors import OutputInvalid
 from dreamd.ids import user_key
@@ -118,7 +119,9 @@ def run_items(
                 in_flight.clear()
                 break
             # Wake now and then: the stop check between waits is the pass's heartbeat.
-            done, _ = wait(in_flight, timeout=HEARTBEAT_SECONDS, return_when=FIRST_COMPLETED)
+            with write_gate.waiting():
+                done, _ = wait(in_flight, timeout=HEARTBEAT_SECONDS,
+                               return_when=FIRST_COMPLETED)
             for future in done:
                 item, inputs = in_flight.pop(future)
                 error = future.exception()
