@@ -267,3 +267,39 @@ def test_a_closer_that_holds_a_share_gives_it_back_while_it_writes() -> None:
 
     gate.run(job, None)
     assert inside == [0, 1] and gate.busy == 0
+
+
+def test_a_job_that_needs_another_starts_once_that_one_has_done_what_it_reads(
+        db: Path) -> None:
+    """Side by side, a job starts once the jobs it needs have reached the point past which
+    they do only what no other job reads (embed: its vectors are done, the words index is
+    recall's), not only once they have ended."""
+    from dreamd.config import CompleterConfig
+    from dreamd.models import JobResult
+    from tests.helpers import RecordingCompleter, config_for
+
+    make_chat_file(db).close()
+    started = threading.Event()
+
+    def first(ctx: Any, reason: str) -> JobResult:
+        ctx.reached()
+        assert started.wait(10), "the job that needs this one waited for it to end"
+        return JobResult("first", True, reason, done=1)
+
+    def then(ctx: Any, reason: str) -> JobResult:
+        started.set()
+        return JobResult("then", True, reason, done=1)
+
+    always = lambda s, f, c: (True, "always")  # noqa: E731
+    jobs = Registry((JobSpec(name="first", drive="continuity", work=always, run=first),
+                     JobSpec(name="then", drive="continuity", work=always, run=then,
+                             needs=("first",))))
+    config = dataclasses.replace(config_for(db), completer=CompleterConfig(
+        backend="openai", workers=2))
+    store = open_sqlite(config)
+    completer = RecordingCompleter(store, name="stand-in")
+    result = run_pass(store, config, completer.embedder, completer, trigger="test",
+                      force=True, jobs=jobs)
+    store.close()
+    assert [(r.job, r.done, r.failed) for r in result.jobs] == [
+        ("first", 1, 0), ("then", 1, 0)], result.jobs

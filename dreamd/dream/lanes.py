@@ -4,8 +4,10 @@ One job after another, a pass waits for each: facts' few large calls, then summa
 many, then profile's, eras' and reflect's one or two each, though none of these reads
 what the one before it writes. So where the completer is an LLM with `workers` above 1,
 the first round of a pass starts each job as soon as the jobs it needs (`JobSpec.needs`)
-are done: embed and facts at once, summarize when embed is done, profile, eras and
-reflect together once summarize and facts are, narrative last. Each job runs on a thread
+are done, or have done what other jobs read (`JobContext.reached`): embed and facts at
+once, summarize when embed has the turns' vectors (the words index it goes on to build is
+recall's), profile, eras and reflect together once summarize and facts are done,
+narrative last. Each job runs on a thread
 of its own, with its own connection to the store (`Store.sibling`: on SQLite one writer
 in the process at a time, on PostgreSQL the same keys as any other writer), and its own
 share of the pass's budget. They share what a pass shares: the budget's time and items,
@@ -24,9 +26,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import threading
 from collections.abc import Callable
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor
 
 from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.registry import Registry
@@ -48,24 +51,32 @@ def side_by_side(ctx: JobContext) -> bool:
 
 def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
                share: Callable[[JobSpec], float]) -> list[JobResult]:
-    """Each job of `jobs`, started once the jobs it needs are done, on a thread and a
-    connection of its own; their results in the registry's order. A job that raises
-    (a store fault: `run_job` records a job's own failures) stops the others' backend
-    work, and is raised here once they have ended."""
+    """Each job of `jobs`, started once the jobs it needs are done (or have reached the
+    point past which they do what no other job reads: `JobContext.reached`), on a thread
+    and a connection of its own; their results in the registry's order. A job that
+    raises (a store fault: `run_job` records a job's own failures) stops the others'
+    backend work, and is raised here once they have ended."""
     ctx.calls = threading.BoundedSemaphore(ctx.workers)
     ctx.store.quiet = ctx.gate.closed
     free: list[Store] = [ctx.store]  # connections no job is using; the pass's own first
     opened: list[Store] = []
     results: dict[str, JobResult] = {}
+    reached: set[str] = set()
+    moved = threading.Event()  # a job ended, or reached that point
     running: dict[Future[JobResult], tuple[JobSpec, Store]] = {}
     failure: BaseException | None = None
+
+    def reach(name: str) -> None:
+        reached.add(name)
+        moved.set()
+
     pool = ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="dreamd-job")
     try:
         while len(results) < len(jobs):
             busy = {job.name for job, _ in running.values()}
             for job in jobs:
                 if (failure is not None or job.name in results or job.name in busy
-                        or not set(jobs.needs(job)) <= results.keys()):
+                        or not set(jobs.needs(job)) <= results.keys() | reached):
                     continue
                 store = free.pop() if free else sibling(ctx)
                 if store is None:
@@ -73,11 +84,15 @@ def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
                 if store is not ctx.store and store not in opened:
                     store.quiet = ctx.gate.closed
                     opened.append(store)
-                running[pool.submit(lane, ctx, store, job, run_job, share(job))] = (job, store)
+                future = pool.submit(lane, ctx, store, job, run_job, share(job),
+                                     functools.partial(reach, job.name))
+                future.add_done_callback(lambda _: moved.set())
+                running[future] = (job, store)
             if not running:
                 break
-            done, _ = wait(running, timeout=WAKE_SECONDS, return_when=FIRST_COMPLETED)
-            for future in done:
+            moved.wait(WAKE_SECONDS)
+            moved.clear()  # before looking: what moves from here on wakes the next wait
+            for future in [f for f in running if f.done()]:
                 job, store = running.pop(future)
                 free.append(store)
                 try:
@@ -97,11 +112,11 @@ def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
     return [results[job.name] for job in jobs]
 
 
-def lane(ctx: JobContext, store: Store, job: JobSpec, run_job: RunJob, share: float
-         ) -> JobResult:
+def lane(ctx: JobContext, store: Store, job: JobSpec, run_job: RunJob, share: float,
+         reach: Callable[[], None]) -> JobResult:
     """On a job's own thread: the job with the pass's context, on `store`, holding a share
     of the write gate while it computes (it gives it back while it waits)."""
-    here = dataclasses.replace(ctx, store=store, owner=threading.get_ident())
+    here = dataclasses.replace(ctx, store=store, owner=threading.get_ident(), reached=reach)
     return ctx.gate.run(lambda _: run_job(here, job, share), None)
 
 

@@ -180,6 +180,10 @@ class JobContext:
     # Jobs side by side share `completer.workers` calls at once (None: one job at a
     # time, its pool is the limit).
     calls: threading.Semaphore | None = None
+    # A job calls it once it has done what the jobs that need it read, and goes on with
+    # work only it reads: side by side (dreamd.dream.lanes), they may start now. One job
+    # after another, nothing.
+    reached: Callable[[], None] = lambda: None
     _extractive: ExtractiveCompleter | None = None
 
     def now(self) -> datetime:

@@ -96,6 +96,7 @@ def embed_turns(ctx: JobContext, reason: str) -> JobResult:
         ctx.progress(JOB, done, done + remaining - len(turns))
     if not failed:
         done += embed_derived(ctx, errors)
+    ctx.reached()  # the vectors summarize's prompts carry; the words index is recall's
     index_text(ctx, upto)
     with ctx.store.read() as conn:
         left = count_unembedded(conn, model, embed_watermark(conn, model), upto, ctx.scope)
