@@ -453,6 +453,30 @@ def test_a_profile_shows_first_the_facts_the_selector_is_surest_of() -> None:
         "Pets:", "- Mia walks the old dog from next door every morning."]
 
 
+def test_a_profile_never_says_one_thing_twice(minilm: Any) -> None:
+    """Of two facts of one person that say much the same (all-MiniLM-L6-v2 cosine 0.8 or
+    more), the profile shows the weightier, and the next fact takes the other's place;
+    another person may say the same of themselves."""
+    said = "2023-05-07T10:00:00+00:00"
+    texts = ["Mia has been training as a nurse for two years.",  # 1
+             "Mia started her training as a nurse two years ago.",  # 2, the same
+             "Mia volunteers at the animal shelter on Saturdays.",  # 3
+             "Mia is learning to play the cello.",  # 4
+             "Leo has been training as a nurse for two years."]  # 5, another person
+    facts = [Fact(i + 1, "u", text.split()[0], None, text, None, said)
+             for i, text in enumerate(texts)]
+    vectors = dict(zip(range(1, 6), minilm.embed(texts), strict=True))
+    assert float(vectors[1] @ vectors[2]) >= 0.8 > max(
+        float(vectors[a] @ vectors[b]) for a in (1, 2) for b in (3, 4))
+    sureness = {1: 0.9, 2: 0.8, 3: 0.7, 4: 0.6, 5: 0.9}
+    shown = profile_from(facts, 3, sureness=sureness, vectors=vectors)
+    lines = [ln.strip() for ln in shown.splitlines()]
+    assert f"- {texts[0]}" in lines and f"- {texts[1]}" not in lines
+    assert f"- {texts[2]}" in lines and f"- {texts[3]}" in lines and f"- {texts[4]}" in lines
+    assert f"- {texts[1]}" in [ln.strip() for ln in profile_from(
+        facts, 3, sureness=sureness).splitlines()]  # without vectors, nothing is left out
+
+
 def test_a_profile_line_points_at_nothing_shown_or_said_before() -> None:
     """"painted this", "these are" stand for a photo or a turn: no profile line; "this
     bowl", "these 3 dogs" and "this year" name what they point at, and stay."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
+import numpy as np
+
 from dreamd import speech
 from dreamd.dream.dates import day_of, long_date
 from dreamd.dream.facts import MONTHS, NUMBER, PROPER
@@ -117,15 +119,24 @@ def _leans_on_the_talk(text: str) -> bool:
     return bool(_LEANS_ON_CONTEXT.search(text)) or points_at_the_talk(text)
 
 
+# Cosine (all-MiniLM-L6-v2) from which a fact says much what a weightier one of the same
+# person already says, and the profile leaves it out: two facts of one person about one
+# thing, a change or a step on, sit at 0.53-0.80 (see dreamd.dream.jobs.facts.CHANGED);
+# the facts job merges only from 0.9, where the words barely differ.
+SAYS_THE_SAME = 0.8
+
+
 def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,
-                 listeners: tuple[str, ...] = (), sureness: Mapping[int, float] | None = None
-                 ) -> str:
+                 listeners: tuple[str, ...] = (), sureness: Mapping[int, float] | None = None,
+                 vectors: Mapping[int, np.ndarray] | None = None) -> str:
     """The current facts that read on their own, grouped by person and topic, the weightiest
     and newest first within a topic; replaced facts are not part of a profile. At most
     `per_person` facts of each person; with more than one person, "About <name>:" heads
     each person's groups once (not the name before every group). `sureness`, fact id ->
     the selector's chance that it is worth keeping (dreamd.dream.selector), weighs a fact
-    where it is known, in place of the names and numbers it holds."""
+    where it is known, in place of the names and numbers it holds. With the facts'
+    `vectors` (the selector's embedder's), a fact that says much what a weightier one of
+    its person says is left out, and the next one takes its place."""
     current = [f for f in facts if f.current and stands_alone(f)]
     subjects = list(dict.fromkeys(f.subject for f in current))
     # A line about one person that names another they talk with ("Mia would love to see
@@ -143,8 +154,18 @@ def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,
             4 * (f.about is not None) + sureness.get(f.id, 0.0)
         return weighed, f.valid_from or f.learned_at, f.id
 
+    said: dict[str, list[np.ndarray]] = {}  # a person's facts kept so far, by vector
     for fact in sorted(current, key=rank, reverse=True):
-        groups.setdefault((fact.subject, topic(fact.statement)), []).append(fact)
+        group = groups.setdefault((fact.subject, topic(fact.statement)), [])
+        if len(group) >= per_person:
+            continue  # more than can be shown of this topic
+        vector = vectors.get(fact.id) if vectors else None
+        if vector is not None:
+            kept = said.setdefault(fact.subject, [])
+            if kept and float(np.max(np.stack(kept) @ vector)) >= SAYS_THE_SAME:
+                continue
+            kept.append(vector)
+        group.append(fact)
     order = [name for name, _ in TOPICS] + [OTHER]
     lines: list[str] = []
     indent = "  " if len(subjects) > 1 else ""

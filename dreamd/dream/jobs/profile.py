@@ -5,6 +5,7 @@ LLM, the model folds the gists newer than the profile into it."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -58,6 +59,7 @@ class Work:
     cached: tuple[str, str] | None
     facts: list[Fact]
     sureness: dict[int, float] | None  # fact id -> the selector's score, where it has one
+    vectors: dict[int, np.ndarray]  # fact id -> its stored vector (the embedder's)
 
     @property
     def key(self) -> str:
@@ -76,28 +78,37 @@ def prepare(ctx: JobContext, user: str) -> Work | None:
             top_seq=max_gist_seq(conn, user), sessions=count_gists(conn, user),
             cached=cached_output(conn, JOB, key),
             facts=(facts := facts_of(conn, user, current_only=True)),
-            sureness=sureness_of(ctx, conn, facts))
-    return work if work.new_gists else None
+            sureness=None, vectors=vectors_of(ctx, conn, facts))
+    return dataclasses.replace(work, sureness=sureness_of(ctx, work.vectors)) \
+        if work.new_gists else None
 
 
-def sureness_of(ctx: JobContext, conn: Conn, facts: list[Fact]) -> dict[int, float] | None:
+def vectors_of(ctx: JobContext, conn: Conn, facts: list[Fact]) -> dict[int, np.ndarray]:
+    """The facts' stored vectors (of this embedder's space), by fact id."""
+    if not facts:
+        return {}
+    blobs = fact_vectors(conn, space(ctx.embedder.model), [f.id for f in facts])
+    return {i: from_blob(blob) for i, blob in blobs.items()}
+
+
+def sureness_of(ctx: JobContext, vectors: dict[int, np.ndarray]) -> dict[int, float] | None:
     """How sure the fact selector is that each fact is worth keeping, read off the facts'
     stored vectors; None without a selector for this embedder."""
     selector = for_model(ctx.embedder.model)
-    if selector is None or not facts:
+    if selector is None:
         return None
-    blobs = fact_vectors(conn, space(ctx.embedder.model), [f.id for f in facts])
-    ids = [f.id for f in facts if f.id in blobs]
-    if not ids:
+    if not vectors:
         return {}
-    scores = selector.scores(np.stack([from_blob(blobs[i]) for i in ids]))
+    ids = list(vectors)
+    scores = selector.scores(np.stack([vectors[i] for i in ids]))
     return {i: float(s) for i, s in zip(ids, scores, strict=True)}
 
 
 def think(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
     content = "" if ctx.asks_model else profile_from(
         work.facts, ctx.config.profile.max_facts,
-        listeners=(ctx.names_for(work.user_id)["agent"],), sureness=work.sureness)
+        listeners=(ctx.names_for(work.user_id)["agent"],), sureness=work.sureness,
+        vectors=work.vectors if work.sureness is not None else None)
     if content:
         return content, Completion(content, ctx.source, "facts", extractive=True), ""
     lines = [ln for g in work.new_gists for ln in g.content.splitlines() if ln.strip()]
