@@ -303,3 +303,40 @@ def test_a_job_that_needs_another_starts_once_that_one_has_done_what_it_reads(
     store.close()
     assert [(r.job, r.done, r.failed) for r in result.jobs] == [
         ("first", 1, 0), ("then", 1, 0)], result.jobs
+
+
+def test_the_daemon_runs_jobs_side_by_side_on_either_engine(target: str) -> None:
+    """`dreamd --force` with an LLM and four workers (on PostgreSQL a worker claiming its
+    users under leases): every job does its work, facts' and summarize's calls are out
+    together, and never more than four at once."""
+    import subprocess
+    import sys
+
+    from tests.engines import App
+    from tests.helpers import ROOT, dreamd_env
+
+    app = App(target)
+    app.create_tables()
+    for s in range(6):
+        app.turns(f"s{s}", [f"I planted {s * 10 + n} tulip bulbs in row {n}." if n % 2 == 0
+                            else f"How did row {n} turn out?" for n in range(6)],
+                  T0 + timedelta(days=20 * s))
+    app.conn.close()
+    server = FakeOpenAI(delay=0.2).start()
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "dreamd", "--db", target, "--force"], cwd=ROOT,
+            capture_output=True, text=True, timeout=120, env=dreamd_env(
+                DREAMD_COMPLETER__BACKEND="openai", DREAMD_COMPLETER__BASE_URL=server.base_url,
+                DREAMD_COMPLETER__MODEL="test-model", DREAMD_COMPLETER__WORKERS=str(WORKERS),
+                DREAMD_COMPLETER__READ_TIMEOUT_SECONDS="5", OPENAI_API_KEY=KEY))
+    finally:
+        server.stop()
+    assert done.returncode == 0, done.stderr[-2000:]
+    finished = [json.loads(line) for line in done.stdout.splitlines()
+                if line.startswith("{") and '"pass_finished"' in line]
+    assert finished and finished[-1]["outcome"] == "ok", done.stdout[-2000:]
+    assert set(finished[-1]["stored"]) >= {"embed", "facts", "summarize", "profile", "eras",
+                                           "narrative", "reflect"}, finished[-1]
+    assert any({"facts", "summarize"} <= tasks for tasks in server.together), server.together
+    assert server.peak_all <= WORKERS
