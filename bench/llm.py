@@ -31,7 +31,8 @@ from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.config import CompleterConfig, Config, EmbedConfig
 from dreamd.dream.cycle import run_pass
-from dreamd.dream.jobs.base import Budget, JobContext
+from dreamd.dream.jobs.base import JobContext
+from dreamd.dream.jobs.budget import Budget
 from dreamd.dream.jobs.summarize import gist_for
 from dreamd.ids import DEFAULT_USER
 from dreamd.models import Turn

@@ -205,7 +205,8 @@ def test_the_words_index_is_written_a_few_hundred_rows_at_a_time(tmp_path: Path)
     inside the insert that adds a part, still made writes of 622 rows (20-25 ms there)."""
     from dreamd.backends.hashing import HashingEmbedder
     from dreamd.dream.jobs import embed
-    from dreamd.dream.jobs.base import Budget, JobContext
+    from dreamd.dream.jobs.base import JobContext
+    from dreamd.dream.jobs.budget import Budget
     from dreamd.store.tally import sync_tally
 
     db = tmp_path / "m.db"
@@ -235,7 +236,8 @@ def test_long_turns_go_into_the_words_index_fewer_at_a_time(tmp_path: Path) -> N
 
     from dreamd.backends.hashing import HashingEmbedder
     from dreamd.dream.jobs import embed
-    from dreamd.dream.jobs.base import Budget, JobContext
+    from dreamd.dream.jobs.base import JobContext
+    from dreamd.dream.jobs.budget import Budget
     from dreamd.store.tally import sync_tally
 
     db = tmp_path / "m.db"

@@ -21,7 +21,8 @@ from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.config import Config, EmbedConfig, UserConfig
 from dreamd.dream.cycle import run_pass
-from dreamd.dream.jobs.base import Budget
+from dreamd.dream.jobs.base import JobContext
+from dreamd.dream.jobs.budget import Budget
 from dreamd.dream.jobs.registry import JOBS, Registry
 from dreamd.ids import user_key
 from dreamd.models import JobSpec
@@ -340,3 +341,89 @@ def test_the_daemon_runs_jobs_side_by_side_on_either_engine(target: str) -> None
                                            "narrative", "reflect"}, finished[-1]
     assert any({"facts", "summarize"} <= tasks for tasks in server.together), server.together
     assert server.peak_all <= WORKERS
+
+
+def test_a_job_that_raises_beside_others_stops_them_and_ends_the_pass(db: Path) -> None:
+    """A store fault in one job's thread (here in its work test) is raised by the pass,
+    and the job beside it sees its pass ending instead of running on."""
+    from dreamd.config import CompleterConfig
+    from dreamd.errors import StoreError
+    from dreamd.models import JobResult
+    from tests.helpers import RecordingCompleter, config_for
+
+    make_chat_file(db).close()
+    saw: list[bool] = []
+
+    def slow(ctx: Any, reason: str) -> JobResult:
+        deadline = time.monotonic() + 10
+        while not ctx.ending and time.monotonic() < deadline:
+            time.sleep(0.02)
+        saw.append(ctx.ending)
+        return JobResult("slow", True, reason)
+
+    def broken(stats: Any, force: bool, config: Any) -> tuple[bool, str]:
+        raise StoreError("the disk went away")
+
+    jobs = Registry((JobSpec(name="slow", drive="continuity", work=lambda s, f, c: (True, ""),
+                             run=slow, needs=()),
+                     JobSpec(name="broken", drive="continuity", work=broken,
+                             run=lambda ctx, reason: None, needs=())))  # type: ignore[arg-type, return-value]
+    config = dataclasses.replace(config_for(db), completer=CompleterConfig(
+        backend="openai", workers=2))
+    store = open_sqlite(config)
+    completer = RecordingCompleter(store, name="stand-in")
+    with pytest.raises(StoreError, match="the disk went away"):
+        run_pass(store, config, completer.embedder, completer, trigger="test", force=True,
+                 jobs=jobs)
+    store.close()
+    assert saw == [True]
+
+
+def test_a_call_queued_behind_the_others_is_not_made_once_a_stop_came() -> None:
+    """Side by side, calls wait for one of `completer.workers` slots; one that gets its
+    slot after a stop request makes no call."""
+    from dreamd.errors import Stopping
+    from tests.helpers import RecordingCompleter
+
+    stop = threading.Event()
+    ctx = JobContext(None, Config(), HashingEmbedder(), RecordingCompleter(None),  # type: ignore[arg-type]
+                     Budget(stop=stop.is_set))
+    ctx.calls = threading.BoundedSemaphore(1)
+    ctx.calls.acquire()  # the one slot is taken
+    outcome: list[str] = []
+
+    def queued() -> None:
+        try:
+            with ctx.call_slot():
+                outcome.append("called")
+        except Stopping:
+            outcome.append("not made")
+
+    waiter = threading.Thread(target=queued)
+    waiter.start()
+    stop.set()
+    ctx.calls.release()
+    waiter.join(5)
+    assert outcome == ["not made"]
+
+
+def test_a_write_inside_a_write_and_a_wait_inside_it_do_not_wait_on_themselves() -> None:
+    """A job's thread writes (the gate closed) and, inside, a nested write or a wait
+    (the local model's run) neither waits out the drain again nor takes a share back
+    while it is itself the one keeping the gate closed."""
+    gate = write_gate.Gate(drain_seconds=5)
+    done = threading.Event()
+
+    def job(_: Any) -> None:
+        with gate.closed():
+            with gate.closed():
+                pass
+            with write_gate.waiting():
+                pass
+            assert gate.busy == 0
+        done.set()
+
+    thread = threading.Thread(target=gate.run, args=(job, None))
+    thread.start()
+    assert done.wait(2)
+    thread.join()

@@ -248,7 +248,8 @@ def test_an_answer_about_nothing_in_its_input_is_rejected_by_the_embedder() -> N
     is off topic; a real gist of the same turns is not."""
     from dreamd.backends.local import LocalEmbedder
     from dreamd.config import Config
-    from dreamd.dream.jobs.base import Budget, JobContext
+    from dreamd.dream.jobs.base import JobContext
+    from dreamd.dream.jobs.budget import Budget
     from tests.helpers import RecordingCompleter
 
     embedder = LocalEmbedder()

@@ -12,7 +12,8 @@ import pytest
 from dreamd.backends import write_gate
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.config import CompleterConfig
-from dreamd.dream.jobs.base import Budget, JobContext
+from dreamd.dream.jobs.base import JobContext
+from dreamd.dream.jobs.budget import Budget
 from dreamd.dream.jobs.pool import run_items
 from dreamd.models import Completion, Prompt
 from testkit.openai_server import FakeOpenAI

@@ -68,16 +68,21 @@ class Gate:
         """In a pass thread: no worker computes inside this block (unless one is still
         busy after `drain_seconds`, in which case the block runs anyway). Workers go on
         once no pass thread is inside it. A thread that holds a share (a job's own
-        thread, beside others) gives it back for the block."""
-        held = getattr(_local, "gate", None) is self and _local.held
+        thread, beside others) gives it back for the block, and takes none inside it; a
+        block inside another on the same thread waits for nothing more."""
+        depth = getattr(_local, "closing", 0)
+        held = depth == 0 and getattr(_local, "gate", None) is self and _local.held
         if held:
             pause()
         with self._cond:
             self._closers += 1
-            self._cond.wait_for(lambda: self._busy == 0, self.drain_seconds)
+            if depth == 0:
+                self._cond.wait_for(lambda: self._busy == 0, self.drain_seconds)
+        _local.closing = depth + 1
         try:
             yield
         finally:
+            _local.closing = depth
             with self._cond:
                 self._closers -= 1
                 if not self._closers:
@@ -95,9 +100,10 @@ def pause() -> None:
 
 
 def resume() -> None:
-    """About to compute again: take a share, waiting while the gate is closed."""
+    """About to compute again: take a share, waiting while the gate is closed (no-op
+    outside a gate, and inside this thread's own closed block: it would wait on itself)."""
     gate = getattr(_local, "gate", None)
-    if gate is not None and not _local.held:
+    if gate is not None and not _local.held and not getattr(_local, "closing", 0):
         gate._enter()
         _local.held = True
 

@@ -13,7 +13,8 @@ from datetime import datetime, timedelta
 from dreamd.backends.protocols import Completer, Embedder
 from dreamd.config import Config
 from dreamd.dream import drives as drv
-from dreamd.dream.jobs.base import Budget, JobContext, utcnow
+from dreamd.dream.jobs.base import JobContext, utcnow
+from dreamd.dream.jobs.budget import Budget
 from dreamd.dream.jobs.registry import JOBS, Registry
 from dreamd.dream.lanes import run_beside, side_by_side
 from dreamd.dream.sensing import read_backlog, sync_owners

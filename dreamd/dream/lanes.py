@@ -54,17 +54,17 @@ def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
     """Each job of `jobs`, started once the jobs it needs are done (or have reached the
     point past which they do what no other job reads: `JobContext.reached`), on a thread
     and a connection of its own; their results in the registry's order. A job that
-    raises (a store fault: `run_job` records a job's own failures) stops the others'
-    backend work, and is raised here once they have ended."""
+    raises (a store fault: `run_job` records a job's own failures) stops the others
+    (`Ends.failed`), and is raised here once they have ended."""
     ctx.calls = threading.BoundedSemaphore(ctx.workers)
     ctx.store.quiet = ctx.gate.closed
     free: list[Store] = [ctx.store]  # connections no job is using; the pass's own first
     opened: list[Store] = []
+    more = True  # whether another connection may be opened
     results: dict[str, JobResult] = {}
     reached: set[str] = set()
     moved = threading.Event()  # a job ended, or reached that point
     running: dict[Future[JobResult], tuple[JobSpec, Store]] = {}
-    failure: BaseException | None = None
 
     def reach(name: str) -> None:
         reached.add(name)
@@ -72,15 +72,16 @@ def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
 
     pool = ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="dreamd-job")
     try:
-        while len(results) < len(jobs):
+        while len(results) < len(jobs) and ctx.ends.failed is None:
             busy = {job.name for job, _ in running.values()}
             for job in jobs:
-                if (failure is not None or job.name in results or job.name in busy
+                if (job.name in results or job.name in busy
                         or not set(jobs.needs(job)) <= results.keys() | reached):
                     continue
-                store = free.pop() if free else sibling(ctx)
+                store = free.pop() if free else sibling(ctx) if more else None
                 if store is None:
-                    break  # it starts when a running job gives its connection back
+                    more = False  # the job starts when a running one gives its back
+                    break
                 if store is not ctx.store and store not in opened:
                     store.quiet = ctx.gate.closed
                     opened.append(store)
@@ -98,17 +99,21 @@ def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
                 try:
                     results[job.name] = future.result()
                 except BaseException as exc:  # raised once the other jobs have ended
-                    failure = failure or exc
-                    if ctx.ends.halted is None:
-                        ctx.ends.halted = exc
+                    ctx.ends.failed = ctx.ends.failed or exc
+    except BaseException as exc:  # the pass's own thread: the jobs stop too
+        ctx.ends.failed = ctx.ends.failed or exc
+        raise
     finally:
         pool.shutdown(wait=True)
-        for store in opened:
-            store.close()
         ctx.store.quiet = contextlib.nullcontext
         ctx.calls = None
-    if failure is not None:
-        raise failure
+        for store in opened:
+            try:
+                store.close()
+            except Exception as exc:  # a connection that will not close is gone anyway
+                ctx.log.warning("second_connection_not_closed", error=str(exc)[:200])
+    if ctx.ends.failed is not None:
+        raise ctx.ends.failed
     return [results[job.name] for job in jobs]
 
 

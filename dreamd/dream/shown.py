@@ -6,7 +6,8 @@ Pure: the facts in, text out. What a fact is and where it comes from is dreamd.d
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -154,34 +155,18 @@ def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,
             4 * (f.about is not None) + sureness.get(f.id, 0.0)
         return weighed, f.valid_from or f.learned_at, f.id
 
-    said: dict[str, list[np.ndarray]] = {}  # a person's facts kept so far, by vector
     for fact in sorted(current, key=rank, reverse=True):
-        group = groups.setdefault((fact.subject, topic(fact.statement)), [])
-        if len(group) >= per_person:
-            continue  # more than can be shown of this topic
-        vector = vectors.get(fact.id) if vectors else None
-        if vector is not None:
-            kept = said.setdefault(fact.subject, [])
-            if kept and float(np.max(np.stack(kept) @ vector)) >= SAYS_THE_SAME:
-                continue
-            kept.append(vector)
-        group.append(fact)
+        groups.setdefault((fact.subject, topic(fact.statement)), []).append(fact)
     order = [name for name, _ in TOPICS] + [OTHER]
     lines: list[str] = []
     indent = "  " if len(subjects) > 1 else ""
     for subject in subjects:
-        # Up to `per_topic` of each topic first, so no one topic crowds out the rest;
-        # room left over goes to the topics with more to say, in their order.
-        taken = {name: groups.get((subject, name), [])[:per_topic] for name in order}
-        room = per_person - sum(map(len, taken.values()))
-        while room < 0:  # more topics than room: the last ones give way
-            name = next(n for n in reversed(order) if taken[n])
-            taken[name].pop()
-            room += 1
-        for name in order:
-            more = groups.get((subject, name), [])[len(taken[name]):][:room]
-            taken[name] += more
-            room -= len(more)
+        mine = {name: list(groups.get((subject, name), [])) for name in order}
+        taken = chosen(mine, order, per_person, per_topic)
+        # A line that says much what a weightier shown line says gives way to the next.
+        while (again := repeated(taken, rank, vectors)) is not None:
+            mine[next(name for name in order if again in mine[name])].remove(again)
+            taken = chosen(mine, order, per_person, per_topic)
         if indent and any(taken.values()):
             lines.append(f"About {subject}:")
         for name in order:
@@ -189,6 +174,42 @@ def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,
                 lines.append(f"{indent}{name}:")
                 lines += [f"{indent}- {f.statement}{since(f)}" for f in taken[name]]
     return "\n".join(lines)
+
+
+def chosen(groups: dict[str, list[Fact]], order: list[str], per_person: int,
+           per_topic: int) -> dict[str, list[Fact]]:
+    """One person's facts shown, by topic: up to `per_topic` of each topic first, so no
+    one topic crowds out the rest; room left over goes to the topics with more to say,
+    in their order (each group the weightiest first)."""
+    taken = {name: groups[name][:per_topic] for name in order}
+    room = per_person - sum(map(len, taken.values()))
+    while room < 0:  # more topics than room: the last ones give way
+        name = next(n for n in reversed(order) if taken[n])
+        taken[name].pop()
+        room += 1
+    for name in order:
+        more = groups[name][len(taken[name]):][:room]
+        taken[name] += more
+        room -= len(more)
+    return taken
+
+
+def repeated(taken: dict[str, list[Fact]], rank: Callable[[Fact], Any],
+             vectors: Mapping[int, np.ndarray] | None) -> Fact | None:
+    """The first shown fact, weightiest first, that says much what one shown before it
+    says (by their `vectors`); None when none does."""
+    if not vectors:
+        return None
+    before: list[np.ndarray] = []
+    for fact in sorted((f for facts in taken.values() for f in facts), key=rank,
+                       reverse=True):
+        vector = vectors.get(fact.id)
+        if vector is None:
+            continue
+        if before and float(np.max(np.stack(before) @ vector)) >= SAYS_THE_SAME:
+            return fact
+        before.append(vector)
+    return None
 
 
 _PAST_QUESTION = re.compile(

@@ -102,26 +102,27 @@ class SqliteStore:
         (see `Store.write`) change nothing here."""
         if self.conn.in_transaction:
             raise StoreError("internal: nested write transaction")
-        asked = time.perf_counter()
-        with self.quiet(), self._writer:
-            self.conn.execute("BEGIN IMMEDIATE")
-            locked = time.perf_counter()
-            self.lock_times.wait(locked - asked)
-            before = self.conn.total_changes
-            try:
-                yield self.conn
-            except BaseException:
-                # SQLite may have rolled back already (a full disk, an interrupt): then a
-                # ROLLBACK would fail with "no transaction is active" and hide the real
-                # error.
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                self.lock_times.add(time.perf_counter() - locked)
-                raise
-            self._released = None
-            self.conn.execute("COMMIT")
-            self.lock_times.add((self._released or time.perf_counter()) - locked,
-                                self.conn.total_changes - before)
+        with self.quiet():
+            asked = time.perf_counter()
+            with self._writer:
+                self.conn.execute("BEGIN IMMEDIATE")
+                locked = time.perf_counter()
+                self.lock_times.wait(locked - asked)
+                before = self.conn.total_changes
+                try:
+                    yield self.conn
+                except BaseException:
+                    # SQLite may have rolled back already (a full disk, an interrupt):
+                    # then a ROLLBACK would fail with "no transaction is active" and hide
+                    # the real error.
+                    if self.conn.in_transaction:
+                        self.conn.execute("ROLLBACK")
+                    self.lock_times.add(time.perf_counter() - locked)
+                    raise
+                self._released = None
+                self.conn.execute("COMMIT")
+                self.lock_times.add((self._released or time.perf_counter()) - locked,
+                                    self.conn.total_changes - before)
         if time.monotonic() - self._checkpointed >= self.CHECKPOINT_EVERY:
             self.settle()
 

@@ -242,8 +242,8 @@ class PgStore:
         module's docs): commit on success, roll back on error."""
         if self.read_only:
             raise StoreError("internal: write on a read-only store")
-        asked = time.perf_counter()
         with self.quiet():
+            asked = time.perf_counter()
             self.begin("BEGIN", "write", then=self.locks(keys, alone))
             locked = time.perf_counter()
             self.lock_times.wait(locked - asked)

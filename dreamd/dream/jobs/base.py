@@ -7,7 +7,6 @@ import contextvars
 import dataclasses
 import hashlib
 import threading
-import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -22,7 +21,14 @@ from dreamd.backends.local import MODEL_ID
 from dreamd.backends.protocols import Completer, Embedder
 from dreamd.backends.validate import junk
 from dreamd.config import Config
-from dreamd.errors import PASS_STOPPING, BudgetExhausted, InputRejected, OutputInvalid
+from dreamd.dream.jobs.budget import Budget, Tokens
+from dreamd.errors import (
+    PASS_STOPPING,
+    BudgetExhausted,
+    InputRejected,
+    OutputInvalid,
+    Stopping,
+)
 from dreamd.logger import Logger, silent
 from dreamd.models import JSON_TASKS, Completion, JobSpec, Prompt
 from dreamd.store import runbook
@@ -33,87 +39,6 @@ from dreamd.store.state import get_state
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass
-class Budget:
-    """The per-pass budget: wall time and items, plus the stop flag a signal may set.
-
-    A job runs inside a share of what is left (`share`), so one job with a big backlog
-    cannot spend the whole pass while the jobs after it wait; what a job leaves unused
-    flows on to the next. A share is the running thread's: jobs side by side (see
-    dreamd.dream.lanes) each have their own, and spend from the one pass."""
-
-    max_seconds: float = 0.0
-    max_items: int = 0
-    stop: Callable[[], bool] = lambda: False
-    started: float = field(default_factory=time.monotonic)
-    items: int = 0
-    _shares: threading.local = field(default_factory=threading.local, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
-
-    @property
-    def share_until(self) -> float | None:
-        return getattr(self._shares, "until", None)
-
-    @property
-    def share_items(self) -> int | None:
-        return getattr(self._shares, "items", None)
-
-    def exhausted(self) -> bool:
-        return self.pass_exhausted() or self.share_exhausted()
-
-    def pass_exhausted(self) -> bool:
-        if self.stop():
-            return True
-        if self.max_items and self.items >= self.max_items:
-            return True
-        return bool(self.max_seconds) and time.monotonic() - self.started >= self.max_seconds
-
-    def share_exhausted(self) -> bool:
-        if self.share_items is not None and self.items >= self.share_items:
-            return True
-        return self.share_until is not None and time.monotonic() >= self.share_until
-
-    @contextlib.contextmanager
-    def share(self, fraction: float) -> Iterator[None]:
-        """On this thread, limit what runs inside to `fraction` of the time and items left
-        (at least one item). A fraction of 1 is the rest of the pass."""
-        if fraction < 1:
-            if self.max_seconds:
-                left = self.max_seconds - (time.monotonic() - self.started)
-                self._shares.until = time.monotonic() + max(0.0, left) * fraction
-            if self.max_items:
-                self._shares.items = self.items + max(1, int((self.max_items - self.items)
-                                                             * fraction))
-        try:
-            yield
-        finally:
-            self._shares.until = self._shares.items = None
-
-    def spend(self, n: int = 1) -> None:
-        with self._lock:
-            self.items += n
-
-    def room(self) -> int:
-        """Items this job may still spend (at least one; a large number when unlimited)."""
-        limits = [m for m in (self.max_items, self.share_items) if m]
-        return max(1, min(limits, default=self.items + 1_000_000) - self.items)
-
-
-@dataclass
-class Tokens:
-    """Token use of this pass, and reservations for calls in flight (thread-safe)."""
-
-    used_in: int = 0
-    used_out: int = 0
-    reserved: int = 0
-    before_today: int = 0
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    @property
-    def used(self) -> int:
-        return self.used_in + self.used_out
 
 
 # Set on a thread while an item is built (or saved) by the extractive fallback: why the
@@ -140,6 +65,10 @@ class Ends:
     invalidated: bool = False  # memory was forgotten during the pass
     # Backend calls still in flight when the stop grace ran out: left to finish unheard.
     abandoned: int = 0
+    # What a job beside the others raised (a store fault): the others stop, and the pass
+    # raises it once they have.
+    failed: BaseException | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
 
 @dataclass
@@ -200,6 +129,12 @@ class JobContext:
     @property
     def abandoned(self) -> int:
         return self.ends.abandoned
+
+    @property
+    def ending(self) -> bool:
+        """Memory was forgotten during the pass, or a job beside this one failed: nothing
+        more is done in it."""
+        return self.ends.invalidated or self.ends.failed is not None
 
     @property
     def scope(self) -> list[str] | None:
@@ -267,7 +202,7 @@ class JobContext:
         return f"{kind}:{getattr(self.completer, 'model', self.completer.name)}"
 
     def stopped(self) -> bool:
-        return self.halted is not None or self.invalidated or self.budget.exhausted()
+        return self.halted is not None or self.ending or self.budget.exhausted()
 
     def still_current(self, conn: Conn) -> bool:
         """Inside a write: whether memory was not forgotten since the pass began. Once it
@@ -277,7 +212,8 @@ class JobContext:
         return not self.invalidated
 
     def abandon(self, calls: int) -> None:
-        self.ends.abandoned += calls
+        with self.ends.lock:
+            self.ends.abandoned += calls
         self.notes.append(f"stopping: {calls} backend calls still in flight were abandoned "
                           f"after the stop grace; nothing they return is written")
         self.log.warning("calls_abandoned", calls=calls)
@@ -285,8 +221,11 @@ class JobContext:
     def halt(self, error: BaseException) -> None:
         """Stop backend work for the rest of the pass (configuration, breaker or budget),
         saying once which backend stopped it."""
-        if self.halted is None:
-            self.ends.halted = error
+        with self.ends.lock:
+            first = self.halted is None
+            if first:
+                self.ends.halted = error
+        if first:
             self.notes.append(f"{self.stopped_work} for this pass: "
                               f"{type(error).__name__}: {error}")
             event = "embedder_halted" if self.stopped_work.startswith("embedding") \
@@ -378,8 +317,11 @@ class JobContext:
         with write_gate.waiting():
             self.calls.acquire()
         try:
-            if self.halted is not None:  # while it waited: no call is made
+            # While it waited: no call is made.
+            if self.halted is not None:
                 raise type(self.halted)(str(self.halted))
+            if self.budget.stop() or self.ends.failed is not None:
+                raise Stopping("dreamd is stopping: no new calls")
             yield
         finally:
             self.calls.release()

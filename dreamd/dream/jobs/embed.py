@@ -63,7 +63,7 @@ def embed_turns(ctx: JobContext, reason: str) -> JobResult:
     errors: list[str] = []
     failures = failed_items(ctx, JOB)
     upto = horizon(ctx)
-    while not ctx.budget.exhausted() and not ctx.invalidated:
+    while not ctx.budget.exhausted() and not ctx.ending:
         with ctx.store.read() as conn:
             watermark = embed_watermark(conn, model)
             ids = unembedded_ids(conn, model, watermark, upto, batch, ctx.scope)
@@ -87,7 +87,7 @@ def embed_turns(ctx: JobContext, reason: str) -> JobResult:
         with ctx.store.write() as conn:
             stored = ctx.still_current(conn) and save_turn_vectors(
                 conn, model, ctx.embedder.dim, rows, upto)
-        if not stored and ctx.invalidated:
+        if not stored and ctx.ending:
             break  # memory was forgotten meanwhile: nothing more is saved in this pass
         if stored:
             done += len(turns)
@@ -130,7 +130,7 @@ def index_text(ctx: JobContext, upto: int, chunk: int = INDEX_CHUNK) -> None:
     with its neighbours' words; the turn before a new one, indexed when it was the last
     of its session, is indexed again with its new neighbour. Once memory was forgotten
     during the pass, nothing more is written and the job ends."""
-    while not ctx.budget.exhausted() and not ctx.invalidated:
+    while not ctx.budget.exhausted() and not ctx.ending:
         with ctx.store.read() as conn:
             after = fts_watermark(conn)
             redo = fts_redo(conn)[:chunk]  # beside a forgotten turn

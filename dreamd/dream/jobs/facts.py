@@ -188,7 +188,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     pool = (ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="dreamd-facts")
             if ahead > 1 else None)
     try:
-        while not ctx.budget.exhausted() and not ctx.invalidated:
+        while not ctx.budget.exhausted() and not ctx.ending:
             with ctx.store.read() as conn:
                 unread = unread_turns(conn, upto, BATCH * min(ahead, ctx.budget.room()),
                                       ctx.scope)
@@ -242,7 +242,8 @@ def run(ctx: JobContext, reason: str) -> JobResult:
                 break
     finally:
         if pool is not None:
-            pool.shutdown(wait=not ctx.abandoned, cancel_futures=True)
+            with write_gate.waiting():
+                pool.shutdown(wait=not ctx.abandoned, cancel_futures=True)
     with ctx.store.read() as conn:
         left = count_unread(conn, ctx.scope)
     return JobResult(JOB, True, reason, done=done, remaining=left, errors=tuple(errors),

@@ -129,7 +129,8 @@ def run_items(
             if ctx.stopped():
                 exhausted = True  # finish what is in flight, start nothing new
     finally:
-        pool.shutdown(wait=not ctx.abandoned, cancel_futures=True)
+        with write_gate.waiting():
+            pool.shutdown(wait=not ctx.abandoned, cancel_futures=True)
     return counts
 
 
