@@ -16,7 +16,7 @@ from dreamd.dream import drives as drv
 from dreamd.dream.jobs.base import JobContext, utcnow
 from dreamd.dream.jobs.budget import Budget
 from dreamd.dream.jobs.registry import JOBS, Registry
-from dreamd.dream.lanes import run_beside, side_by_side
+from dreamd.dream.lanes import close_spare, run_beside, side_by_side
 from dreamd.dream.sensing import read_backlog, sync_owners
 from dreamd.dream.workers import Claims
 from dreamd.ids import user_keys
@@ -143,6 +143,8 @@ def run_pass(
             finish_run(conn, run_id, ended_at=clock().isoformat(), outcome="error",
                          error=f"{type(exc).__name__}: {exc}"[:500])
         raise
+    finally:
+        close_spare(ctx)
     if ctx.fell_back:
         ctx.notes.append(fallback_note(ctx))
     outcome = outcome_of(results, stop(), budget, stats_after)

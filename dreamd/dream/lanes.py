@@ -7,16 +7,16 @@ the first round of a pass starts each job as soon as the jobs it needs (`JobSpec
 are done, or have done what other jobs read (`JobContext.reached`): embed and facts at
 once, summarize when embed has the turns' vectors (the words index it goes on to build is
 recall's), profile, eras and reflect together once summarize and facts are done,
-narrative last. Each job runs on a thread
-of its own, with its own connection to the store (`Store.sibling`: on SQLite one writer
-in the process at a time, on PostgreSQL the same keys as any other writer), and its own
-share of the pass's budget. They share what a pass shares: the budget's time and items,
-the token count, the stops (`Ends`), `completer.workers` calls at once among them all
-(`JobContext.calls`), and the write gate: every write of the round closes it
-(`Store.quiet`), and a job's own thread holds a share of it while it computes, as the
-LLM workers do, so that no thread of the pass holds the GIL while one writes. (Without
-that, a job's write beside another job's computing held the lock longer, and the chat
-app's INSERT p99 during an 8-worker pass rose from +3 to +7 ms.)
+narrative last. Each job runs on a thread of its own, with its own connection to the
+store (`Store.sibling`: on SQLite one writer in the process at a time, on PostgreSQL the
+same keys as any other writer), and its own share of the pass's budget. They share what
+a pass shares: the budget's time and items, the token count, the stops (`Ends`),
+`completer.workers` calls at once among them all (`JobContext.calls`), and the write
+gate: every write of the round closes it (`Store.quiet`), and a job's own thread holds a
+share of it while it computes, as the LLM workers do, so that no thread of the pass holds
+the GIL while one writes. (Without that, a job's write beside another job's computing
+held the lock longer, and the chat app's INSERT p99 during an 8-worker pass rose from +3
+to +7 ms.)
 
 Without an LLM, or with one worker, jobs run one after another on the pass's thread: the
 extractive producer is bound by the CPU, and one call at a time has nothing to overlap.
@@ -57,9 +57,10 @@ def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
     raises (a store fault: `run_job` records a job's own failures) stops the others
     (`Ends.failed`), and is raised here once they have ended."""
     ctx.calls = threading.BoundedSemaphore(ctx.workers)
-    ctx.store.quiet = ctx.gate.closed
-    free: list[Store] = [ctx.store]  # connections no job is using; the pass's own first
-    opened: list[Store] = []
+    # Connections no job is using: the pass's own, and those opened earlier in the pass.
+    free: list[Store] = [*ctx.spare, ctx.store]
+    for each in free:
+        each.quiet = ctx.gate.closed
     more = True  # whether another connection may be opened
     results: dict[str, JobResult] = {}
     reached: set[str] = set()
@@ -82,9 +83,9 @@ def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
                 if store is None:
                     more = False  # the job starts when a running one gives its back
                     break
-                if store is not ctx.store and store not in opened:
+                if store is not ctx.store and store not in ctx.spare:
                     store.quiet = ctx.gate.closed
-                    opened.append(store)
+                    ctx.spare.append(store)
                 future = pool.submit(lane, ctx, store, job, run_job, share(job),
                                      functools.partial(reach, job.name))
                 future.add_done_callback(lambda _: moved.set())
@@ -105,13 +106,9 @@ def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
         raise
     finally:
         pool.shutdown(wait=True)
-        ctx.store.quiet = contextlib.nullcontext
+        for each in (ctx.store, *ctx.spare):
+            each.quiet = contextlib.nullcontext
         ctx.calls = None
-        for store in opened:
-            try:
-                store.close()
-            except Exception as exc:  # a connection that will not close is gone anyway
-                ctx.log.warning("second_connection_not_closed", error=str(exc)[:200])
     if ctx.ends.failed is not None:
         raise ctx.ends.failed
     return [results[job.name] for job in jobs]
@@ -123,6 +120,16 @@ def lane(ctx: JobContext, store: Store, job: JobSpec, run_job: RunJob, share: fl
     of the write gate while it computes (it gives it back while it waits)."""
     here = dataclasses.replace(ctx, store=store, owner=threading.get_ident(), reached=reach)
     return ctx.gate.run(lambda _: run_job(here, job, share), None)
+
+
+def close_spare(ctx: JobContext) -> None:
+    """At the end of the pass: the second connections its jobs side by side opened."""
+    for store in ctx.spare:
+        try:
+            store.close()
+        except Exception as exc:  # a connection that will not close is gone anyway
+            ctx.log.warning("second_connection_not_closed", error=str(exc)[:200])
+    ctx.spare.clear()
 
 
 def sibling(ctx: JobContext) -> Store | None:

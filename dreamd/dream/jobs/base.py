@@ -109,6 +109,9 @@ class JobContext:
     # Jobs side by side share `completer.workers` calls at once (None: one job at a
     # time, its pool is the limit).
     calls: threading.Semaphore | None = None
+    # Second connections opened for jobs side by side: kept for the pass's later rounds
+    # and a worker's later batches, closed when the pass ends (see dreamd.dream.lanes).
+    spare: list[Store] = field(default_factory=list)
     # A job calls it once it has done what the jobs that need it read, and goes on with
     # work only it reads: side by side (dreamd.dream.lanes), they may start now. One job
     # after another, nothing.
