@@ -27,6 +27,9 @@ from typing import Any
 DIM = 16
 
 
+HOLD_SECONDS = 10.0
+
+
 def task_of(system: str) -> str:
     for marker, task in (("Update the gist", "summarize"), ("Merge partial", "merge"),
                          ("Maintain the profile", "profile"), ("digest of", "era"),
@@ -100,13 +103,15 @@ def padded(content: str, size: int) -> str:
 
 class FakeOpenAI:
     def __init__(self, delay: float = 0.0, pad: int = 0, context_tokens: int = 0,
-                 schema: str = "honour") -> None:
+                 schema: str = "honour", hold: dict[str, str] | None = None) -> None:
         """`context_tokens`: the model's window (longer requests are refused, /props
         reports it as llama.cpp's server does). `schema`, what a `response_format` JSON
         schema meets: "honour" (the answer follows it, as a grammar makes it), "refuse"
         (400, as a server without structured outputs), "ignore" (taken, not followed),
         "json_object" (llama-cpp-python's: json_schema is a 500, a json_object with a
-        schema is honoured)."""
+        schema is honoured). `hold`, task -> task: a request of the first is answered only
+        once one of the second has come (or after HOLD_SECONDS), so that a test can see
+        two tasks asked at once whatever the machine's speed."""
         self.delay = delay
         self.schema = schema
         self.context_tokens = context_tokens
@@ -127,6 +132,9 @@ class FakeOpenAI:
         # inside their delay together.
         self.peak_all = 0
         self.together: set[frozenset[str]] = set()
+        self.hold = hold or {}
+        self.came: collections.defaultdict[str, threading.Event] = \
+            collections.defaultdict(threading.Event)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -218,11 +226,16 @@ class FakeOpenAI:
                 task = (task_of(body["messages"][0]["content"])
                         if body.get("messages") else self.path)
                 with fake.lock:
+                    came = fake.came[task]
+                    waits_for = fake.came[fake.hold[task]] if task in fake.hold else None
                     fake.in_flight[task] += 1
                     fake.peak[task] = max(fake.peak[task], fake.in_flight[task])
                     fake.peak_all = max(fake.peak_all, sum(fake.in_flight.values()))
                     fake.together.add(frozenset(t for t, n in fake.in_flight.items() if n))
+                came.set()
                 try:
+                    if waits_for is not None:  # held, in flight, until the other asks
+                        waits_for.wait(HOLD_SECONDS)
                     if fake.delay:
                         time.sleep(fake.delay)
                 finally:

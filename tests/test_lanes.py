@@ -35,7 +35,11 @@ WORKERS = 4
 def consolidated(tmp_path: Path, workers: int) -> tuple[dict[str, Any], FakeOpenAI]:
     """A first pass over eight sessions through the test server (0.2 s a call) with
     `workers` calls at once: what it stored, and the server (what it saw)."""
-    server = FakeOpenAI(delay=0.2).start()
+    # Side by side, facts' and profile's answers wait until summarize and reflect have
+    # asked too (one job after another, they never would): the test sees them asked at
+    # once whatever the machine's speed.
+    server = FakeOpenAI(delay=0.2, hold={"facts": "summarize", "profile": "reflect"}
+                        if workers > 1 else None).start()
     db = tmp_path / f"w{workers}.db"
     config = Config(db=str(db), embed=EmbedConfig(backend="hashing"),
                     user=UserConfig(name="Sam"))
@@ -80,8 +84,7 @@ def test_with_several_workers_jobs_that_need_nothing_of_each_other_ask_at_once(
     facts and summarize, or profile and eras, were never with the model together.)"""
     side_by_side, server = consolidated(tmp_path, WORKERS)
     assert any({"facts", "summarize"} <= tasks for tasks in server.together), server.together
-    assert any(len(tasks & {"profile", "era", "reflect"}) >= 2 for tasks in server.together), \
-        server.together
+    assert any({"profile", "reflect"} <= tasks for tasks in server.together), server.together
     assert server.peak_all <= WORKERS
     assert server.peak["summarize"] >= 2
     one_at_a_time, one = consolidated(tmp_path, 1)
@@ -113,26 +116,24 @@ def test_what_a_job_needs_comes_before_it() -> None:
 def test_two_writers_keep_the_gate_closed_until_both_are_done() -> None:
     """Jobs side by side share the write gate: a worker waits while any job writes."""
     gate = write_gate.Gate()
-    first_in, second_in, first_out, ran = (threading.Event() for _ in range(4))
+    first_in, second_in, first_out, second_out, ran = (threading.Event() for _ in range(5))
 
-    def writer(inside: threading.Event, leave: threading.Event | None) -> None:
+    def writer(inside: threading.Event, leave: threading.Event) -> None:
         with gate.closed():
             inside.set()
-            if leave is not None:
-                leave.wait(5)
-            else:
-                time.sleep(0.3)
+            leave.wait(10)
 
     one = threading.Thread(target=writer, args=(first_in, first_out))
-    two = threading.Thread(target=writer, args=(second_in, None))
+    two = threading.Thread(target=writer, args=(second_in, second_out))
     one.start()
     two.start()
     assert first_in.wait(5) and second_in.wait(5)
-    first_out.set()  # the first write ends; the second still runs for 0.3 s
+    first_out.set()  # the first write ends; the second goes on
     one.join()
     worker = threading.Thread(target=gate.run, args=(lambda _: ran.set(), None))
     worker.start()
-    assert not ran.wait(0.1)
+    assert not ran.wait(0.2)
+    second_out.set()
     two.join()
     assert ran.wait(5)
     worker.join()
@@ -323,7 +324,7 @@ def test_the_daemon_runs_jobs_side_by_side_on_either_engine(target: str) -> None
                             else f"How did row {n} turn out?" for n in range(6)],
                   T0 + timedelta(days=20 * s))
     app.conn.close()
-    server = FakeOpenAI(delay=0.2).start()
+    server = FakeOpenAI(delay=0.2, hold={"facts": "summarize"}).start()
     try:
         done = subprocess.run(
             [sys.executable, "-m", "dreamd", "--db", target, "--force"], cwd=ROOT,
@@ -411,7 +412,7 @@ def test_a_write_inside_a_write_and_a_wait_inside_it_do_not_wait_on_themselves()
     """A job's thread writes (the gate closed) and, inside, a nested write or a wait
     (the local model's run) neither waits out the drain again nor takes a share back
     while it is itself the one keeping the gate closed."""
-    gate = write_gate.Gate(drain_seconds=5)
+    gate = write_gate.Gate(drain_seconds=10)
     done = threading.Event()
 
     def job(_: Any) -> None:
@@ -425,5 +426,5 @@ def test_a_write_inside_a_write_and_a_wait_inside_it_do_not_wait_on_themselves()
 
     thread = threading.Thread(target=gate.run, args=(job, None))
     thread.start()
-    assert done.wait(2)
+    assert done.wait(5)
     thread.join()

@@ -108,6 +108,7 @@ def think(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
     content = "" if ctx.asks_model else profile_from(
         work.facts, ctx.config.profile.max_facts,
         listeners=(ctx.names_for(work.user_id)["agent"],), sureness=work.sureness,
+        # What says the same is judged on the scale of the selector's model only.
         vectors=work.vectors if work.sureness is not None else None)
     if content:
         return content, Completion(content, ctx.source, "facts", extractive=True), ""
