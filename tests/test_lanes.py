@@ -32,19 +32,24 @@ from tests.helpers import KEY, T0, add_turns, completer_config, make_chat_file, 
 WORKERS = 4
 
 
+def both_ways(*pairs: tuple[str, str]) -> dict[str, str]:
+    """Each task of each pair held until the other has asked (see FakeOpenAI's `hold`)."""
+    return {a: b for pair in pairs for a, b in (pair, pair[::-1])}
+
+
 def consolidated(tmp_path: Path, workers: int) -> tuple[dict[str, Any], FakeOpenAI]:
     """A first pass over eight sessions through the test server (0.2 s a call) with
     `workers` calls at once: what it stored, and the server (what it saw)."""
-    # Side by side, facts' and profile's answers wait until summarize and reflect have
-    # asked too (one job after another, they never would): the test sees them asked at
-    # once whatever the machine's speed.
-    server = FakeOpenAI(delay=0.2, hold={"facts": "summarize", "profile": "reflect"}
+    # Side by side, the first of facts and summarize to ask (and of profile and reflect)
+    # is answered once the other has asked too (one job after another, it never would):
+    # the test sees them asked at once whatever the machine's speed.
+    server = FakeOpenAI(delay=0.2, hold=both_ways(("facts", "summarize"), ("profile", "reflect"))
                         if workers > 1 else None).start()
     db = tmp_path / f"w{workers}.db"
     config = Config(db=str(db), embed=EmbedConfig(backend="hashing"),
                     user=UserConfig(name="Sam"))
     config = dataclasses.replace(config, completer=completer_config(
-        server, workers=workers, read_timeout_seconds=5, call_deadline_seconds=30))
+        server, workers=workers, read_timeout_seconds=30, call_deadline_seconds=60))
     app = make_chat_file(db)
     for s in range(8):
         add_turns(app, f"s{s}", [f"I planted {s * 10 + n} tulip bulbs in row {n}."
@@ -324,14 +329,15 @@ def test_the_daemon_runs_jobs_side_by_side_on_either_engine(target: str) -> None
                             else f"How did row {n} turn out?" for n in range(6)],
                   T0 + timedelta(days=20 * s))
     app.conn.close()
-    server = FakeOpenAI(delay=0.2, hold={"facts": "summarize"}).start()
+    server = FakeOpenAI(delay=0.2, hold=both_ways(("facts", "summarize"))).start()
     try:
         done = subprocess.run(
             [sys.executable, "-m", "dreamd", "--db", target, "--force"], cwd=ROOT,
-            capture_output=True, text=True, timeout=120, env=dreamd_env(
+            capture_output=True, text=True, timeout=180, env=dreamd_env(
                 DREAMD_COMPLETER__BACKEND="openai", DREAMD_COMPLETER__BASE_URL=server.base_url,
                 DREAMD_COMPLETER__MODEL="test-model", DREAMD_COMPLETER__WORKERS=str(WORKERS),
-                DREAMD_COMPLETER__READ_TIMEOUT_SECONDS="5", OPENAI_API_KEY=KEY))
+                DREAMD_COMPLETER__READ_TIMEOUT_SECONDS="30",
+                DREAMD_COMPLETER__CALL_DEADLINE_SECONDS="60", OPENAI_API_KEY=KEY))
     finally:
         server.stop()
     assert done.returncode == 0, done.stderr[-2000:]
