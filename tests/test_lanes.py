@@ -180,24 +180,24 @@ def test_a_second_connection_writes_after_the_first_and_counts_with_it(target: s
         try:
             before = store.lock_times.writes
             key = user_key("sam")
-            order: list[str] = []
-            inside = threading.Event()
+            inside, trying, wrote = (threading.Event() for _ in range(3))
 
             def second() -> None:
                 inside.wait(5)
+                trying.set()
                 with other.write(key) as conn:
                     conn.execute("INSERT INTO dreamd_state (key, value) VALUES ('b', '2')")
-                    order.append("second")
+                wrote.set()
 
             thread = threading.Thread(target=second)
             thread.start()
             with store.write(key) as conn:
                 conn.execute("INSERT INTO dreamd_state (key, value) VALUES ('a', '1')")
                 inside.set()
-                time.sleep(0.2)
-                order.append("first")
+                assert trying.wait(5)
+                assert not wrote.wait(0.3)  # not while the first write holds its key
+            assert wrote.wait(10)
             thread.join()
-            assert order == ["first", "second"]
             assert store.lock_times is other.lock_times
             assert store.lock_times.writes == before + 2
             with other.read() as conn:

@@ -5,7 +5,6 @@ LLM, the model folds the gists newer than the profile into it."""
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,16 +70,17 @@ def prepare(ctx: JobContext, user: str) -> Work | None:
     with ctx.store.read() as conn:
         current = profile_row(conn, key)
         seen = current.seq if current else 0
-        work = Work(
+        new_gists = [g for g in gists_for_user(conn, user) if g.seq > seen]
+        if not new_gists:
+            return None  # nothing new: no facts or vectors read
+        facts = facts_of(conn, user, current_only=True)
+        vectors = vectors_of(ctx, conn, facts)
+        return Work(
             user_id=user, current=current,
             previous_inputs=tier_inputs(conn, "profile", "id = ?", (key,)) if current else {},
-            new_gists=[g for g in gists_for_user(conn, user) if g.seq > seen],
-            top_seq=max_gist_seq(conn, user), sessions=count_gists(conn, user),
-            cached=cached_output(conn, JOB, key),
-            facts=(facts := facts_of(conn, user, current_only=True)),
-            sureness=None, vectors=vectors_of(ctx, conn, facts))
-    return dataclasses.replace(work, sureness=sureness_of(ctx, work.vectors)) \
-        if work.new_gists else None
+            new_gists=new_gists, top_seq=max_gist_seq(conn, user),
+            sessions=count_gists(conn, user), cached=cached_output(conn, JOB, key),
+            facts=facts, sureness=sureness_of(ctx, vectors), vectors=vectors)
 
 
 def vectors_of(ctx: JobContext, conn: Conn, facts: list[Fact]) -> dict[int, np.ndarray]:
