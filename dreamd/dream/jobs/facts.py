@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +51,7 @@ SAME = 0.9  # cosine at which a candidate says what a known fact says
 # every morning"): all-MiniLM-L6-v2 puts such pairs of one person at 0.53-0.80, and
 # unrelated facts of that person at 0.31-0.44.
 CHANGED = 0.5
+SAID_AGAIN = 4096  # distinct statements whose vectors a run keeps (~1.5 KB each)
 
 
 class Known:
@@ -144,6 +146,28 @@ class Known:
             self._row[fact_id] = row
 
 
+class Statements:
+    """The vectors of one run's statements: each distinct statement is embedded once,
+    whichever turn or batch says it again ("Sam: \"Thanks!\"", an assistant's stock
+    reply), the last SAID_AGAIN of them kept."""
+
+    def __init__(self, ctx: JobContext, size: int = SAID_AGAIN) -> None:
+        self.ctx, self.size = ctx, size
+        self._kept: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    def vectors(self, statements: list[str]) -> np.ndarray:
+        new = [s for s in dict.fromkeys(statements) if s not in self._kept]
+        found = dict(zip(new, self.ctx.embedder.embed(new), strict=True)) if new else {}
+        for s in dict.fromkeys(statements):
+            vector = found[s] if s in found else self._kept[s]
+            self._kept[s] = vector
+            self._kept.move_to_end(s)
+            found[s] = vector
+        while len(self._kept) > self.size:
+            self._kept.popitem(last=False)
+        return np.stack([found[s] for s in statements])
+
+
 def candidates(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
                owners: dict[str, str]) -> list[tuple[str, int, Candidate]]:
     """(user, turn id, candidate) of every fact in these turns."""
@@ -180,6 +204,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     # Each user's facts are read once per run and kept in step by `weighed` (only this job
     # writes facts; a forget meanwhile ends the run through `still_current`).
     state: dict[str, Known] = {}
+    said = Statements(ctx)
     # With the LLM and several workers, the batches after the one being written are
     # already with the model (their prompts show the facts known when they were read;
     # `weighed` still merges what says the same as a fact found meanwhile).
@@ -220,8 +245,8 @@ def run(ctx: JobContext, reason: str) -> JobResult:
                        for item, part in batches]
             outcome = "next"
             for (item, part), answer in zip(batches, answers, strict=True):
-                outcome = write_batch(ctx, gate, model, state, item, part, owners, answer,
-                                      errors)
+                outcome = write_batch(ctx, gate, model, state, said, item, part, owners,
+                                      answer, errors)
                 if outcome == "failed":
                     failed += 1
                 if outcome != "done":
@@ -273,15 +298,15 @@ def in_batches(unread: list[tuple[int, str, int]],
 
 
 def write_batch(ctx: JobContext, gate: write_gate.Gate | None, model: str,
-                state: dict[str, Known], item: str, part: Batch, owners: dict[str, str],
-                answer: list[Future[Drawn]], errors: list[str]) -> str:
+                state: dict[str, Known], said: Statements, item: str, part: Batch,
+                owners: dict[str, str], answer: list[Future[Drawn]], errors: list[str]) -> str:
     """The batch's facts and its sessions' read marks in one write: "done", "failed",
     "moved" (another worker read these turns), "stopped" or "stale"."""
     try:
         answered, drawn = answer_of(ctx, answer)
         if not answered:
             return "stopped"
-        found, vectors, fell_back = batch_facts(ctx, part.rows, owners, drawn)
+        found, vectors, fell_back = batch_facts(ctx, said, part.rows, owners, drawn)
     except Exception as exc:  # a backend fault or junk twice: recorded, as for embed
         errors.append(note_failure(ctx, JOB, item, exc))
         return "failed"
@@ -306,27 +331,21 @@ def write_batch(ctx: JobContext, gate: write_gate.Gate | None, model: str,
     return "done"
 
 
-def batch_facts(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
-                owners: dict[str, str], drawn: Drawn
+def batch_facts(ctx: JobContext, said: Statements,
+                rows: list[tuple[Turn, Turn | None, Turn | None]], owners: dict[str, str],
+                drawn: Drawn
                 ) -> tuple[list[Any], np.ndarray | None, str | None]:
     """The batch's facts and their vectors (on the pass thread, which owns the embedder):
     the model's, or sentence by sentence, with the reason where the model's were
     rejected (the fallback's)."""
     if isinstance(drawn, list):
-        vectors = embedded(ctx, [c.statement for _, _, c, _ in drawn]) if drawn else None
+        vectors = said.vectors([c.statement for _, _, c, _ in drawn]) if drawn else None
         return drawn, vectors, None
     found: list[Any] = [(user, turn, c, []) for user, turn, c in candidates(ctx, rows, owners)]
-    vectors = embedded(ctx, [c.statement for _, _, c, _ in found]) if found else None
+    vectors = said.vectors([c.statement for _, _, c, _ in found]) if found else None
     if vectors is not None:
         found, vectors = worth_keeping(ctx, found, vectors)
     return found, vectors, None if drawn is None else str(drawn)
-
-
-def embedded(ctx: JobContext, statements: list[str]) -> np.ndarray:
-    """The statements' vectors, each distinct statement embedded once."""
-    distinct = list(dict.fromkeys(statements))
-    vectors = dict(zip(distinct, ctx.embedder.embed(distinct), strict=True))
-    return np.stack([vectors[s] for s in statements])
 
 
 def worth_keeping(ctx: JobContext, found: list[Any], vectors: np.ndarray
