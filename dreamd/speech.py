@@ -135,8 +135,10 @@ def lemmas(word: str) -> dict[str, tuple[str, ...]]:
     return dict(getAllLemmas(word))
 
 
+@functools.lru_cache(maxsize=16384)
 def inflection(lemma: str, tag: str) -> tuple[str, ...] | None:
-    """The spellings of `lemma` for a Penn tag ("VBD", "VBN", "VBZ"), as getInflection."""
+    """The spellings of `lemma` for a Penn tag ("VBD", "VBN", "VBZ"), as getInflection
+    (which copies its whole table entry each call: remembered)."""
     _tables()
     found = getInflection(lemma, tag)
     return tuple(found) if found else None
@@ -323,6 +325,9 @@ def third_verb(verb: str) -> str | None:
     return third[0] if third else None
 
 
+_NEXT_WORD = re.compile(r" ([A-Za-z]+(?:['’]t)?)(?![\w'’])")
+
+
 class _Unsure(Exception):
     """A verb whose form after "she" the words cannot tell."""
 
@@ -336,7 +341,7 @@ def _agreeing(text: str, subject: str, name: str, object_too: bool) -> str:
     for m in re.finditer(rf"\b{subject}\b", text):
         out.append(text[at:m.start()])
         rest = text[m.end():]
-        words = list(re.finditer(r" ([A-Za-z]+(?:['’]t)?)(?![\w'’])", rest))
+        words = _NEXT_WORD.finditer(rest)  # read only as far as the verb
         said = name
         taken = 0
         for w in words:
