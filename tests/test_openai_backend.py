@@ -518,3 +518,24 @@ def test_closing_a_memory_hangs_up_on_the_server(db: Path, server: FakeOpenAI) -
     while server.connections and time.monotonic() < deadline:
         time.sleep(0.02)
     assert server.connections == 0
+
+
+def test_the_first_call_of_a_pass_imports_nothing(server: FakeOpenAI) -> None:
+    """The SDK loads its chat resources when first asked for them; the completer asks when
+    it is made (before a pass), so the pass's first calls, made by every worker at once,
+    do not all wait on an import. In a process of its own: this one has imported them."""
+    script = (
+        "import sys\n"
+        "from dreamd.backends.openai_backend import OpenAICompleter\n"
+        "from dreamd.config import CompleterConfig\n"
+        "from dreamd.models import Prompt\n"
+        f"c = OpenAICompleter(CompleterConfig(backend='openai', base_url={server.base_url!r},"
+        " model='m'))\n"
+        "before = set(sys.modules)\n"
+        "c.complete(Prompt(task='summarize', system='s', user='u', items=('a',),"
+        " max_items=3))\n"
+        "print(sorted(m for m in set(sys.modules) - before if m.startswith('openai')))\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "OPENAI_API_KEY": "test"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]", done.stdout

@@ -275,6 +275,9 @@ class OpenAICompleter(_Connected):
         self._caller = _Caller(config, self.breaker, sleep, stop, where=url,
                                secret=api_key(config, environ))
         self._client = client(url, config, environ)
+        # The SDK imports its chat resources on first use (~60 ms): here, before a pass,
+        # not inside its first calls, where every worker would wait on the import.
+        self._client.chat.completions  # noqa: B018
         # Per model: the response_format shape the server takes (an index into SHAPES;
         # past its end, none), and why none, where it refused them all or ignored one:
         # such a model's JSON tasks are asked by prompt and repaired.
