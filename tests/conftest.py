@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,31 @@ from dreamd.store.connect import SqliteStore
 # Tests never read a developer's own config or DREAMD_* settings.
 for _name in [n for n in os.environ if n.startswith("DREAMD_")]:
     del os.environ[_name]
+
+
+# dreamd run in this process (click's CliRunner: `--force`, `--loop`) would lower the test
+# process's own priority for the rest of the suite (config pass.background); the tests of
+# that priority run dreamd in processes of their own, with an environment of their own.
+os.environ["DREAMD_PASS__BACKGROUND"] = "false"
+
+
+@pytest.fixture(autouse=True)
+def _priority_kept() -> Iterator[None]:
+    """A test that runs dreamd's command line in this process must not leave the process
+    at background priority (nice 10, SCHED_BATCH): the tests after it on this worker would
+    run starved beside the others, and a test that waits for two jobs to ask at once saw
+    its 10 s hold run out under CI's load."""
+    before = (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0))
+    yield
+    after = (os.getpriority(os.PRIO_PROCESS, 0), os.sched_getscheduler(0))
+    if after != before:  # given back where allowed, so that each such test is named
+        with contextlib.suppress(OSError):
+            for tid in (int(t) for t in os.listdir("/proc/self/task")):
+                os.setpriority(os.PRIO_PROCESS, tid, before[0])
+                os.sched_setscheduler(tid, before[1], os.sched_param(0))
+    assert after == before, ("the test left this process at background priority "
+                             f"(nice, policy {before} -> {after}): run dreamd in it with "
+                             "DREAMD_PASS__BACKGROUND=false")
 
 
 @pytest.fixture
