@@ -156,13 +156,12 @@ class Statements:
         self._kept: OrderedDict[str, np.ndarray] = OrderedDict()
 
     def vectors(self, statements: list[str]) -> np.ndarray:
-        new = [s for s in dict.fromkeys(statements) if s not in self._kept]
+        distinct = list(dict.fromkeys(statements))
+        new = [s for s in distinct if s not in self._kept]
         found = dict(zip(new, self.ctx.embedder.embed(new), strict=True)) if new else {}
-        for s in dict.fromkeys(statements):
-            vector = found[s] if s in found else self._kept[s]
-            self._kept[s] = vector
+        for s in distinct:
+            found[s] = self._kept[s] = found[s] if s in found else self._kept[s]
             self._kept.move_to_end(s)
-            found[s] = vector
         while len(self._kept) > self.size:
             self._kept.popitem(last=False)
         return np.stack([found[s] for s in statements])
