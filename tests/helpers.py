@@ -275,9 +275,11 @@ def kept(embedder: Embedder, speaker: str, text: str, addressee: str | None = "W
          previous: str = "", said_at: str = "2026-07-12T20:15:00+00:00") -> list[str]:
     """The facts one turn leaves, offline: what extraction proposes and the selector keeps."""
     from dreamd.dream.facts import extract
-    from dreamd.dream.selector import chosen
+    from dreamd.dream.selector import chosen, worth_a_run
 
     found = extract(speaker, text, said_at, addressee, previous)
+    looked = worth_a_run([c.statement for c in found], embedder)
+    found = [c for c, worth in zip(found, looked, strict=True) if worth]
     if not found:
         return []
     vectors = embedder.embed([c.statement for c in found])

@@ -240,8 +240,12 @@ def test_the_shipped_selector_is_what_the_shipped_examples_teach(minilm: Any) ->
     """The weights file is reproducible from the examples (`python -m
     dreamd.dream.selector`): nothing in it came from anywhere else."""
     shipped = json.loads((SHIPPED / WEIGHTS).read_text("utf-8"))
-    again = learned(minilm.model, minilm.embed)
+    again = learned(minilm.model, minilm.embed, minilm.glance)
     assert again["examples_sha256"] == shipped["examples_sha256"]
     assert abs(float(str(again["threshold"])) - shipped["threshold"]) <= 0.02
     assert np.allclose(np.asarray(again["weights"]), shipped["weights"], atol=1e-3)
     assert abs(float(str(again["bias"])) - float(shipped["bias"])) < 1e-3
+    glance, first = again["glance"], shipped["glance"]
+    assert isinstance(glance, dict)
+    assert abs(glance["floor"] - first["floor"]) <= 0.02
+    assert np.allclose(np.asarray(glance["weights"]), first["weights"], atol=1e-3)

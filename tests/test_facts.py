@@ -642,3 +642,44 @@ def test_a_statement_said_again_in_a_later_batch_is_embedded_once(tmp_path: Path
     statements = {f.statement for f in facts}
     times = {s: embedded.count(s) for s in statements}
     assert times and all(n == 1 for n in times.values()), times
+
+
+def test_chit_chat_is_passed_over_at_a_glance_without_a_model_run(tmp_path: Path) -> None:
+    """A model run for every proposal was most of the facts job's time (on a real
+    conversation, a third of the pass). The selector first glances at each statement (its
+    words' input vectors, no run) and passes over what is surely chit-chat: only the rest
+    is embedded, each fact kept once. Through the daemon's embedder too."""
+    from dreamd.backends.extractive import ExtractiveCompleter
+    from dreamd.backends.local import LocalEmbedder
+    from dreamd.config import AgentConfig
+    from dreamd.runtime.daemon import Health, WatchedEmbedder
+
+    db = tmp_path / "m.db"
+    config = Config(db=str(db), user=UserConfig(name="Sam"), agent=AgentConfig(name="Wren"))
+    chat = ["Thanks so much, you are the best!", "Aww, that is so sweet of you.",
+            "Good luck with that, I hope it goes well!"]
+    news = ["My sister Ana moved to Porto last spring.", "I work night shifts at the hospital."]
+    app = make_chat_file(db)
+    asked = "Tell me more."
+    add_turns(app, "s1", [t for line in chat + news for t in (asked, line)], start=T0,
+              roles=("assistant", "user"))
+    app.close()
+    embedded: list[str] = []
+
+    class Counting(LocalEmbedder):
+        def embed(self, texts: list[str]) -> Any:
+            embedded.extend(texts)
+            return super().embed(texts)
+
+    store = open_sqlite(config)
+    watched = WatchedEmbedder(Counting(threads=1), Health(), deadline=60)
+    run_pass(store, config, watched, ExtractiveCompleter(watched), trigger="test", force=True)
+    store.close()
+    proposed = {line: [c.statement for c in extract("Sam", line, T0.isoformat(), "Wren", asked)]
+                for line in chat + news}
+    assert all(proposed.values()), proposed  # each line proposes a statement
+    assert not [s for line in chat for s in proposed[line] if s in embedded]
+    kept = [f.statement for f in facts_in(db, config)]
+    assert any("Ana moved to Porto" in s for s in kept) and \
+        any("night shifts" in s for s in kept), kept
+    assert all(embedded.count(s) == 1 for s in kept), kept

@@ -35,6 +35,32 @@ def test_batching_and_order_do_not_change_vectors(embedder: LocalEmbedder) -> No
     assert np.allclose(together[:5], alone, atol=1e-4)
 
 
+def test_a_glance_is_the_words_input_vectors_without_a_model_run(
+        embedder: LocalEmbedder) -> None:
+    """`glance`, for the facts' selector: the mean of a text's word pieces' input vectors
+    from the model file, normalised; a bag of words (order does not change it), close
+    for texts that share their words, and no run of the model."""
+    runs = embedder.calls
+    glances = embedder.glance(["my sister moved to Porto", "to Porto my sister moved",
+                               "my sister moved to Lisbon", "thanks so much, have fun", ""])
+    assert embedder.calls == runs
+    assert glances.shape == (5, 384) and glances.dtype == np.float32
+    assert np.allclose(np.linalg.norm(glances[:4], axis=1), 1.0, atol=1e-5)
+    assert not glances[4].any()
+    assert np.allclose(glances[0], glances[1], atol=1e-6)
+    assert glances[0] @ glances[2] > glances[0] @ glances[3] + 0.2
+
+
+def test_a_file_without_word_vectors_fails_in_one_line(tmp_path: Path) -> None:
+    from dreamd.backends.local import word_vectors
+
+    for junk in (b"", b"\x3a\x04abcd", b"\xff\xff\xff"):
+        path = tmp_path / f"{len(junk)}.onnx"
+        path.write_bytes(junk)
+        with pytest.raises(ModelFileError, match=r"word vectors|not an ONNX model"):
+            word_vectors(path)
+
+
 def test_a_changed_model_file_fails_loudly(tmp_path: Path) -> None:
     copy = tmp_path / "model.onnx"
     shutil.copy(model_file(), copy)

@@ -1,8 +1,8 @@
-"""The two small protocols every backend implements."""
+"""The two small protocols every backend implements, and one an embedder may add."""
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
@@ -18,6 +18,14 @@ class Embedder(Protocol):
     def dim(self) -> int: ...
 
     def embed(self, texts: list[str]) -> np.ndarray: ...
+
+
+@runtime_checkable
+class Glancer(Protocol):
+    """An embedder that also tells, without a model run, what a text is about (the
+    embedded default: the mean of its words' input vectors), for the facts' selector."""
+
+    def glance(self, texts: list[str]) -> np.ndarray: ...
 
 
 class Completer(Protocol):

@@ -22,6 +22,7 @@ from typing import Any
 from dreamd import config as cfg
 from dreamd.backends.factory import make_backends, release
 from dreamd.backends.local import LocalEmbedder
+from dreamd.backends.protocols import Glancer
 from dreamd.dream.cycle import PassResult, run_pass
 from dreamd.dream.workers import Claims
 from dreamd.errors import EXIT_JOB_FAILED, EXIT_OK, DreamdError, StoreError
@@ -104,6 +105,8 @@ class WatchedEmbedder:
     def __init__(self, inner: Any, health: Health, deadline: float) -> None:
         self.inner, self.health, self.deadline = inner, health, deadline
         self.model = inner.model
+        if isinstance(inner, Glancer):  # no model run: nothing for the watchdog to wait on
+            self.glance = inner.glance
 
     @property
     def dim(self) -> int:

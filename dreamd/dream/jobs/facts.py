@@ -34,7 +34,7 @@ from dreamd.dream.jobs.facts_asked import (
     speaker_name,
 )
 from dreamd.dream.keys import addressee, space
-from dreamd.dream.selector import chosen
+from dreamd.dream.selector import chosen, worth_a_run
 from dreamd.ids import user_keys
 from dreamd.models import BacklogStats, Fact, JobResult, JobSpec, Turn
 from dreamd.store.facts import add_fact, add_sources, fact_vectors, facts_of, replace_fact
@@ -341,6 +341,8 @@ def batch_facts(ctx: JobContext, said: Statements,
         vectors = said.vectors([c.statement for _, _, c, _ in drawn]) if drawn else None
         return drawn, vectors, None
     found: list[Any] = [(user, turn, c, []) for user, turn, c in candidates(ctx, rows, owners)]
+    looked = worth_a_run([c.statement for _, _, c, _ in found], ctx.embedder)
+    found = [item for item, worth in zip(found, looked, strict=True) if worth]
     vectors = said.vectors([c.statement for _, _, c, _ in found]) if found else None
     if vectors is not None:
         found, vectors = worth_keeping(ctx, found, vectors)
