@@ -189,6 +189,11 @@ def base_verb(word: str) -> bool:
     return word.lower() in _verb_lemmas(word.lower())
 
 
+def auxiliary(word: str) -> bool:
+    """Whether English knows a word as an auxiliary or modal verb: "can", "did", "would"."""
+    return "AUX" in _senses(word.lower())
+
+
 def thing_word(word: str) -> bool:
     """Whether a lower-case word is a noun and nothing like a describing word: "band",
     "dog"; not "haha" (no word English knows), "lovely", "cool" or "best"."""
@@ -415,6 +420,9 @@ def _quoted_verb(text: str) -> bool:
     return False
 
 
+_REFLEXIVE = re.compile(r"\b(?:[Mm]yself|[Yy]ourself)\b")
+
+
 def _retold(sentence: str, speaker: str, addressee: str | None) -> str | None:
     """in_third_person's work on a sentence without quotation marks."""
     text = re.sub(r"\bI['’]d\b", lambda m: f"I {_had_or_would(m)}", sentence)
@@ -426,8 +434,10 @@ def _retold(sentence: str, speaker: str, addressee: str | None) -> str | None:
         return None
     if re.search(r"\bI\b", text):
         return None  # "I" where no verb follows it ("Alex and I")
+    if _REFLEXIVE.search(text):
+        return None  # "proud of myself": "herself", "himself" or "themself" is a guess
     text = re.sub(r"\b[Mm]y\b(?![,!])|\b[Mm]ine\b", lambda _: f"{speaker}'s", text)
-    text = re.sub(r"\b(?:[Mm]e|[Mm]yself)\b", lambda _: speaker, text)
+    text = re.sub(r"\b[Mm]e\b", lambda _: speaker, text)
     if re.search(r"\byou", text, re.IGNORECASE):
         if not addressee:
             return None
@@ -435,7 +445,6 @@ def _retold(sentence: str, speaker: str, addressee: str | None) -> str | None:
                       lambda m: f"you {dict(re='are', ve='have', ll='will', d='would')[m[1]]}",
                       text)
         text = re.sub(r"\b[Yy]our(?:s)?\b", lambda _: f"{addressee}'s", text)
-        text = re.sub(r"\b[Yy]ourself\b", lambda _: addressee, text)
         try:
             text = _agreeing(text, "[Yy]ou", addressee, object_too=True)
         except _Unsure:

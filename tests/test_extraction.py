@@ -153,11 +153,27 @@ def test_rewritten_sentences_keep_their_verbs_in_agreement(said: str, told: str)
     'My boss said "you are the best and I cried.',  # a quotation left open
     'I am 5\'10" and my brother is 6\'2" tall.',  # inch marks, not a quotation
     'I really "love" my job.',  # the verb is in quotation marks
+    "I felt proud of myself.",  # was "Mia felt proud of Mia."
+    "I built the shed myself.",  # was "Mia built the shed Mia."
 ])
 def test_where_rewriting_would_guess_the_speaker_is_quoted(said: str) -> None:
     assert in_third_person(said, "Mia", "Leo") is None
     [candidate] = extract("Mia", said, SAID, "Leo")
     assert candidate.statement.startswith('Mia: "')
+
+
+@pytest.mark.parametrize(("said", "was"), [
+    ("Can we talk about my sister tomorrow.", 'Mia: "I can we talk about my sister'),
+    ("Did you see my new bike.", "Mia did Leo sees Mia's new bike."),
+    ("Would you believe my sister got married.", "Mia would Leo believes Mia's sister"),
+])
+def test_a_question_without_its_mark_is_quoted_as_said(said: str, was: str) -> None:
+    """An auxiliary before its subject opens a question, whatever the punctuation: no
+    "I" is put before it and no verb is made to agree with a name (`was`: before)."""
+    [candidate] = extract("Mia", said, SAID, "Leo")
+    assert candidate.statement.startswith('Mia: "') and "Mia: \"I " not in candidate.statement
+    assert candidate.statement.startswith(f'Mia: "{said.split()[0]} ')
+    assert not candidate.statement.startswith(was)
 
 
 def test_a_sentence_without_its_subject_goes_on_about_the_last_one_named() -> None:

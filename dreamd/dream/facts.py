@@ -239,6 +239,18 @@ def resolve_people(tidy: str, before: str, known: tuple[str, ...]) -> str:
     return _PRONOUNS.sub(named_as, tidy)
 
 
+_PERSONAL = frozenset(("I", "you", "we", "he", "she", "it", "they"))
+
+
+def _inverted(words: list[str]) -> bool:
+    """Whether a sentence opens with an auxiliary before its subject, as a question does
+    without its question mark ("Can we talk about my trip", "Did you see my post"): not
+    a statement that left out its "I"."""
+    if len(words) < 2 or not speech.auxiliary(words[0]):
+        return False
+    return (words[1] if words[1] == "I" else words[1].lower()) in _PERSONAL
+
+
 def _told(sentence: str, speaker: str, addressee: str | None, said: date | None,
           before: str = "", known: tuple[str, ...] = ()) -> str:
     """A sentence told about its speaker: in the third person where that reads right, the
@@ -247,6 +259,8 @@ def _told(sentence: str, speaker: str, addressee: str | None, said: date | None,
     about whoever that one was about, the speaker only when it was the speaker."""
     text = resolve(sentence, said) if said else sentence
     words = _WORD.findall(text)
+    if _inverted(words):  # a question without its mark: retold, its verbs would be guesses
+        return speech.quoted(text, speaker)
     own = not before or bool(_OWN_SUBJECT.search(before)) or not (
         _OTHER_SUBJECT.search(before) or people_named(before, known))
     if (own and len(words) > 1 and text.startswith(f"{words[0]} ")
