@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import mmap
 import os
 import threading
 from collections.abc import Iterator
@@ -107,9 +108,15 @@ def _fields(data: memoryview) -> Iterator[tuple[int, int | memoryview]]:
 def word_vectors(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """The model's input word-piece vectors, (int8 rows, float32 scale of each), read
     from the ONNX file (the ModelProto's graph, field 7; its initializers, field 5; each
-    a TensorProto named in field 8 with its bytes in field 9). About 12 MB."""
+    a TensorProto named in field 8 with its bytes in field 9). About 12 MB, read where
+    the file is mapped: the rest of it (the layers' weights) is never paged in."""
     found: dict[str, memoryview] = {}
-    data = memoryview(path.read_bytes())
+    unread = ModelFileError(f"model file {path} holds no word vectors dreamd can read")
+    try:
+        with path.open("rb") as fh:
+            data = memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
+    except (OSError, ValueError):  # an empty file cannot be mapped
+        raise unread from None
     for field, graph in _fields(data):
         if field != 7 or not isinstance(graph, memoryview):
             continue
@@ -123,9 +130,9 @@ def word_vectors(path: Path) -> tuple[np.ndarray, np.ndarray]:
                 found[bytes(name).decode()] = raw
     rows, scale = found.get(f"{WORDS}_q"), found.get(f"{WORDS}_scale")
     if rows is None or scale is None or len(rows) * 4 != len(scale) * LocalEmbedder.dim:
-        raise ModelFileError(f"model file {path} holds no word vectors dreamd can read")
-    return (np.frombuffer(rows, dtype=np.int8).reshape(-1, LocalEmbedder.dim).copy(),
-            np.frombuffer(scale, dtype=np.float32).reshape(-1, 1).copy())
+        raise unread
+    return (np.frombuffer(rows, dtype=np.int8).reshape(-1, LocalEmbedder.dim),
+            np.frombuffer(scale, dtype=np.float32).reshape(-1, 1))
 
 
 def cores() -> int:

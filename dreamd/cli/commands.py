@@ -27,9 +27,10 @@ from dreamd.runtime import log as logging_
 def dream(obj: dict[str, Any], config: cfg.Config, *, force: bool, loop: float | None,
           create: bool) -> int:
     from dreamd.runtime.daemon import Daemon, run_force
-    from dreamd.runtime.priority import background
+    from dreamd.runtime.priority import background, one_blas_thread
 
     log = logging_.get_logger()
+    log.debug("blas", threads=one_blas_thread())
     if config.pass_.background:  # the process's own choice, before its threads start
         log.debug("priority", **background())
     if force and sys.stderr.isatty():

@@ -43,6 +43,22 @@ def background() -> dict[str, Any]:
     return done
 
 
+def one_blas_thread() -> str:
+    """numpy's BLAS on one thread, for a process that runs passes. OpenBLAS starts a
+    thread for each core, and after every product they spin a while before they sleep:
+    beside the embedded model, whose own threads take every core, that spinning took a
+    core from the model: in the facts job, whose products (a batch of statements against
+    the facts known) come between its model runs, a 10k-turn pass's runs took 5.3-5.5 s
+    with it and 4.8 s without. The pass's products are small (a batch against a user's
+    facts, a gist against its session): one thread does them."""
+    import numpy  # noqa: F401  (its BLAS is limited once loaded)
+    from threadpoolctl import threadpool_limits
+
+    original = threadpool_limits(limits=1, user_api="blas").get_original_num_threads()
+    threads = original.get("blas") if isinstance(original, dict) else original
+    return f"one thread (of {threads})" if threads else "no BLAS found"
+
+
 def _threads() -> list[int]:
     """This process's threads (Linux sets a priority per thread), or just this one."""
     try:
