@@ -251,7 +251,7 @@ def test_the_shipped_selector_was_learned_from_these_examples(minilm: Any) -> No
     assert len(shipped["weights"]) == minilm.embed(["a"]).shape[1]
 
 
-@pytest.mark.soak  # embeds every example with the real model and fits six times: ~20 s
+@pytest.mark.soak  # embeds every example with the real model and fits 21 times: ~25 s
 def test_the_shipped_selector_is_what_the_shipped_examples_teach(minilm: Any) -> None:
     """The weights file is reproducible from the examples (`python -m
     dreamd.dream.selector`): nothing in it came from anywhere else."""
