@@ -435,7 +435,7 @@ def _retold(sentence: str, speaker: str, addressee: str | None) -> str | None:
     if re.search(r"\bI\b", text):
         return None  # "I" where no verb follows it ("Alex and I")
     if _REFLEXIVE.search(text):
-        return None  # "proud of myself": "herself", "himself" or "themself" is a guess
+        return None  # "did it myself": "herself", "himself" or "themself" is a guess
     text = re.sub(r"\b[Mm]y\b(?![,!])|\b[Mm]ine\b", lambda _: f"{speaker}'s", text)
     text = re.sub(r"\b[Mm]e\b", lambda _: speaker, text)
     if re.search(r"\byou", text, re.IGNORECASE):
