@@ -15,6 +15,11 @@ class DreamdError(Exception):
 
     exit_code = EXIT_BAD_INPUT
 
+    def for_operator(self) -> str:
+        """The line for whoever runs dreamd on the memory file itself (the command line),
+        which may say more than an API caller is told."""
+        return str(self)
+
 
 class ConfigError(DreamdError):
     """A configuration file, environment variable or flag is unknown or invalid."""
@@ -40,6 +45,14 @@ class ImportFormatError(DreamdError):
 
 class UnknownUser(DreamdError):
     """A user or session the memory file does not hold (a typo, most often)."""
+
+    def __init__(self, message: str, known: str = "") -> None:
+        super().__init__(message)
+        self.known = known  # who is there: for the operator, never for an API caller
+
+    def for_operator(self) -> str:
+        return f"{self}; known users: {self.known} (dreamd users lists them)" \
+            if self.known else str(self)
 
 
 class SessionTaken(DreamdError):

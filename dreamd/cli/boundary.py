@@ -71,7 +71,7 @@ class Dreamd(click.Group):
         except BrokenPipeError:
             pipe_closed()
         except DreamdError as exc:
-            raise fail(str(exc), exc.exit_code) from None
+            raise fail(exc.for_operator(), exc.exit_code) from None
         except Exception as exc:
             failure = engine_failure(exc)
             if failure is not None:

@@ -27,6 +27,7 @@ from dreamd.store.tiers import (
     tier_sources,
 )
 from dreamd.store.turns import backlog_by_user, newest_turn_id, raw_counts, tally_watermark
+from dreamd.store.url import shown
 
 
 def status(store: Store, config: Config, embed_model: str, now: datetime,
@@ -80,7 +81,7 @@ def backends(config: Config, embed_model: str) -> dict[str, str]:
     """Which backends a pass would use, in words (never a key)."""
     c = config.completer
     completer = ("extractive (offline, no LLM)" if c.backend == "extractive"
-                 else f"openai-compatible: {c.model} at {server_url(c.base_url)}")
+                 else f"openai-compatible: {c.model} at {shown(server_url(c.base_url))}")
     where = "offline" if config.embed.backend != "openai" else "remote"
     return {"completer": completer, "embedder": f"{embed_model} ({where})"}
 

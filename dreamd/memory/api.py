@@ -57,7 +57,7 @@ from dreamd.memory.recall import (
 from dreamd.models import Fact
 from dreamd.store import facts as facts_sql
 from dreamd.store.facts import facts_of
-from dreamd.store.interface import Store
+from dreamd.store.interface import Conn, Store
 from dreamd.store.opening import open_readonly, open_store
 from dreamd.store.state import to_blob
 from dreamd.store.tiers import eras_for_user, gist_texts, narrative_row, profile_row, self_state
@@ -66,7 +66,6 @@ from dreamd.store.turns import (
     add_turn,
     filed_owner,
     last_turns,
-    session_owner,
     sessions_of,
     sessions_of_turns,
     turns_by_id,
@@ -286,8 +285,9 @@ class Memory:
                 query: str | None = None, budget: int = 1000, recent: int = 20,
                 raw_turns: bool = True) -> Context:
         """The tiered context block for `session`, within `budget` tokens: the memory of
-        the session's own user only. Without a session, the block for `user` (default:
-        the configured one) between conversations: no recent turns.
+        the session's own user only (for a session no one has spoken in yet, `user`'s, or
+        none). Without a session, the block for `user` (default: the configured one)
+        between conversations: no recent turns.
 
         The query defaults to the session's last user turn. `raw_turns=False` leaves out
         the raw details and recent turns: the consolidated tiers alone.
@@ -297,10 +297,10 @@ class Memory:
             if session is None:
                 user, turns = user or self.config.user.id, []
             else:
-                owner = session_owner(conn, session)
-                if user is not None and user != owner:
-                    raise UnknownUser(f"user {user!r} has no session {session!r}")
-                user, turns = owner, last_turns(conn, session, recent)
+                turns = last_turns(conn, session, recent)
+                user = _whose(conn, session, user, spoken=bool(turns))
+            if user is None:  # a new conversation, and no one said whose: no one's memory
+                return build_context({}, budget)
             agent_state = self_state(conn, agent)
             state = self_state(conn, self_state_id(agent, user))
             profile = profile_row(conn, profile_id(user))
@@ -333,6 +333,11 @@ class Memory:
             parts["details"], parts["recent"] = [], []
         return build_context(parts, budget)
 
+    def whose(self, session: str, user: str | None = None) -> str | None:
+        """Whose memory `context(session, user=user)` shows (None: no one's)."""
+        with self.store.read() as conn:
+            return _whose(conn, session, user, spoken=bool(last_turns(conn, session, 1)))
+
     def _gist_lines(self, vector: np.ndarray, session: str | None, user: str) -> list[str]:
         best = self.indexes.gists(user).best(vector, 3, exclude=session)
         if not best:
@@ -357,6 +362,16 @@ class Memory:
         with self.store.read() as conn:
             rows = sessions_of_turns(conn, list(ids))
         return {i for i, session in rows if allowed(session)}
+
+
+def _whose(conn: Conn, session: str, asked: str | None, *, spoken: bool) -> str | None:
+    """A session's user: as filed; else, once it has turns, the default user's (an app
+    that files no users); else it is a new conversation, and the asker's, if one asked.
+    Never the default user's memory for a conversation no one has filed or spoken in."""
+    owner = filed_owner(conn, session) or (DEFAULT_USER if spoken else None)
+    if owner is not None and asked is not None and asked != owner:
+        raise UnknownUser(f"user {asked!r} has no session {session!r}")
+    return owner or asked
 
 
 DETAILS = 25  # raw turns offered to the context block's details tier

@@ -18,14 +18,14 @@ SHOWN = 20  # known users listed in an error
 
 
 def require_user(conn: Conn, user: str, session: str | None = None) -> None:
-    """Refuse a user (or one of their sessions) the file does not know, naming the known
-    ones: a privacy request with a typo must not quietly do nothing."""
+    """Refuse a user (or one of their sessions) the file does not know: a privacy request
+    with a typo must not quietly do nothing. The operator is told who is there; an API
+    caller is not (`UnknownUser.for_operator`)."""
     known = known_users(conn)
     if user not in known:
         listed = ", ".join(known[:SHOWN]) + (f" and {len(known) - SHOWN} more"
                                             if len(known) > SHOWN else "")
-        raise UnknownUser(f"no user {user!r} in this memory file; known users: "
-                          f"{listed or 'none yet'} (dreamd users lists them)")
+        raise UnknownUser(f"no user {user!r} in this memory file", listed or "none yet")
     if session is not None and session not in sessions_of(conn, [user]):
         raise UnknownUser(f"user {user!r} has no session {session!r} "
                           f"(dreamd sessions --user {user} lists them)")

@@ -28,12 +28,12 @@ from dreamd.memory import users as users_
 from dreamd.memory.api import NewTurn
 from dreamd.memory.export import export_user
 from dreamd.serve import page, views
-from dreamd.serve.guard import Guard, is_loopback
+from dreamd.serve.guard import PAGE_POLICY, Guard, is_loopback
 from dreamd.serve.metrics import Metrics
 from dreamd.serve.pool import Pool
-from dreamd.serve.schema import ID, Stored, TurnIn, TurnsIn, utc
+from dreamd.serve.schema import ID, Stored, TurnIn, TurnsIn
 from dreamd.store.failure import engine_failure
-from dreamd.store.turns import newest_turn_id, session_owner
+from dreamd.store.turns import newest_turn_id
 
 
 def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
@@ -120,7 +120,7 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
         if len(given) > s.max_batch:
             raise HTTPException(413, f"{len(given)} turns in one request; at most "
                                 f"{s.max_batch} (serve.max_batch)")
-        turns = [NewTurn(t.session, t.role, t.content, utc(t.created_at), t.user)
+        turns = [NewTurn(t.session, t.role, t.content, t.created_at, t.user)
                  for t in given]
         with pool.memory() as memory:
             return Stored(ids=memory.remember_all(turns, embed=embed))
@@ -143,15 +143,13 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
                 budget: Annotated[int, Query(ge=50, le=s.max_budget)] = 1000,
                 ) -> dict[str, Any]:
         """The context block for a prompt, within `budget` tokens: for `session` (its
-        own user's memory and recent turns), or for `user` between conversations."""
+        own user's memory and recent turns), or for `user` between conversations. A
+        session no one has spoken in yet is a new conversation of `user` (no one's
+        memory without `user`); a user with no turns yet has an empty block."""
         with pool.memory(user or session or config.user.id) as memory:
-            if user is not None:
-                _known(memory, user, session)
-            if session is not None:
-                with memory.store.read() as conn:
-                    user = session_owner(conn, session)
+            who = user or config.user.id if session is None else memory.whose(session, user)
             block = memory.context(session, user=user, query=q, budget=budget)
-        return {"user": user or config.user.id, "session": session, "budget": budget,
+        return {"user": who, "session": session, "budget": budget,
                 "tokens": block.tokens, "text": block.text,
                 "sections": {tier: list(lines) for tier, lines in block.sections}}
 
@@ -161,7 +159,7 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
         with pool.memory() as memory:
             return users_.users(memory.store)
 
-    @api.get("/v1/users/{user}/memory", tags=["users"])
+    @api.get("/v1/users/{user:path}/memory", tags=["users"])
     def user_memory(user: User, gists: Annotated[int, Query(ge=0, le=1000)] = 5
                     ) -> dict[str, Any]:
         """Profile, facts (current and replaced, with days and source turns), eras,
@@ -169,13 +167,13 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
         with pool.memory(user) as memory:
             return views.user_memory(memory.store, config, user, gists)
 
-    @api.get("/v1/users/{user}/export", tags=["users"])
+    @api.get("/v1/users/{user:path}/export", tags=["users"])
     def export(user: User) -> dict[str, Any]:
         """Everything stored about the user (the `dreamd export` document)."""
         with pool.memory() as memory:
             return export_user(memory.store, user, config.agent.id)
 
-    @api.delete("/v1/users/{user}", tags=["users"])
+    @api.delete("/v1/users/{user:path}", tags=["users"])
     def forget(user: User, session: OptId = None,
                before: Annotated[str | None, Query(max_length=40)] = None,
                dry_run: bool = False) -> dict[str, Any]:
@@ -210,13 +208,10 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
                                   datetime.now(UTC), page.RUNS)
         return _html(page.index(listing, state, config, open_note))
 
-    @api.get("/users/{user}", response_class=HTMLResponse, include_in_schema=False)
-    def user_page(user: User) -> HTMLResponse:
-        with pool.memory() as memory:
-            data = views.user_memory(memory.store, config, user, gists=20)
-        return _html(page.user(data, open_note))
-
-    @api.get("/users/{user}/sessions/{session:path}", response_class=HTMLResponse,
+    # A user id may hold "/" (sent as %2F, which the server reads as "/"): the user's
+    # routes take the rest of the path, and the session page is matched before the
+    # user's own.
+    @api.get("/users/{user:path}/sessions/{session:path}", response_class=HTMLResponse,
              include_in_schema=False)
     def session_page(user: User, session: Annotated[str, Path(max_length=200)]
                      ) -> HTMLResponse:
@@ -224,6 +219,12 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
             _known(memory, user, session)
             turns = views.session(memory.store, session, page.SESSION_TURNS)
         return _html(page.session(user, session, turns, open_note))
+
+    @api.get("/users/{user:path}", response_class=HTMLResponse, include_in_schema=False)
+    def user_page(user: User) -> HTMLResponse:
+        with pool.memory() as memory:
+            data = views.user_memory(memory.store, config, user, gists=20)
+        return _html(page.user(data, open_note))
 
     for route in mcp_routes or []:
         api.router.routes.append(route)
@@ -244,9 +245,5 @@ def _known(memory: Any, user: str, session: str | None) -> None:
 
 
 def _html(text: str) -> HTMLResponse:
-    # No script runs on these pages, whatever a turn holds: the policy forbids all.
-    return HTMLResponse(text, headers={
-        "content-security-policy": "default-src 'none'; style-src 'unsafe-inline'; "
-                                   "img-src 'self' data:; form-action 'self'",
-        "x-content-type-options": "nosniff", "referrer-policy": "no-referrer"})
+    return HTMLResponse(text, headers={"content-security-policy": PAGE_POLICY})
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hmac
 import html
+import ipaddress
 import json
 from collections.abc import Awaitable, Callable, MutableMapping
 from http.cookies import SimpleCookie
@@ -18,14 +19,28 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 App = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
 OPEN = frozenset({"/healthz"})  # answered without a token
 COOKIE = "dreamd_token"
 BODIED = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# The page runs no script, whatever a turn holds, and no other site may frame it.
+PAGE_POLICY = ("default-src 'none'; style-src 'unsafe-inline'; img-src 'self' data:; "
+               "form-action 'self'; frame-ancestors 'none'")
+# Every answer, JSON or HTML: not to be framed, sniffed into another type, or followed by
+# a Referer that carries its address.
+SAFE_HEADERS = ((b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'"),
+                (b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"),
+                (b"referrer-policy", b"no-referrer"))
 
 
 def is_loopback(host: str) -> bool:
-    return host in LOOPBACK or host.startswith("127.")
+    """`localhost` or a loopback address literal (127.0.0.0/8, ::1). A name that only
+    begins like one (127.0.0.1.attacker.example) is not: DNS may point it anywhere."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def host_of(value: str) -> str:
@@ -50,6 +65,7 @@ class Guard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        send = _with_safe_headers(send)
         headers = {k.decode("latin-1").lower(): v.decode("latin-1")
                    for k, v in scope.get("headers", [])}
         path, method = scope["path"], scope["method"]
@@ -58,7 +74,8 @@ class Guard:
                          f"not to Host {headers.get('host', '')!r}")
             return
         origin = headers.get("origin")
-        if origin is not None and method in BODIED and not self._origin_allowed(origin):
+        if (origin is not None and method in BODIED
+                and not self._origin_allowed(origin, scope, headers.get("host", ""))):
             await refuse(send, path, 403, f"requests from origin {origin!r} are not allowed "
                          "(serve.cors_origins)")
             return
@@ -81,10 +98,10 @@ class Guard:
             receive = _replay(body, receive)
         await self.app(scope, receive, send)
 
-    def _origin_allowed(self, origin: str) -> bool:
-        if origin in self.origins:
-            return True
-        return self.loopback and is_loopback(host_of(origin.split("://", 1)[-1]))
+    def _origin_allowed(self, origin: str, scope: Scope, host: str) -> bool:
+        """A configured origin, or this server's own: its scheme, host and port (the
+        Host a loopback server answers to has been checked by then)."""
+        return origin in self.origins or origin == f"{scope.get('scheme', 'http')}://{host}"
 
     def _authorized(self, headers: dict[str, str]) -> bool:
         assert self.token is not None
@@ -138,6 +155,20 @@ async def _read_body(receive: Receive, limit: int) -> bytes | None:
     return b"".join(parts)
 
 
+def _with_safe_headers(send: Send) -> Send:
+    """`send` with SAFE_HEADERS added to the answer's start, where a route set none."""
+
+    async def sending(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            headers = list(message.get("headers", []))
+            present = {name.lower() for name, _ in headers}
+            headers += [(k, v) for k, v in SAFE_HEADERS if k not in present]
+            message = {**message, "headers": headers}
+        await send(message)
+
+    return sending
+
+
 def _replay(body: bytes, receive: Receive) -> Receive:
     sent = False
 
@@ -163,6 +194,7 @@ async def refuse(send: Send, path: str, status: int, message: str,
     if is_page(path):
         body = SIGN_IN.format(message=html.escape(message), path=html.escape(path)).encode()
         kind = b"text/html; charset=utf-8"
+        extra = {"content-security-policy": PAGE_POLICY, **(extra or {})}
     else:
         body = json.dumps({"error": message}).encode()
         kind = b"application/json"

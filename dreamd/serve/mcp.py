@@ -19,7 +19,7 @@ from dreamd.memory.api import NewTurn
 from dreamd.memory.users import require_user
 from dreamd.serve import views
 from dreamd.serve.pool import Pool
-from dreamd.serve.schema import TurnIn, utc
+from dreamd.serve.schema import TurnIn
 from dreamd.store.failure import engine_failure
 
 T = TypeVar("T")
@@ -85,7 +85,6 @@ def make(pool: Pool, config: Config) -> MCPServer:
         recent turns."""
         _bounded("budget", budget, 50, limits.max_budget)
         with pool.memory(user or session or config.user.id) as memory:
-            known(memory, user, session)
             block = memory.context(session, user=user, query=query, budget=budget)
         return {"text": block.text, "tokens": block.tokens}
 
@@ -99,7 +98,7 @@ def make(pool: Pool, config: Config) -> MCPServer:
                                       "user": user, "created_at": created_at})
         with pool.memory() as memory:
             ids = memory.remember_all([NewTurn(turn.session, turn.role, turn.content,
-                                               utc(turn.created_at), turn.user)],
+                                               turn.created_at, turn.user)],
                                        embed=True)  # an agent may recall it at once
         return {"id": ids[0]}
 
