@@ -55,6 +55,10 @@ class UnknownUser(DreamdError):
             if self.known else str(self)
 
 
+class NotPermitted(DreamdError):
+    """The request's token may not do this (read, write or erase, or every user's view)."""
+
+
 class SessionTaken(DreamdError):
     """A turn for a session that belongs to another user: filing it would mix users."""
 

@@ -277,7 +277,8 @@ def test_mcp_over_stdio(demo: Path, tmp_path: Path) -> None:
     assert not stored.is_error and stored.structured_content["id"] > 0
     assert any("telescope" in h["content"] for h in found.structured_content["hits"])
     assert 0 < block.structured_content["tokens"] <= 200
-    assert wrong.is_error and "k must be between" in wrong.content[0].text
+    assert wrong.is_error and wrong.content[0].text.startswith("k: ")
+    assert "\n" not in wrong.content[0].text and "100" in wrong.content[0].text
 
 
 def test_mcp_over_http_needs_the_token(guarded: Served) -> None:

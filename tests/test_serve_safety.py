@@ -5,9 +5,12 @@ date that breaks it, no framing. A real server in a subprocess, spoken to over H
 from __future__ import annotations
 
 import asyncio
+import json
 import re
+import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -209,3 +212,112 @@ def test_every_answer_carries_security_headers(two_people: Path) -> None:
                 assert headers.get("referrer-policy") == "no-referrer", answer.url
     finally:
         assert server.stop() == 0, server.output()
+
+
+OPERATOR = "operator-token-0123456789abcdef"
+
+
+def issued(db: Path, *args: str) -> str:
+    made = dreamd("--db", str(db), "tokens", "add", *args)
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip()
+    assert token.startswith("dmd_") and "\n" not in token
+    return token
+
+
+@pytest.fixture(scope="module")
+def scoped(two_people: Path, tmp_path_factory: pytest.TempPathFactory
+           ) -> Iterator[tuple[Served, Path, dict[str, str]]]:
+    """A copy of the two people behind an operator token, with tokens for Ana alone."""
+    path = tmp_path_factory.mktemp("scoped") / "memory.db"
+    shutil.copy(two_people, path)
+    given = {"read": issued(path, "--user", "default", "--name", "agent"),
+             "write": issued(path, "--user", "default", "--scope", "read", "--scope", "write"),
+             "erase": issued(path, "--user", "default", "--scope", "erase")}
+    server = Served(str(path), token=OPERATOR)
+    yield server, path, given
+    assert server.stop() == 0, server.output()
+
+
+def test_a_scoped_token_reaches_its_own_users_alone(
+        scoped: tuple[Served, Path, dict[str, str]]) -> None:
+    server, _, given = scoped
+    with server.client(token=given["read"]) as agent:
+        assert agent.get("/v1/users/default/memory").status_code == 200
+        other, unknown = agent.get("/v1/users/bo/memory"), agent.get("/v1/users/zed/memory")
+        assert other.status_code == unknown.status_code == 404
+        assert other.json()["error"].replace("bo", "X") == unknown.json()["error"].replace(
+            "zed", "X")  # another user reads as no user
+        assert "Comet" not in agent.get("/v1/recall", params={"q": "cat"}).text
+        assert agent.get("/v1/recall", params={"q": "cat", "user": "bo"}).status_code == 404
+        assert agent.get("/v1/context", params={"session": "bo-1"}).status_code == 404
+        for path in ("/v1/users", "/v1/status", "/metrics"):
+            assert agent.get(path).status_code == 403, path
+        assert agent.delete("/v1/users/default").status_code == 403
+        assert agent.delete("/v1/users/bo").status_code == 404
+        assert post(agent, session="ana-9").status_code == 403  # read only
+    with server.client(token=given["write"]) as app:
+        assert post(app, session="ana-9").status_code == 201
+        assert post(app, session="bo-1").status_code == 404  # bo's session
+        assert post(app, user="bo", session="bo-7").status_code == 404
+    with server.client() as operator:
+        assert operator.get("/v1/users/bo/memory").status_code == 200
+        assert operator.get("/v1/users").json()["users"]["bo"]["turns"] == 1
+
+
+def test_an_erase_token_erases_and_a_revoked_one_is_refused(
+        scoped: tuple[Served, Path, dict[str, str]], tmp_path: Path) -> None:
+    server, path, given = scoped
+    with server.client(token=given["erase"]) as cleaner:
+        dry = cleaner.delete("/v1/users/default", params={"dry_run": "true"})
+        assert dry.status_code == 200 and dry.json()["dry_run"] is True
+        assert cleaner.get("/v1/users/default/memory").status_code == 403  # erase only
+    listed = dreamd("--db", str(path), "tokens", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [r["scopes"] for r in rows] == [["read"], ["read", "write"], ["erase"]]
+    assert all(token.split("_")[2] not in listed.stdout for token in given.values())
+    stored = path.read_bytes() + (path.parent / "memory.db-wal").read_bytes()
+    assert not any(token.split("_")[2].encode() in stored for token in given.values())
+    revoked = dreamd("--db", str(path), "tokens", "revoke", str(rows[2]["id"]))
+    assert revoked.returncode == 0, revoked.stderr
+    again = dreamd("--db", str(path), "tokens", "revoke", str(rows[2]["id"]))
+    assert again.returncode == 2 and again.stderr.count("\n") == 1
+    with server.client(token=given["erase"]) as cleaner:
+        give_up = time.monotonic() + 60
+        while cleaner.delete("/v1/users/default", params={"dry_run": "true"}
+                             ).status_code != 401:
+            assert time.monotonic() < give_up, "a revoked token still opens memory"
+            time.sleep(0.5)
+
+
+def test_tokens_without_an_operator_token_refuse_to_serve(
+        scoped: tuple[Served, Path, dict[str, str]]) -> None:
+    _, path, _ = scoped
+    refused = dreamd("--db", str(path), "serve", "--port", "0")
+    assert refused.returncode == 2 and refused.stderr.count("\n") == 1
+    assert "no operator token" in refused.stderr
+
+
+def test_mcp_over_http_keeps_a_tokens_scope(
+        scoped: tuple[Served, Path, dict[str, str]]) -> None:
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+
+    server, _, given = scoped
+
+    async def calls() -> list[Any]:
+        headers = {"authorization": f"Bearer {given['read']}"}
+        async with (create_mcp_http_client(headers=headers) as http,
+                    Client(streamable_http_client(f"{server.url}/mcp", http_client=http))
+                    as client):
+            return [await client.call_tool("memory", {}),
+                    await client.call_tool("memory", {"user": "bo"}),
+                    await client.call_tool("remember", {"session": "ana-1", "role": "user",
+                                                        "content": "hello"})]
+
+    mine, other, write = asyncio.run(calls())
+    assert not mine.is_error and mine.structured_content["user"] == "default"
+    assert other.is_error and "no user 'bo'" in other.content[0].text
+    assert write.is_error and "may not write" in write.content[0].text

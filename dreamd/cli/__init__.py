@@ -1,6 +1,7 @@
 """The command line: commands, rendering and the status report."""
 
-from dreamd.cli import checking, serving  # noqa: F401 (register check-llm, serve, mcp)
+# Imported to register their commands: check-llm; serve and mcp; tokens.
+from dreamd.cli import checking, serving, tokens  # noqa: F401
 from dreamd.cli.commands import main
 
 __all__ = ["main"]

@@ -12,7 +12,7 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import Body, FastAPI, Path, Query, Request
+from fastapi import Body, Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
@@ -22,13 +22,22 @@ from dreamd import __version__
 from dreamd.backends.factory import embedder_model_name
 from dreamd.cli import report
 from dreamd.config import Config
-from dreamd.errors import DreamdError, SessionTaken, StoreBusy, StoreError, UnknownUser
+from dreamd.errors import (
+    DreamdError,
+    NotPermitted,
+    SessionTaken,
+    StoreBusy,
+    StoreError,
+    UnknownUser,
+)
 from dreamd.logger import Logger
 from dreamd.memory import users as users_
 from dreamd.memory.api import NewTurn
 from dreamd.memory.export import export_user
+from dreamd.memory.tokens import Grant, permit, permit_all, permit_turns
 from dreamd.serve import page, views
 from dreamd.serve.guard import PAGE_POLICY, Guard, is_loopback
+from dreamd.serve.keyring import Keyring
 from dreamd.serve.metrics import Metrics
 from dreamd.serve.pool import Pool
 from dreamd.serve.schema import ID, Stored, TurnIn, TurnsIn
@@ -36,7 +45,16 @@ from dreamd.store.failure import engine_failure
 from dreamd.store.turns import newest_turn_id
 
 
-def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
+def grant_of(request: Request) -> Grant:
+    """What the request's token may do (the guard put it there)."""
+    grant: Grant = request.state.grant
+    return grant
+
+
+Granted = Annotated[Grant, Depends(grant_of)]
+
+
+def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
           mcp_routes: list[Any] | None = None,
           lifespan: Any = None) -> Any:
     """The ASGI app: the API behind the guard (and CORS when origins are configured)."""
@@ -71,6 +89,8 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
     def failure(exc: DreamdError) -> JSONResponse:
         if isinstance(exc, UnknownUser):
             return fail(404, str(exc))
+        if isinstance(exc, NotPermitted):
+            return fail(403, str(exc))
         if isinstance(exc, SessionTaken):
             return fail(409, str(exc))
         if isinstance(exc, StoreBusy | StoreError):
@@ -105,14 +125,15 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
         return {"ok": True, "version": __version__}
 
     @api.get("/readyz", tags=["health"])
-    def readyz() -> dict[str, Any]:
+    def readyz(grant: Granted) -> dict[str, Any]:
         """The store answers."""
         with pool.memory() as memory, memory.store.read() as conn:
             newest = newest_turn_id(conn)
         return {"ready": True, "newest_turn": newest}
 
     @api.post("/v1/turns", status_code=201, tags=["turns"])
-    def add_turns(body: Annotated[TurnIn | TurnsIn, Body()], embed: bool = False) -> Stored:
+    def add_turns(grant: Granted, body: Annotated[TurnIn | TurnsIn, Body()],
+                  embed: bool = False) -> Stored:
         """Add one turn, or a batch ({"turns": [...]}) in one transaction: what the
         app's own INSERT into `exchanges` does. dreamd embeds and consolidates them;
         `embed=true` embeds them now, so recall finds them at once."""
@@ -123,14 +144,16 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
         turns = [NewTurn(t.session, t.role, t.content, t.created_at, t.user)
                  for t in given]
         with pool.memory() as memory:
+            permit_turns(memory, grant, turns)
             return Stored(ids=memory.remember_all(turns, embed=embed))
 
     @api.get("/v1/recall", tags=["memory"])
-    def recall(q: Annotated[str, Query(min_length=1, max_length=2000)],
+    def recall(grant: Granted, q: Annotated[str, Query(min_length=1, max_length=2000)],
                user: OptId = None, session: OptId = None,
                k: Annotated[int, Query(ge=1, le=s.max_k)] = 10) -> dict[str, Any]:
         """The k turns most relevant to q among one user's sessions."""
         who = user or config.user.id
+        permit(grant, "read", who)
         with pool.memory(who) as memory:
             if user is not None:
                 _known(memory, user, session)
@@ -138,7 +161,7 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
         return {"user": who, "hits": [views.hit(h) for h in hits]}
 
     @api.get("/v1/context", tags=["memory"])
-    def context(user: OptId = None, session: OptId = None,
+    def context(grant: Granted, user: OptId = None, session: OptId = None,
                 q: Annotated[str | None, Query(max_length=2000)] = None,
                 budget: Annotated[int, Query(ge=50, le=s.max_budget)] = 1000,
                 ) -> dict[str, Any]:
@@ -148,60 +171,69 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
         memory without `user`); a user with no turns yet has an empty block."""
         with pool.memory(user or session or config.user.id) as memory:
             who = user or config.user.id if session is None else memory.whose(session, user)
+            permit(grant, "read", who)
             block = memory.context(session, user=user, query=q, budget=budget)
         return {"user": who, "session": session, "budget": budget,
                 "tokens": block.tokens, "text": block.text,
                 "sections": {tier: list(lines) for tier, lines in block.sections}}
 
     @api.get("/v1/users", tags=["users"])
-    def list_users() -> dict[str, Any]:
+    def list_users(grant: Granted) -> dict[str, Any]:
         """Users with their sessions, turns and turns not yet in a gist."""
+        permit_all(grant)
         with pool.memory() as memory:
             return users_.users(memory.store)
 
     @api.get("/v1/users/{user:path}/memory", tags=["users"])
-    def user_memory(user: User, gists: Annotated[int, Query(ge=0, le=1000)] = 5
-                    ) -> dict[str, Any]:
+    def user_memory(grant: Granted, user: User,
+                    gists: Annotated[int, Query(ge=0, le=1000)] = 5) -> dict[str, Any]:
         """Profile, facts (current and replaced, with days and source turns), eras,
         narrative, self-state and the latest gists."""
+        permit(grant, "read", user)
         with pool.memory(user) as memory:
             return views.user_memory(memory.store, config, user, gists)
 
     @api.get("/v1/users/{user:path}/export", tags=["users"])
-    def export(user: User) -> dict[str, Any]:
+    def export(grant: Granted, user: User) -> dict[str, Any]:
         """Everything stored about the user (the `dreamd export` document)."""
+        permit(grant, "read", user)
         with pool.memory() as memory:
             return export_user(memory.store, user, config.agent.id)
 
     @api.delete("/v1/users/{user:path}", tags=["users"])
-    def forget(user: User, session: OptId = None,
+    def forget(grant: Granted, user: User, session: OptId = None,
                before: Annotated[str | None, Query(max_length=40)] = None,
                dry_run: bool = False) -> dict[str, Any]:
         """Erase the user's turns (all, one session, or those before a date) and what
         dreamd built from them: what `dreamd forget` erases."""
+        permit(grant, "erase", user)
         with pool.memory(user) as memory:
             return memory.forget(user, session=session, before=before,
                                  dry_run=dry_run).as_dict()
 
     @api.get("/v1/status", tags=["status"])
-    def status(runs: Annotated[int, Query(ge=1, le=200)] = 5) -> dict[str, Any]:
+    def status(grant: Granted, runs: Annotated[int, Query(ge=1, le=200)] = 5
+               ) -> dict[str, Any]:
         """Backlog, drives, the last passes and why each job ran, workers, failures and
         quarantine (`dreamd status --json`)."""
+        permit_all(grant)
         with pool.memory() as memory:
             return report.status(memory.store, config, embedder_model_name(config),
                                  datetime.now(UTC), runs)
 
     @api.get("/metrics", tags=["status"], response_class=PlainTextResponse)
-    def prometheus() -> PlainTextResponse:
+    def prometheus(grant: Granted) -> PlainTextResponse:
         """Prometheus text: drives, backlog, the last pass, failures, requests."""
+        permit_all(grant)
         body, kind = metrics.scrape()
         return PlainTextResponse(body, media_type=kind)
 
-    open_note = None if token is not None else (
+    open_note = None if keyring.required else (
         "No API token is set: any program on this machine can read and change this memory.")
 
     @api.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def index() -> HTMLResponse:
+    def index(grant: Granted) -> HTMLResponse:
+        permit_all(grant)
         with pool.memory() as memory:
             listing = users_.users(memory.store)
             state = report.status(memory.store, config, embedder_model_name(config),
@@ -213,15 +245,17 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
     # user's own.
     @api.get("/users/{user:path}/sessions/{session:path}", response_class=HTMLResponse,
              include_in_schema=False)
-    def session_page(user: User, session: Annotated[str, Path(max_length=200)]
-                     ) -> HTMLResponse:
+    def session_page(grant: Granted, user: User,
+                     session: Annotated[str, Path(max_length=200)]) -> HTMLResponse:
+        permit(grant, "read", user)
         with pool.memory() as memory:
             _known(memory, user, session)
             turns = views.session(memory.store, session, page.SESSION_TURNS)
         return _html(page.session(user, session, turns, open_note))
 
     @api.get("/users/{user:path}", response_class=HTMLResponse, include_in_schema=False)
-    def user_page(user: User) -> HTMLResponse:
+    def user_page(grant: Granted, user: User) -> HTMLResponse:
+        permit(grant, "read", user)
         with pool.memory() as memory:
             data = views.user_memory(memory.store, config, user, gists=20)
         return _html(page.user(data, open_note))
@@ -235,7 +269,7 @@ def build(config: Config, pool: Pool, *, token: str | None, log: Logger,
         app = CORSMiddleware(app, allow_origins=list(origins), allow_credentials=False,
                              allow_methods=["GET", "POST", "DELETE"],
                              allow_headers=["authorization", "content-type"])
-    return Guard(app, token=token, loopback=is_loopback(s.host), origins=origins,
+    return Guard(app, keyring=keyring, loopback=is_loopback(s.host), origins=origins,
                  max_body=s.max_body_kb * 1024)
 
 

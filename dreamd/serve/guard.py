@@ -4,7 +4,6 @@ send from. A refusal is a JSON body with one line (an HTML page for the page's p
 
 from __future__ import annotations
 
-import hmac
 import html
 import ipaddress
 import json
@@ -12,6 +11,11 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import parse_qs, urlencode
+
+from starlette.concurrency import run_in_threadpool
+
+from dreamd.memory.tokens import OPERATOR
+from dreamd.serve.keyring import Keyring
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -56,9 +60,12 @@ def is_page(path: str) -> bool:
 
 
 class Guard:
-    def __init__(self, app: App, *, token: str | None, loopback: bool,
+    """The outermost layer: it refuses what no route should see, and tells the routes
+    what the request's token may do (`scope["state"]["grant"]`, a `Grant`)."""
+
+    def __init__(self, app: App, *, keyring: Keyring, loopback: bool,
                  origins: tuple[str, ...], max_body: int) -> None:
-        self.app, self.token, self.loopback = app, token, loopback
+        self.app, self.keyring, self.loopback = app, keyring, loopback
         self.origins, self.max_body = origins, max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -79,16 +86,22 @@ class Guard:
             await refuse(send, path, 403, f"requests from origin {origin!r} are not allowed "
                          "(serve.cors_origins)")
             return
-        if self.token is not None and path not in OPEN:
+        grant = OPERATOR  # no token set: loopback only, and everyone there is the operator
+        if self.keyring.required and path not in OPEN:
             query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
             offered = query.get("token", [None])[0]
             if is_page(path) and method == "GET" and offered is not None:
                 await self._sign_in(scope, send, offered, query)
                 return
-            if not self._authorized(headers):
+            shown = _token_shown(headers)
+            found = None if shown is None else await run_in_threadpool(
+                self.keyring.grant, shown)
+            if found is None:
                 await refuse(send, path, 401, "a bearer token is required "
                              "(Authorization: Bearer <token>)", {"www-authenticate": "Bearer"})
                 return
+            grant = found
+        scope.setdefault("state", {})["grant"] = grant
         if method in BODIED:
             body = await _read_body(receive, self.max_body)
             if body is None:
@@ -103,30 +116,16 @@ class Guard:
         Host a loopback server answers to has been checked by then)."""
         return origin in self.origins or origin == f"{scope.get('scheme', 'http')}://{host}"
 
-    def _authorized(self, headers: dict[str, str]) -> bool:
-        assert self.token is not None
-        given = headers.get("authorization", "")
-        scheme, _, value = given.partition(" ")
-        if scheme.lower() == "bearer" and _same(value.strip(), self.token):
-            return True
-        cookie = SimpleCookie()
-        try:
-            cookie.load(headers.get("cookie", ""))
-        except Exception:  # a malformed Cookie header is no token
-            return False
-        return COOKIE in cookie and _same(cookie[COOKIE].value, self.token)
-
     async def _sign_in(self, scope: Scope, send: Send, offered: str,
                        query: dict[str, list[str]]) -> None:
         """`/?token=…` (the page's sign-in, which works without JavaScript): a cookie for
         the page, and the same address without the token."""
-        assert self.token is not None
-        if not _same(offered, self.token):
+        if await run_in_threadpool(self.keyring.grant, offered) is None:
             await refuse(send, scope["path"], 401, "that token is not this server's")
             return
         rest = urlencode({k: v for k, v in query.items() if k != "token"}, doseq=True)
         location = scope["path"] + (f"?{rest}" if rest else "")
-        cookie = f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"
+        cookie = f"{COOKIE}={offered}; HttpOnly; SameSite=Strict; Path=/"
         await send({"type": "http.response.start", "status": 303,
                     "headers": [(b"location", location.encode("latin-1")),
                                 (b"set-cookie", cookie.encode("latin-1")),
@@ -134,8 +133,17 @@ class Guard:
         await send({"type": "http.response.body", "body": b""})
 
 
-def _same(given: str, token: str) -> bool:
-    return hmac.compare_digest(given.encode("utf-8"), token.encode("utf-8"))
+def _token_shown(headers: dict[str, str]) -> str | None:
+    """The bearer token of the Authorization header, else of the page's cookie."""
+    scheme, _, value = headers.get("authorization", "").partition(" ")
+    if scheme.lower() == "bearer" and value.strip():
+        return value.strip()
+    cookie: SimpleCookie = SimpleCookie()
+    try:
+        cookie.load(headers.get("cookie", ""))
+    except Exception:  # a malformed Cookie header is no token
+        return None
+    return cookie[COOKIE].value if COOKIE in cookie else None
 
 
 async def _read_body(receive: Receive, limit: int) -> bytes | None:

@@ -2,24 +2,35 @@
 read a user's memory; forget only when `serve.mcp_forget` says so. The same tools over
 stdio (`dreamd mcp`) and over streamable HTTP at /mcp under `dreamd serve`."""
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the SDK reads the tools' annotations, which
+# name bounds from the config, when each tool is defined.
 import functools
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from pydantic import ValidationError
+from mcp_types import ToolAnnotations
+from pydantic import Field, ValidationError
 
 from dreamd import __version__
 from dreamd.config import Config
-from dreamd.errors import DreamdError
+from dreamd.errors import DreamdError, NotPermitted
 from dreamd.memory.api import NewTurn
+from dreamd.memory.tokens import OPERATOR, Grant, permit, permit_turns
 from dreamd.memory.users import require_user
 from dreamd.serve import views
 from dreamd.serve.pool import Pool
-from dreamd.serve.schema import TurnIn
+from dreamd.serve.schema import (
+    ID,
+    ContextBlock,
+    Forgotten,
+    Hit,
+    Recalled,
+    Remembered,
+    TurnIn,
+    UserMemory,
+)
 from dreamd.store.failure import engine_failure
 
 T = TypeVar("T")
@@ -28,6 +39,13 @@ INSTRUCTIONS = ("Long-term memory of a chat companion, consolidated by dreamd wh
                 "sleeps. Use `context` before answering a user, `recall` to look up what "
                 "was said, `remember` to store a turn, `memory` to read what dreamd keeps "
                 "about a user.")
+
+
+def one_line(exc: ValidationError) -> str:
+    """A validation error as HTTP says it: where, and what is wrong."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first.get("loc", ()))
+    return f"{where}: {first.get('msg', 'invalid')}"
 
 
 def answered(tool: Callable[..., T]) -> Callable[..., T]:
@@ -39,9 +57,7 @@ def answered(tool: Callable[..., T]) -> Callable[..., T]:
         try:
             return tool(*args, **kwargs)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ()))
-            raise ToolError(f"{where}: {first.get('msg', 'invalid')}") from None
+            raise ToolError(one_line(exc)) from None
         except (DreamdError, ValueError) as exc:
             raise ToolError(str(exc)) from None
         except Exception as exc:
@@ -53,78 +69,135 @@ def answered(tool: Callable[..., T]) -> Callable[..., T]:
     return call
 
 
+class Server(MCPServer):
+    """The SDK's server, except that arguments its schema refuses are told in one line,
+    as HTTP tells them (the SDK's text runs to several, with a link)."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any],
+                        context: Context | None = None) -> Any:
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if isinstance(exc.__cause__, ValidationError):
+                raise ToolError(one_line(exc.__cause__)) from None
+            raise
+
+
+# The tools' parameters, with what they mean and the bounds HTTP holds them to.
+UserId = Annotated[str, Field(pattern=ID, max_length=200, description="The user's id.")]
+UserOpt = Annotated[str | None, Field(pattern=ID, max_length=200, description=(
+    "The user's id (default: the configured user)."))]
+Session = Annotated[str, Field(pattern=ID, max_length=200, description="The session's id.")]
+SessionOpt = Annotated[str | None, Field(pattern=ID, max_length=200, description=(
+    "A session's id: only its turns (recall), or the conversation the block is for."))]
+Query = Annotated[str, Field(min_length=1, max_length=2000, description=(
+    "What to look for, in words."))]
+QueryOpt = Annotated[str | None, Field(max_length=2000, description=(
+    "What the block should be relevant to (default: the session's last user turn)."))]
+Role = Annotated[Literal["user", "assistant"], Field(description="Who spoke.")]
+Content = Annotated[str, Field(min_length=1, description="What was said.")]
+When = Annotated[str | None, Field(max_length=40, description=(
+    "When it was said, ISO 8601 (UTC when it names no zone; default: now)."))]
+
+
 def make(pool: Pool, config: Config) -> MCPServer:
-    server: MCPServer = MCPServer("dreamd", instructions=INSTRUCTIONS, version=__version__,
+    server: MCPServer = Server("dreamd", instructions=INSTRUCTIONS, version=__version__,
                                    log_level="WARNING")
     limits = config.serve
+    K = Annotated[int, Field(ge=1, le=limits.max_k, description="How many turns, at most.")]
+    Budget = Annotated[int, Field(ge=50, le=limits.max_budget,
+                                  description="Tokens the block may take, at most.")]
+    reading = ToolAnnotations(read_only_hint=True, destructive_hint=False,
+                              idempotent_hint=True, open_world_hint=False)
 
-    def known(memory: Any, user: str | None, session: str | None = None) -> None:
-        if user is not None:
-            with memory.store.read() as conn:
-                require_user(conn, user, session)
-
-    @server.tool()
+    @server.tool(title="Recall what was said", annotations=reading)
     @answered
-    def recall(query: str, user: str | None = None, k: int = 10,
-               session: str | None = None) -> dict[str, Any]:
-        """The k turns most relevant to `query` among one user's sessions (default: the
-        configured user), best first, with the day each was said."""
-        _bounded("k", k, 1, limits.max_k)
-        with pool.memory(user or config.user.id) as memory:
-            known(memory, user, session)
-            hits = memory.recall(query, k=k, session=session,
-                                 users=[user or config.user.id])
-        return {"hits": [views.hit(h) for h in hits]}
+    def recall(ctx: Context, query: Query, user: UserOpt = None, k: K = 10,
+               session: SessionOpt = None) -> Recalled:
+        """The k turns most relevant to `query` among one user's sessions, best first,
+        with the day each was said."""
+        who = user or config.user.id
+        permit(grant_in(ctx), "read", who)
+        with pool.memory(who) as memory:
+            if user is not None:
+                with memory.store.read() as conn:
+                    require_user(conn, user, session)
+            hits = memory.recall(query, k=k, session=session, users=[who])
+        return Recalled(user=who, hits=[Hit.model_validate(views.hit(h)) for h in hits])
 
-    @server.tool()
+    @server.tool(title="The context block for a prompt", annotations=reading)
     @answered
-    def context(user: str | None = None, session: str | None = None,
-                query: str | None = None, budget: int = 1000) -> dict[str, Any]:
+    def context(ctx: Context, user: UserOpt = None, session: SessionOpt = None,
+                query: QueryOpt = None, budget: Budget = 1000) -> ContextBlock:
         """The context block to put in a prompt, within `budget` tokens: profile, facts,
         narrative, eras, relevant earlier conversations and details, and the session's
-        recent turns."""
-        _bounded("budget", budget, 50, limits.max_budget)
+        recent turns. A session no one has spoken in yet is a new conversation of
+        `user`."""
         with pool.memory(user or session or config.user.id) as memory:
+            who = user or config.user.id if session is None else memory.whose(session, user)
+            permit(grant_in(ctx), "read", who)
             block = memory.context(session, user=user, query=query, budget=budget)
-        return {"text": block.text, "tokens": block.tokens}
+        return ContextBlock(user=who, session=session, budget=budget, tokens=block.tokens,
+                            text=block.text,
+                            sections={tier: list(lines) for tier, lines in block.sections})
 
-    @server.tool()
+    @server.tool(title="Remember a turn", annotations=ToolAnnotations(
+        read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+        open_world_hint=False))
     @answered
-    def remember(session: str, role: str, content: str, user: str | None = None,
-                 created_at: str | None = None) -> dict[str, Any]:
-        """Store one turn of a conversation (role: user or assistant); dreamd embeds and
-        consolidates it. A new session is filed under `user`."""
+    def remember(ctx: Context, session: Session, role: Role, content: Content,
+                 user: UserOpt = None, created_at: When = None) -> Remembered:
+        """Store one turn of a conversation; dreamd embeds it at once (recall finds it)
+        and consolidates it in its next pass. A new session is filed under `user`."""
         turn = TurnIn.model_validate({"session": session, "role": role, "content": content,
                                       "user": user, "created_at": created_at})
+        new = NewTurn(turn.session, turn.role, turn.content, turn.created_at, turn.user)
         with pool.memory() as memory:
-            ids = memory.remember_all([NewTurn(turn.session, turn.role, turn.content,
-                                               turn.created_at, turn.user)],
-                                       embed=True)  # an agent may recall it at once
-        return {"id": ids[0]}
+            permit_turns(memory, grant_in(ctx), [new])
+            ids = memory.remember_all([new], embed=True)  # an agent may recall it at once
+        return Remembered(id=ids[0])
 
-    @server.tool()
+    @server.tool(title="What dreamd keeps about a user", annotations=reading)
     @answered
-    def memory(user: str | None = None) -> dict[str, Any]:
+    def memory(ctx: Context, user: UserOpt = None) -> UserMemory:
         """What dreamd keeps about a user: profile, facts (current and replaced, with
         days), eras, narrative, self-state, latest gists."""
-        with pool.memory() as held:
-            return views.user_memory(held.store, config, user or config.user.id)
+        who = user or config.user.id
+        permit(grant_in(ctx), "read", who)
+        with pool.memory(who) as held:
+            return UserMemory.model_validate(views.user_memory(held.store, config, who))
 
     if limits.mcp_forget:
-        @server.tool()
+        @server.tool(title="Erase a user's turns", annotations=ToolAnnotations(
+            read_only_hint=False, destructive_hint=True, idempotent_hint=True,
+            open_world_hint=False))
         @answered
-        def forget(user: str, session: str | None = None, before: str | None = None,
-                   dry_run: bool = True) -> dict[str, Any]:
+        def forget(ctx: Context, user: UserId, session: SessionOpt = None,
+                   before: Annotated[str | None, Field(
+                       max_length=40, description="Erase only turns before this date "
+                       "(ISO 8601).")] = None,
+                   dry_run: Annotated[bool, Field(description="Only say what would go.")]
+                   = True) -> Forgotten:
             """Erase a user's turns (all, one session, or before a date) and what dreamd
             built from them. A dry run (the default) only says what would go."""
-            with pool.memory() as held:
-                return held.forget(user, session=session, before=before,
-                                   dry_run=dry_run).as_dict()
+            permit(grant_in(ctx), "erase", user)
+            with pool.memory(user) as held:
+                return Forgotten.model_validate(held.forget(
+                    user, session=session, before=before, dry_run=dry_run).as_dict())
 
     return server
 
 
-def _bounded(name: str, value: int, low: int, high: int) -> None:
-    if not low <= value <= high:
-        raise ValueError(f"{name} must be between {low} and {high}, got {value}")
-
+def grant_in(ctx: Context) -> Grant:
+    """What the caller may do: over HTTP, what its token may (the guard said); over
+    stdio, or called in the process, everything (the operator's own)."""
+    try:
+        request = ctx.request_context.request
+    except ValueError:  # no request: called in the process
+        return OPERATOR
+    if request is None:  # stdio
+        return OPERATOR
+    grant = getattr(getattr(request, "state", None), "grant", None)
+    if not isinstance(grant, Grant):  # an HTTP request the guard did not see: nothing
+        raise NotPermitted("no token was checked for this request")
+    return grant

@@ -13,8 +13,11 @@ from typing import Any
 from dreamd.config import Config, secret
 from dreamd.errors import ConfigError
 from dreamd.logger import Logger
+from dreamd.memory import tokens
+from dreamd.memory.tokens import Grant
 from dreamd.serve import mcp
 from dreamd.serve.guard import is_loopback
+from dreamd.serve.keyring import Keyring
 from dreamd.serve.pool import Pool
 
 TOKEN_VARIABLE = "DREAMD_API_TOKEN"
@@ -33,6 +36,23 @@ def token_of(config: Config) -> str | None:
     if token is not None and len(token) < 16:
         raise ConfigError("the API token is shorter than 16 characters: too easy to guess")
     return token
+
+
+def keyring_of(pool: Pool, token: str | None) -> Keyring:
+    """The operator's token and the store's issued ones. Issued tokens without an
+    operator's would be a lock on an open door (the server asks for no token then):
+    refused in one line."""
+    with pool.memory() as memory:
+        if token is None and tokens.live(memory.store):
+            raise ConfigError(f"the store holds API tokens (dreamd tokens list), but no "
+                              f"operator token is set: set {TOKEN_VARIABLE}, "
+                              "serve.token_file or the credential, or revoke them")
+
+    def check(offered: str) -> Grant | None:
+        with pool.memory() as memory:
+            return tokens.check(memory.store, offered)
+
+    return Keyring(token, check)
 
 
 def listening(host: str, port: int) -> socket.socket:
@@ -61,6 +81,7 @@ def serve(config: Config, log: Logger, *, create: bool = False) -> int:
     sock = listening(config.serve.host, config.serve.port)
     pool = Pool(config, size=config.serve.connections, create=create)
     try:
+        keyring = keyring_of(pool, token)
         tools = mcp.make(pool, config)
         http = tools.streamable_http_app(streamable_http_path="/mcp", host=config.serve.host,
                                          stateless_http=True)
@@ -70,7 +91,7 @@ def serve(config: Config, log: Logger, *, create: bool = False) -> int:
             async with tools.session_manager.run():
                 yield
 
-        app = build(config, pool, token=token, log=log, mcp_routes=list(http.routes),
+        app = build(config, pool, keyring=keyring, log=log, mcp_routes=list(http.routes),
                     lifespan=lifespan)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host

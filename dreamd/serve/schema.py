@@ -4,9 +4,9 @@ from them, and the MCP tools check their arguments with the same ones."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 # Ids as apps write them ("session-42", "locomo:conv-26:3", an email address, "team/ana"):
 # printable, no surrounding space, at most 200 characters, and not "." or ".." (which a
@@ -59,3 +59,108 @@ class TurnsIn(BaseModel):
 
 class Stored(BaseModel):
     ids: list[int]
+
+
+# What the API answers. The documents that grow with dreamd (a user's memory, the export,
+# status) name their parts and admit more (`extra="allow"`): a client generated from an
+# older document still reads them.
+class Loose(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Problem(BaseModel):
+    """Every refusal and failure: one line for a person, never a traceback."""
+
+    error: str = Field(description="What went wrong, in one line.")
+
+
+class Health(BaseModel):
+    ok: bool
+    version: str
+
+
+class Ready(BaseModel):
+    ready: bool
+    newest_turn: int = Field(description="The id of the newest turn in the store (0: none).")
+
+
+class Hit(BaseModel):
+    """A turn recall found."""
+
+    id: int
+    session: str | None
+    role: str
+    content: str
+    created_at: str
+    when: str = Field(description="The day it was said, as a person reads it.")
+    score: float
+
+
+class Recalled(BaseModel):
+    user: str
+    hits: list[Hit] = Field(description="Best first.")
+
+
+class ContextBlock(BaseModel):
+    user: str | None = Field(description="Whose memory it holds (null: no one's, for a "
+                             "new conversation no user was named for).")
+    session: str | None
+    budget: int
+    tokens: int = Field(description="Tokens the text takes (estimated), at most budget.")
+    text: str = Field(description="The block to put in a prompt (empty when nothing is "
+                      "known yet).")
+    sections: dict[str, list[str]] = Field(description="The text's lines by tier.")
+
+
+class UserTotals(BaseModel):
+    sessions: int
+    turns: int
+    backlog: int = Field(description="Turns not yet in a gist.")
+
+
+class Users(BaseModel):
+    users: dict[str, UserTotals]
+    uncounted_turns: int = Field(description="Turns newer than the last pass's count.")
+
+
+class UserMemory(Loose):
+    """What dreamd keeps about a user (`dreamd show`), with every fact."""
+
+    user: str
+    profile: str | None
+    narrative: str | None
+    eras: list[dict[str, Any]]
+    facts: list[dict[str, Any]]
+    gists: dict[str, Any]
+    self_state: dict[str, Any] | None
+
+
+class Export(Loose):
+    """Everything stored about a user (the `dreamd export` document)."""
+
+    format: str
+    user: str
+
+
+class Forgotten(BaseModel):
+    """What an erasure took (or, as a dry run, would take)."""
+
+    user: str
+    session: str | None
+    before: str | None
+    dry_run: bool
+    turns: int
+    sessions_emptied: list[str]
+    sessions_trimmed: list[str]
+    gists: int
+    derived: list[str]
+    wal_truncated: bool | None
+    vacuumed: bool
+
+
+class Status(Loose):
+    """`dreamd status --json`: backlog, drives, the last passes, workers, failures."""
+
+
+class Remembered(BaseModel):
+    id: int = Field(description="The stored turn's id.")

@@ -340,6 +340,17 @@ def _seq_sequence(conn: Conn) -> None:
     writer keeps numbering them from a row of dreamd_state: nothing changes here."""
 
 
+def _tokens(conn: Conn) -> None:
+    """API tokens an operator hands out, each limited to some users and to reading,
+    writing or erasing; stored as a slow hash, never as the token."""
+    conn.execute(TOKENS_TABLE)
+
+
+TOKENS_TABLE = ("CREATE TABLE dreamd_tokens (id INTEGER PRIMARY KEY AUTOINCREMENT, "
+                "name TEXT NOT NULL, salt TEXT NOT NULL, digest TEXT NOT NULL, users TEXT, "
+                "scopes TEXT NOT NULL, created_at TEXT NOT NULL, revoked_at TEXT)")
+
+
 MIGRATIONS = (
     Migration(1, "core tables (prior-art layout)", _core),
     Migration(2, "dreamd bookkeeping, tally, vectors, runs", _dreamd_base),
@@ -353,6 +364,7 @@ MIGRATIONS = (
     Migration(10, "queues of what changed: users' tiers, sessions' owners", _queues),
     Migration(11, "derived rows numbered by a sequence where workers share the store",
               _seq_sequence),
+    Migration(12, "API tokens limited to users and scopes", _tokens),
 )
 
 
