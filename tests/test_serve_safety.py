@@ -321,3 +321,26 @@ def test_mcp_over_http_keeps_a_tokens_scope(
     assert not mine.is_error and mine.structured_content["user"] == "default"
     assert other.is_error and "no user 'bo'" in other.content[0].text
     assert write.is_error and "may not write" in write.content[0].text
+
+
+def test_users_and_sessions_come_a_page_at_a_time(open_server: Served) -> None:
+    with open_server.client() as client:
+        seen, after = [], None
+        while True:
+            page = client.get("/v1/users", params={"limit": 1, **(
+                {"after": after} if after else {})}).json()
+            assert len(page["users"]) <= 1
+            seen += list(page["users"])
+            if page["next"] is None:
+                break
+            after = page["next"]
+        assert seen == sorted(client.get("/v1/users").json()["users"]) == ["bo", "default"]
+        first = client.get("/v1/users/default/sessions", params={"limit": 1}).json()
+        assert [s["session_id"] for s in first["sessions"]] == ["ana-1"]
+        rest = client.get("/v1/users/default/sessions", params={"after": "ana-1"}).json()
+        assert "ana-1" not in {s["session_id"] for s in rest["sessions"]}
+        assert (first["next"] is None) == (rest["sessions"] == [])
+        assert client.get("/v1/users/zed/sessions").status_code == 404
+        index = client.get("/", params={"after": "bo"}).text
+        assert ">default<" in index and ">bo<" not in index
+        assert index.index("Drives over the last passes") < index.index("<h2>Users</h2>")

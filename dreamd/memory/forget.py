@@ -31,14 +31,13 @@ profile, eras and narrative from the gists still there.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from dreamd.errors import ConfigError
 from dreamd.memory.users import require_user
 from dreamd.store import erasure
 from dreamd.store.erasure import MERGE_PAGES, STEP, finish_pending
 from dreamd.store.interface import Store
-from dreamd.store.state import iso_utc
 from dreamd.store.tally import sync_tally
 from dreamd.store.tiers import tiers_present
 from dreamd.store.turns import max_exchange_id
@@ -64,13 +63,12 @@ class Scope:
 
 def parse_before(text: str) -> str:
     """A --before value (a date or a timestamp) as ISO UTC text; one clear error if not."""
-    normal = iso_utc(text)
     try:
-        datetime.fromisoformat(normal)
-    except ValueError:
+        moment = datetime.fromisoformat(text)
+        return moment.replace(tzinfo=moment.tzinfo or UTC).astimezone(UTC).isoformat()
+    except (ValueError, OverflowError):  # not a time, or one UTC cannot hold
         raise ConfigError(f"--before: {text!r} is not a date (YYYY-MM-DD) or ISO timestamp"
                           ) from None
-    return normal
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from dreamd.errors import UnknownUser
 from dreamd.store.interface import Conn, Store
@@ -15,6 +16,7 @@ from dreamd.store.turns import (
 )
 
 SHOWN = 20  # known users listed in an error
+T = TypeVar("T")
 
 
 def require_user(conn: Conn, user: str, session: str | None = None) -> None:
@@ -31,19 +33,29 @@ def require_user(conn: Conn, user: str, session: str | None = None) -> None:
                           f"(dreamd sessions --user {user} lists them)")
 
 
-def sessions(store: Store, user: str | None = None) -> dict[str, Any]:
+def sessions(store: Store, user: str | None = None, *, after: str | None = None,
+             limit: int | None = None) -> dict[str, Any]:
     """What `dreamd sessions` shows: each session's turns and backlog (as of the last
-    pass's count), and how many newer turns no pass has counted yet."""
+    pass's count), and how many newer turns no pass has counted yet. With `limit`, one
+    user's sessions by id, `limit` of them after `after`, and `next` while more remain."""
     with store.read() as conn:
         if user is not None:
             require_user(conn, user)
         rows = session_counts(conn, user)
         uncounted = max(0, newest_turn_id(conn) - tally_watermark(conn))
-    return {"sessions": [r.__dict__ for r in rows], "uncounted_turns": uncounted}
+    listed = [r.__dict__ for r in rows]
+    page: dict[str, Any] = {}
+    if limit is not None:
+        listed, page["next"] = _page(sorted(listed, key=lambda r: r["session_id"]),
+                                     lambda r: r["session_id"], after, limit)
+    return {"sessions": listed, "uncounted_turns": uncounted, **page}
 
 
-def users(store: Store) -> dict[str, Any]:
-    """What `dreamd users` shows: per user, sessions, turns and turns not yet in a gist."""
+def users(store: Store, *, after: str | None = None, limit: int | None = None
+          ) -> dict[str, Any]:
+    """What `dreamd users` shows: per user, sessions, turns and turns not yet in a gist.
+    With `limit`, the users by id, `limit` of them after `after`, and `next` while more
+    remain."""
     listing = sessions(store)
     totals: dict[str, dict[str, int]] = {}
     for row in listing["sessions"]:
@@ -51,4 +63,17 @@ def users(store: Store) -> dict[str, Any]:
         t["sessions"] += 1
         t["turns"] += row["turns"]
         t["backlog"] += row["unsummarized"]
-    return {"users": totals, "uncounted_turns": listing["uncounted_turns"]}
+    page: dict[str, Any] = {}
+    if limit is not None:
+        kept, page["next"] = _page(sorted(totals), lambda name: name, after, limit)
+        totals = {name: totals[name] for name in kept}
+    return {"users": totals, "uncounted_turns": listing["uncounted_turns"], **page}
+
+
+def _page(ordered: list[T], key: Callable[[T], str], after: str | None, limit: int
+          ) -> tuple[list[T], str | None]:
+    """`limit` items after the one keyed `after`, and the key to ask for the next page
+    from (None: this was the last). A cursor is a key, so a page stays right while items
+    come and go before it."""
+    rest = [item for item in ordered if after is None or key(item) > after]
+    return rest[:limit], key(rest[limit - 1]) if len(rest) > limit else None

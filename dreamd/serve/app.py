@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from fastapi import Body, Depends, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
 from starlette.exceptions import HTTPException
 
@@ -40,7 +41,25 @@ from dreamd.serve.guard import PAGE_POLICY, Guard, is_loopback
 from dreamd.serve.keyring import Keyring
 from dreamd.serve.metrics import Metrics
 from dreamd.serve.pool import Pool
-from dreamd.serve.schema import ID, Stored, TurnIn, TurnsIn
+from dreamd.serve.schema import (
+    ID,
+    MEANING,
+    WHEN,
+    ContextBlock,
+    Export,
+    Forgotten,
+    Health,
+    Problem,
+    Ready,
+    Recalled,
+    Sessions,
+    Status,
+    Stored,
+    TurnIn,
+    TurnsIn,
+    UserMemory,
+    Users,
+)
 from dreamd.store.failure import engine_failure
 from dreamd.store.turns import newest_turn_id
 
@@ -76,11 +95,16 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
         # the caller; the place in the request does
         where = ".".join(str(p) for p in first.get("loc", ())
                          if p not in ("body", "TurnIn", "TurnsIn"))
-        return fail(400, f"{where or 'request'}: {first.get('msg', 'invalid')}")
+        said = first.get("msg", "invalid")
+        if first.get("type") == "string_pattern_mismatch":  # the pattern, in words
+            said = f"must be {MEANING.get(first.get('ctx', {}).get('pattern'), 'well formed')}"
+        return fail(400, f"{where or 'request'}: {said}")
 
     @api.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-        return fail(exc.status_code, str(exc.detail))
+        answer = fail(exc.status_code, str(exc.detail))
+        answer.headers.update(exc.headers or {})  # a 405's Allow
+        return answer
 
     @api.exception_handler(DreamdError)
     async def refused(request: Request, exc: DreamdError) -> JSONResponse:
@@ -118,20 +142,22 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
 
     User = Annotated[str, Path(pattern=ID, max_length=200)]
     OptId = Annotated[str | None, Query(pattern=ID, max_length=200)]
+    Limit = Annotated[int, Query(ge=1, le=1000, description="How many, at most.")]
 
-    @api.get("/healthz", tags=["health"])
+    @api.get("/healthz", tags=["health"], response_model=Health, responses=answers(403))
     def healthz() -> dict[str, Any]:
         """The process answers (no token needed)."""
         return {"ok": True, "version": __version__}
 
-    @api.get("/readyz", tags=["health"])
+    @api.get("/readyz", tags=["health"], response_model=Ready, responses=answers(*GUARDED))
     def readyz(grant: Granted) -> dict[str, Any]:
         """The store answers."""
         with pool.memory() as memory, memory.store.read() as conn:
             newest = newest_turn_id(conn)
         return {"ready": True, "newest_turn": newest}
 
-    @api.post("/v1/turns", status_code=201, tags=["turns"])
+    @api.post("/v1/turns", status_code=201, tags=["turns"],
+              responses=answers(*GUARDED, 404, 409, 413))
     def add_turns(grant: Granted, body: Annotated[TurnIn | TurnsIn, Body()],
                   embed: bool = False) -> Stored:
         """Add one turn, or a batch ({"turns": [...]}) in one transaction: what the
@@ -147,7 +173,8 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
             permit_turns(memory, grant, turns)
             return Stored(ids=memory.remember_all(turns, embed=embed))
 
-    @api.get("/v1/recall", tags=["memory"])
+    @api.get("/v1/recall", tags=["memory"], response_model=Recalled,
+             responses=answers(*GUARDED, 404))
     def recall(grant: Granted, q: Annotated[str, Query(min_length=1, max_length=2000)],
                user: OptId = None, session: OptId = None,
                k: Annotated[int, Query(ge=1, le=s.max_k)] = 10) -> dict[str, Any]:
@@ -160,7 +187,8 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
             hits = memory.recall(q, k=k, session=session, users=[who])
         return {"user": who, "hits": [views.hit(h) for h in hits]}
 
-    @api.get("/v1/context", tags=["memory"])
+    @api.get("/v1/context", tags=["memory"], response_model=ContextBlock,
+             responses=answers(*GUARDED, 404))
     def context(grant: Granted, user: OptId = None, session: OptId = None,
                 q: Annotated[str | None, Query(max_length=2000)] = None,
                 budget: Annotated[int, Query(ge=50, le=s.max_budget)] = 1000,
@@ -177,14 +205,26 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
                 "tokens": block.tokens, "text": block.text,
                 "sections": {tier: list(lines) for tier, lines in block.sections}}
 
-    @api.get("/v1/users", tags=["users"])
-    def list_users(grant: Granted) -> dict[str, Any]:
-        """Users with their sessions, turns and turns not yet in a gist."""
+    @api.get("/v1/users", tags=["users"], response_model=Users, responses=answers(*GUARDED))
+    def list_users(grant: Granted, after: OptId = None, limit: Limit = 100) -> dict[str, Any]:
+        """Users with their sessions, turns and turns not yet in a gist, by id: `limit`
+        of them after `after` (the answer's `next`, while there are more)."""
         permit_all(grant)
         with pool.memory() as memory:
-            return users_.users(memory.store)
+            return users_.users(memory.store, after=after, limit=limit)
 
-    @api.get("/v1/users/{user:path}/memory", tags=["users"])
+    @api.get("/v1/users/{user:path}/sessions", tags=["users"], response_model=Sessions,
+             responses=answers(*GUARDED, 404))
+    def user_sessions(grant: Granted, user: User, after: OptId = None,
+                      limit: Limit = 100) -> dict[str, Any]:
+        """The user's sessions, by id, with their turns and backlog: `limit` of them
+        after `after` (the answer's `next`, while there are more)."""
+        permit(grant, "read", user)
+        with pool.memory(user) as memory:
+            return users_.sessions(memory.store, user, after=after, limit=limit)
+
+    @api.get("/v1/users/{user:path}/memory", tags=["users"], response_model=UserMemory,
+             responses=answers(*GUARDED, 404))
     def user_memory(grant: Granted, user: User,
                     gists: Annotated[int, Query(ge=0, le=1000)] = 5) -> dict[str, Any]:
         """Profile, facts (current and replaced, with days and source turns), eras,
@@ -193,16 +233,18 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
         with pool.memory(user) as memory:
             return views.user_memory(memory.store, config, user, gists)
 
-    @api.get("/v1/users/{user:path}/export", tags=["users"])
+    @api.get("/v1/users/{user:path}/export", tags=["users"], response_model=Export,
+             responses=answers(*GUARDED, 404))
     def export(grant: Granted, user: User) -> dict[str, Any]:
         """Everything stored about the user (the `dreamd export` document)."""
         permit(grant, "read", user)
         with pool.memory() as memory:
             return export_user(memory.store, user, config.agent.id)
 
-    @api.delete("/v1/users/{user:path}", tags=["users"])
+    @api.delete("/v1/users/{user:path}", tags=["users"], response_model=Forgotten,
+                responses=answers(*GUARDED, 404))
     def forget(grant: Granted, user: User, session: OptId = None,
-               before: Annotated[str | None, Query(max_length=40)] = None,
+               before: Annotated[str | None, Query(pattern=WHEN, max_length=40)] = None,
                dry_run: bool = False) -> dict[str, Any]:
         """Erase the user's turns (all, one session, or those before a date) and what
         dreamd built from them: what `dreamd forget` erases."""
@@ -211,7 +253,8 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
             return memory.forget(user, session=session, before=before,
                                  dry_run=dry_run).as_dict()
 
-    @api.get("/v1/status", tags=["status"])
+    @api.get("/v1/status", tags=["status"], response_model=Status,
+             responses=answers(*GUARDED))
     def status(grant: Granted, runs: Annotated[int, Query(ge=1, le=200)] = 5
                ) -> dict[str, Any]:
         """Backlog, drives, the last passes and why each job ran, workers, failures and
@@ -221,7 +264,8 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
             return report.status(memory.store, config, embedder_model_name(config),
                                  datetime.now(UTC), runs)
 
-    @api.get("/metrics", tags=["status"], response_class=PlainTextResponse)
+    @api.get("/metrics", tags=["status"], response_class=PlainTextResponse,
+             responses=answers(*GUARDED))
     def prometheus(grant: Granted) -> PlainTextResponse:
         """Prometheus text: drives, backlog, the last pass, failures, requests."""
         permit_all(grant)
@@ -232,10 +276,10 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
         "No API token is set: any program on this machine can read and change this memory.")
 
     @api.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def index(grant: Granted) -> HTMLResponse:
+    def index(grant: Granted, after: OptId = None) -> HTMLResponse:
         permit_all(grant)
         with pool.memory() as memory:
-            listing = users_.users(memory.store)
+            listing = users_.users(memory.store, after=after, limit=page.USERS_SHOWN)
             state = report.status(memory.store, config, embedder_model_name(config),
                                   datetime.now(UTC), page.RUNS)
         return _html(page.index(listing, state, config, open_note))
@@ -262,6 +306,7 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
 
     for route in mcp_routes or []:
         api.router.routes.append(route)
+    api.openapi = lambda: contract(api)  # type: ignore[method-assign]
 
     app: Any = api
     origins = tuple(o.strip() for o in s.cors_origins.split(",") if o.strip())
@@ -271,6 +316,49 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
                              allow_headers=["authorization", "content-type"])
     return Guard(app, keyring=keyring, loopback=is_loopback(s.host), origins=origins,
                  max_body=s.max_body_kb * 1024)
+
+
+GUARDED = (400, 401, 403, 503)  # what any route behind the guard may answer
+REFUSALS = {400: "Bad input: one line says which.",
+           401: "No token, or not one this server knows.",
+           403: "A Host or Origin this server does not serve, or what the token may not do.",
+           404: "No such user (or one beyond the token's users), or no such session.",
+           409: "The session belongs to another user.",
+           413: "The body or the batch is too large.",
+           503: "The store is busy or down: try again."}
+
+
+def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """The refusals a route may answer, each with the one error model."""
+    return {code: {"model": Problem, "description": REFUSALS[code]} for code in codes}
+
+
+def contract(api: FastAPI) -> dict[str, Any]:
+    """The OpenAPI document as the server really answers: errors are 400 with the one
+    error model (never FastAPI's 422), and a bearer token guards every route but
+    /healthz."""
+    if api.openapi_schema is None:
+        spec = get_openapi(title=api.title, version=api.version, routes=api.routes,
+                           description=api.description)
+        for path, operations in spec["paths"].items():
+            for operation in operations.values():
+                operation["responses"].pop("422", None)
+                for code, answer in operation["responses"].items():
+                    if int(code) >= 400:  # JSON, even where the route answers text
+                        answer["content"] = {"application/json": {"schema": {
+                            "$ref": "#/components/schemas/Problem"}}}
+                if path == "/healthz":
+                    operation["security"] = []
+        schemas = spec.get("components", {}).get("schemas", {})
+        for name in ("HTTPValidationError", "ValidationError"):
+            schemas.pop(name, None)
+        spec.setdefault("components", {})["securitySchemes"] = {
+            "bearer": {"type": "http", "scheme": "bearer",
+                       "description": "The operator's token, or one `dreamd tokens add` "
+                       "issued (none needed on loopback when the server has none)."}}
+        spec["security"] = [{"bearer": []}]
+        api.openapi_schema = spec
+    return api.openapi_schema
 
 
 def _known(memory: Any, user: str, session: str | None) -> None:

@@ -48,6 +48,9 @@ def _user_link(user: str) -> str:
     return f'<a href="/users/{quote(user, safe="")}">{escape(user)}</a>'
 
 
+USERS_SHOWN = 25  # users on a page of the index
+
+
 def index(listing: dict[str, Any], state: dict[str, Any], config: Config,
           note: str | None) -> str:
     users = listing["users"]
@@ -56,11 +59,15 @@ def index(listing: dict[str, Any], state: dict[str, Any], config: Config,
     table = (f"<table><tr><th>user</th><th>sessions</th><th>turns</th>"
              f"<th>not yet in a gist</th></tr>{rows}</table>" if users
              else '<p class="muted">No users yet.</p>')
+    if listing.get("next"):
+        table += (f'<p><a href="/?after={quote(listing["next"], safe="")}">'
+                  f"next {USERS_SHOWN} users</a></p>")
     runs = list(reversed(state.get("runs") or []))
+    # The chart first: a file of many users would push it out of sight.
     return _layout("memory", (
         f"<h1>What dreamd dreamed</h1><p class=\"muted\">{escape(str(state['db']))}</p>"
-        f"<h2>Users</h2>{table}"
-        f"<h2>Drives over the last passes</h2>{chart(runs, config)}{_passes(runs)}"), note)
+        f"<h2>Drives over the last passes</h2>{chart(runs, config)}"
+        f"<h2>Users</h2>{table}{_passes(runs)}"), note)
 
 
 def chart(runs: list[dict[str, Any]], config: Config) -> str:

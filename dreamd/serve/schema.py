@@ -3,6 +3,7 @@ from them, and the MCP tools check their arguments with the same ones."""
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -18,6 +19,25 @@ _MID = r"[^\x00-\x1f\x7f]"
 ID = (f"^(?:{_NOT_DOT}|{_NOT_DOT}{_END}|\\.{_NOT_DOT}|{_END}{_MID}{{1,198}}{_END})$")
 Id = Annotated[str, Field(pattern=ID, min_length=1, max_length=200)]
 ROLE = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
+# What a turn says: something other than white space, and no NUL.
+CONTENT = f"^[^\\x00]*?{_END}[^\\x00]*$"
+# A day, or a moment (ISO 8601): what `before` and `created_at` take. Months, days, hours
+# and minutes in their ranges, so that what the pattern admits the server takes (but for
+# the 31st of a short month, the 29th of February outside a leap year, and a zone that
+# pushes year 1 or 9999 past what UTC can hold).
+_DAY = (r"(?:[1-9][0-9]{3}|0[1-9][0-9]{2}|00[1-9][0-9]|000[1-9])-(?:(?:0[13578]|1[02])-"
+        r"(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|02-"
+        r"(?:0[1-9]|1[0-9]|2[0-9]))")
+_TIME = (r"T(?:[01][0-9]|2[0-3]):[0-5][0-9](?::[0-5][0-9](?:\.[0-9]{1,6})?)?"
+         r"(?:Z|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])?")
+WHEN = f"^{_DAY}(?:{_TIME})?$"
+MOMENT = f"^{_DAY}{_TIME}$"
+# What a pattern means, for the one line a refusal says.
+MEANING = {ID: "an id: printable, at most 200 characters, no space around it, not . or ..",
+           ROLE: "a role: a letter, then letters, digits, - or _",
+           CONTENT: "text with something other than white space, and no NUL character",
+           WHEN: "a day (YYYY-MM-DD) or an ISO 8601 time",
+           MOMENT: "an ISO 8601 time (YYYY-MM-DDTHH:MM[:SS][zone])"}
 
 
 class TurnIn(BaseModel):
@@ -27,17 +47,19 @@ class TurnIn(BaseModel):
                             "filed under this user (default: the unfiled default user).")
     session: Id
     role: str = Field(pattern=ROLE, description="Who spoke: user, assistant, ...")
-    content: str = Field(min_length=1)
+    content: str = Field(min_length=1, pattern=CONTENT)
     created_at: datetime | None = Field(None, description="ISO 8601; UTC when it names no "
-                                        "zone; now when left out.")
+                                        "zone; now when left out.",
+                                        json_schema_extra=lambda schema: schema.update(
+                                            anyOf=[{"type": "string", "pattern": MOMENT},
+                                                   {"type": "null"}]))
 
-    @field_validator("content")
+    @field_validator("created_at", mode="before")
     @classmethod
-    def said_something(cls, value: str) -> str:
-        if not value.strip():
-            raise ValueError("content is only white space")
-        if "\x00" in value:
-            raise ValueError("content holds a NUL character")
+    def written_out(cls, value: object) -> object:
+        """A time as the pattern says (pydantic alone would take a number, or a day)."""
+        if value is not None and not (isinstance(value, str) and re.match(MOMENT, value)):
+            raise ValueError(f"must be {MEANING[MOMENT]}")
         return value
 
     @field_validator("created_at")
@@ -121,6 +143,23 @@ class UserTotals(BaseModel):
 class Users(BaseModel):
     users: dict[str, UserTotals]
     uncounted_turns: int = Field(description="Turns newer than the last pass's count.")
+    next: str | None = Field(description="Ask again with after= this for the next page "
+                             "(null: this was the last).")
+
+
+class SessionTotals(BaseModel):
+    session_id: str
+    user_id: str
+    turns: int
+    unsummarized: int = Field(description="Turns not yet in a gist.")
+    last_at: str | None
+
+
+class Sessions(BaseModel):
+    sessions: list[SessionTotals]
+    uncounted_turns: int = Field(description="Turns newer than the last pass's count.")
+    next: str | None = Field(description="Ask again with after= this for the next page "
+                             "(null: this was the last).")
 
 
 class UserMemory(Loose):
