@@ -219,3 +219,74 @@ def test_chatgpt_reimport_after_the_branch_changed_does_not_mix_branches(
     assert rows(db, "SELECT content FROM exchanges ORDER BY id") == [
         ("Plan a trip to Kyoto",), ("Sure: temples first.",), ("For five days",),
         ("Five-day plan...",)]
+
+
+def test_claude_export_keeps_dates_words_and_the_branch_shown() -> None:
+    first, second = read_sessions("claude", DATA / "claude_conversations.json")
+    assert first.session_id == "claude:0f5c1a2e-6c1d-4e57-9d7b-0a1b2c3d4e5f"
+    assert first.name == "Sourdough starter rescue"
+    assert [(t.role, t.content, t.created_at) for t in first.turns] == [
+        ("user", "My starter smells like nail polish remover. Is it dead?",
+         "2025-03-08T09:12:44.118294+00:00"),
+        ("assistant", "Not dead: that smell means it is hungry. Feed it twice a day for a "
+         "few days.", "2025-03-08T09:12:58.004120+00:00"),  # its thinking is not a turn
+        ("user", "Here is a photo of it after one feed.\n[attached: notes.txt]\n"
+         "[attached: starter.jpg]", "2025-03-08T09:30:11+00:00"),
+        ("assistant", "Those bubbles look healthy; bake tomorrow.",  # no tool traffic
+         "2025-03-08T09:31:02.550013+00:00")]
+    # A regenerated answer: the branch ending at the current leaf, not both answers.
+    assert second.name is None
+    assert [t.content for t in second.turns] == ["Which bus goes to the harbour?",
+                                                 "Line 14 or the night bus N2."]
+
+
+def test_openwebui_export_follows_the_branch_shown_and_reads_older_chats() -> None:
+    tree, legacy = read_sessions("openwebui", DATA / "openwebui_export.json")
+    assert tree.session_id == "openwebui:6b2d0c1e-aaaa-4bbb-8ccc-0d1e2f3a4b5c"
+    assert tree.name == "Balcony tomatoes"
+    assert [(t.role, t.content, t.created_at) for t in tree.turns] == [
+        ("user", "The tomato leaves are curling upwards.", "2024-06-22T10:00:00+00:00"),
+        ("assistant", "Probably heat stress; water in the morning.",
+         "2024-06-22T10:00:10+00:00"),
+        ("user", "Here is a picture of the worst one.\n[image]\n[attached: watering-log.csv]",
+         "2024-06-22T10:03:20+00:00"),  # the edited question, not the first one
+        ("assistant", "That is leaf roll, harmless to the fruit.",
+         "2024-06-22T10:03:35+00:00")]
+    assert legacy.session_id == "openwebui:legacy-7"
+    assert [(t.role, t.content) for t in legacy.turns] == [
+        ("user", "What is a good name for a grey cat?"),
+        ("assistant", "Ash, Pebble or Smoke.")]  # the system prompt is no turn
+    assert legacy.turns[0].created_at == "2023-11-14T22:13:20+00:00"
+
+
+@pytest.mark.parametrize("fmt", ["claude", "openwebui"])
+def test_assistant_exports_import_once(tmp_path: Path, fmt: str) -> None:
+    db = tmp_path / "m.db"
+    source = DATA / ("claude_conversations.json" if fmt == "claude" else "openwebui_export.json")
+    first = invoke(db, fmt, str(source))
+    assert first.exit_code == 0, first.output
+    assert "2 sessions (2 new), 6 turns added" in first.output
+    again = invoke(db, fmt, str(source))
+    assert "0 turns added, 6 already present" in again.output
+    assert rows(db, "SELECT COUNT(*) FROM exchanges") == [(6,)]
+
+
+@pytest.mark.parametrize(("fmt", "broken", "message"), [
+    ("claude", [{"name": "Trip", "chat_messages": [{"sender": "human", "text": "hi",
+                                                     "created_at": "last week"}]}],
+     "conversation 'Trip': message 1: unreadable time 'last week'"),
+    ("claude", [{"name": "Trip"}], "conversation 'Trip': no 'chat_messages'"),
+    ("openwebui", [{"id": "c", "title": "Plants", "chat": {"history": {
+        "messages": {"a": {"id": "a", "parentId": "gone", "role": "user", "content": "x",
+                           "timestamp": 1}}, "currentId": "a"}}}],
+     "chat 'Plants': broken message tree at 'gone'"),
+    ("openwebui", {"chats": []}, "expected a list of chats"),
+])
+def test_malformed_assistant_exports_name_the_place_and_import_nothing(
+        tmp_path: Path, fmt: str, broken: object, message: str) -> None:
+    db, src = tmp_path / "m.db", tmp_path / "export.json"
+    src.write_text(json.dumps(broken))
+    result = invoke(db, fmt, str(src))
+    assert result.exit_code == 2
+    assert result.output.strip().splitlines() == [f"Error: {src}: {message}"]
+    assert not db.exists()

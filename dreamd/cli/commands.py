@@ -322,8 +322,8 @@ def retry(obj: dict[str, Any], job: str | None, item: str | None, fallback: bool
 
 
 @main.command(name="import")
-@click.argument("fmt", metavar="FORMAT", type=click.Choice(["chatgpt", "jsonl", "locomo",
-                                                             "longmemeval"]))
+@click.argument("fmt", metavar="FORMAT", type=click.Choice(
+    ["chatgpt", "claude", "openwebui", "jsonl", "locomo", "longmemeval"]))
 @click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
 @click.option("--user", default=None, help="Whose history this is (default: user.id from "
               "the config); new sessions are filed under this user.")
@@ -335,6 +335,8 @@ def import_(obj: dict[str, Any], fmt: str, path: Path, user: str | None) -> None
     \b
     FORMAT is one of:
       chatgpt      conversations.json from a ChatGPT data export (the branch last shown)
+      claude       conversations.json from a Claude data export
+      openwebui    the file Open WebUI's "Export All Chats" writes (the branch last shown)
       jsonl        one turn per line: {"session", "role", "content", "created_at", "name"?}
       locomo       the LoCoMo benchmark file
       longmemeval  a LongMemEval file (each haystack session once)

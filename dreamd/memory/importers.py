@@ -1,4 +1,5 @@
-"""Importing real history: ChatGPT exports, a documented JSONL format, LoCoMo, LongMemEval.
+"""Importing real history: assistants' exports (ChatGPT, Claude, Open WebUI: see
+memory/assistants.py), a documented JSONL format, LoCoMo, LongMemEval.
 
 Parsers are pure (parsed JSON in, sessions out) and name the file and the place of any
 problem; the writer adds the turns as a chat app would, keeping their real dates, in one
@@ -10,30 +11,16 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from dreamd.errors import ImportFormatError, StoreError
 from dreamd.ids import DEFAULT_USER
+from dreamd.memory.assistants import parse_chatgpt, parse_claude, parse_openwebui
+from dreamd.memory.history import ImportSession, ImportTurn, iso, spaced
 from dreamd.store.interface import Store
 from dreamd.store.turns import add_session, add_turns, app_embeds_turns, turn_keys
-
-
-@dataclass(frozen=True)
-class ImportTurn:
-    role: str
-    content: str
-    created_at: str
-
-
-@dataclass(frozen=True)
-class ImportSession:
-    session_id: str
-    name: str | None
-    turns: tuple[ImportTurn, ...]
-    # Why this session is left out of the import (it is reported, not written).
-    skip: str | None = None
 
 
 @dataclass(frozen=True)
@@ -44,18 +31,6 @@ class ImportResult:
     turns_present: int
     # Sessions left out, each with why: "'Kyoto': …".
     left_out: tuple[str, ...] = ()
-
-
-def _iso(moment: datetime) -> str:
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.astimezone(UTC).isoformat()
-
-
-def _spaced(start: datetime, texts: list[tuple[str, str]]) -> tuple[ImportTurn, ...]:
-    """Turns of a session known only by its start: one minute apart, in order."""
-    return tuple(ImportTurn(role, text, _iso(start + timedelta(minutes=i)))
-                 for i, (role, text) in enumerate(texts))
 
 
 # ------------------------------------------------------------------------- JSONL
@@ -83,7 +58,7 @@ def parse_jsonl(lines: Iterable[str], where: str) -> list[ImportSession]:
         if row.get("name") is not None and not isinstance(row["name"], str):
             raise ImportFormatError(f"{place}: name must be a string")
         try:
-            created = _iso(datetime.fromisoformat(row["created_at"]))
+            created = iso(datetime.fromisoformat(row["created_at"]))
         except ValueError:
             raise ImportFormatError(
                 f"{place}: created_at is not ISO-8601: {row['created_at']!r}") from None
@@ -94,109 +69,6 @@ def parse_jsonl(lines: Iterable[str], where: str) -> list[ImportSession]:
             ImportTurn(row["role"], row["content"], created))
         names.setdefault(row["session"], row.get("name"))
     return [ImportSession(sid, names[sid], tuple(turns)) for sid, turns in sessions.items()]
-
-
-# ------------------------------------------------------------------------- ChatGPT
-
-
-def _dict(value: Any) -> dict[str, Any]:
-    """`value` if it is a JSON object, else an empty one: exports vary in shape."""
-    return value if isinstance(value, dict) else {}
-
-
-def _chatgpt_text(message: dict[str, Any]) -> str:
-    """The message's text; an image (or other attachment) part leaves a placeholder, so
-    "what do you think of this?" keeps its object."""
-    content = _dict(message.get("content"))
-    if content.get("content_type") not in ("text", "multimodal_text"):
-        return ""
-    raw = content.get("parts")
-    parts: list[Any] = raw if isinstance(raw, list) else []
-    texts = []
-    for part in parts:
-        if isinstance(part, str):
-            texts.append(part)
-        elif isinstance(part, dict):
-            kind = str(part.get("content_type") or "")
-            texts.append("[image]" if "image" in kind else f"[{kind or 'attachment'}]")
-    return "\n".join(t for t in texts if t.strip()).strip()
-
-
-def _chatgpt_time(stamp: Any, place: str) -> str:
-    """A ChatGPT create_time (seconds since the epoch) as ISO UTC."""
-    if isinstance(stamp, bool) or not isinstance(stamp, int | float | str):
-        raise ImportFormatError(f"{place}: unreadable time {stamp!r}")
-    try:
-        return _iso(datetime.fromtimestamp(float(stamp), UTC))
-    except ValueError:
-        raise ImportFormatError(f"{place}: unreadable time {stamp!r}") from None
-    except (OverflowError, OSError):
-        raise ImportFormatError(f"{place}: time out of range {stamp!r}") from None
-
-
-def parse_chatgpt(data: Any, where: str) -> list[ImportSession]:
-    """conversations.json: follow each conversation from current_node up to its root.
-
-    That path is the branch the user last saw: edited messages leave their older
-    branches behind. System, tool and hidden messages are skipped; a message without a
-    time takes the previous message's, or the conversation's.
-    """
-    if not isinstance(data, list):
-        raise ImportFormatError(f"{where}: expected a list of conversations")
-    sessions = []
-    for index, conv in enumerate(data):
-        title = _dict(conv).get("title")
-        place = (f"{where}: conversation {title!r}" if isinstance(title, str) and title
-                 else f"{where}: conversation {index + 1}")
-        if not isinstance(conv, dict) or not isinstance(conv.get("mapping"), dict):
-            raise ImportFormatError(f"{place}: no 'mapping' of messages")
-        mapping = conv["mapping"]
-        node = conv.get("current_node")
-        chain = []
-        seen = set()
-        while node is not None:
-            if (not isinstance(node, str) or not isinstance(mapping.get(node), dict)
-                    or node in seen):
-                raise ImportFormatError(f"{place}: broken message tree at node {node!r}")
-            seen.add(node)
-            chain.append(mapping[node])
-            node = chain[-1].get("parent")
-        fallback = conv.get("create_time") or conv.get("update_time")
-        found: list[tuple[str, str, Any]] = []  # role, text, stamp or None
-        for entry in reversed(chain):
-            message = entry.get("message")
-            if message is None:
-                continue  # the tree's root carries none
-            if not isinstance(message, dict):
-                raise ImportFormatError(f"{place}: a message that is not an object: "
-                                        f"{str(message)[:40]!r}")
-            role = _dict(message.get("author")).get("role")
-            hidden = _dict(message.get("metadata")).get("is_visually_hidden_from_conversation")
-            recipient = message.get("recipient", "all")
-            text = _chatgpt_text(message)
-            stamp = message.get("create_time") or fallback
-            if stamp is not None:
-                fallback = stamp
-            # An assistant message to a tool (recipient "memory", "python", …) is a call
-            # the user never saw, not a turn of the conversation.
-            if role not in ("user", "assistant") or hidden or not text or recipient != "all":
-                continue
-            found.append((role, text, stamp))
-        cid = conv.get("id") or conv.get("conversation_id") or f"index-{index}"
-        name = title if isinstance(title, str) else None
-        stamps = [stamp for _, _, stamp in found if stamp is not None]
-        if found and not stamps:
-            sessions.append(ImportSession(f"chatgpt:{cid}", name, (),
-                                          skip="no message and no conversation time"))
-            continue
-        turns = []
-        for role, text, stamp in found:
-            # A first message without a time takes the first time after it.
-            stamp = stamp if stamp is not None else stamps[0]
-            turns.append(ImportTurn(role, text, _chatgpt_time(stamp, place)))
-        if turns:
-            sessions.append(ImportSession(f"chatgpt:{cid}", name, tuple(turns)))
-    return sessions
 
 
 # ------------------------------------------------------------------------- benchmarks
@@ -230,7 +102,7 @@ def parse_locomo(data: Any, where: str) -> list[ImportSession]:
                 if turn.get("blip_caption"):
                     text += f" [shares an image: {turn['blip_caption']}]"
                 texts.append((turn["speaker"], text))
-            sessions.append(ImportSession(f"locomo:{sample}:{n}", None, _spaced(start, texts)))
+            sessions.append(ImportSession(f"locomo:{sample}:{n}", None, spaced(start, texts)))
     return sessions
 
 
@@ -253,7 +125,7 @@ def parse_longmemeval(data: Any, where: str) -> list[ImportSession]:
                     raise ImportFormatError(
                         f"{where}: {qid} session {sid}: unreadable date {raw_date!r}") from None
                 texts = [(t["role"], t["content"]) for t in turns]
-                sessions[sid] = ImportSession(f"lme:{sid}", None, _spaced(start, texts))
+                sessions[sid] = ImportSession(f"lme:{sid}", None, spaced(start, texts))
         except (KeyError, TypeError, ValueError) as exc:
             if isinstance(exc, ImportFormatError):
                 raise
@@ -263,7 +135,7 @@ def parse_longmemeval(data: Any, where: str) -> list[ImportSession]:
 
 # ------------------------------------------------------------------------- reading, writing
 
-FORMATS = ("chatgpt", "jsonl", "locomo", "longmemeval")
+FORMATS = ("chatgpt", "claude", "openwebui", "jsonl", "locomo", "longmemeval")
 
 
 def read_sessions(fmt: str, path: Path) -> list[ImportSession]:
@@ -290,8 +162,8 @@ def one_line(text: str) -> str:
 
 
 PARSERS: dict[str, Callable[[Any, str], list[ImportSession]]] = {
-    "chatgpt": parse_chatgpt, "jsonl": parse_jsonl, "locomo": parse_locomo,
-    "longmemeval": parse_longmemeval,
+    "chatgpt": parse_chatgpt, "claude": parse_claude, "openwebui": parse_openwebui,
+    "jsonl": parse_jsonl, "locomo": parse_locomo, "longmemeval": parse_longmemeval,
 }
 
 
@@ -346,7 +218,7 @@ def write_sessions(store: Store, sessions: list[ImportSession],
                                 "import again to replace it")
                 continue
             new += int(not existing)
-            first = session.turns[0].created_at if session.turns else _iso(datetime.now(UTC))
+            first = session.turns[0].created_at if session.turns else iso(datetime.now(UTC))
             add_session(conn, session.session_id, session.name, first, user)
             rows = [(session.session_id, t.role, t.content, t.created_at) for t in session.turns
                     if (t.role, t.content, t.created_at) not in existing]
