@@ -285,9 +285,9 @@ class Memory:
                 query: str | None = None, budget: int = 1000, recent: int = 20,
                 raw_turns: bool = True) -> Context:
         """The tiered context block for `session`, within `budget` tokens: the memory of
-        the session's own user only (for a session no one has spoken in yet, `user`'s, or
-        none). Without a session, the block for `user` (default: the configured one)
-        between conversations: no recent turns.
+        the session's own user only (for a session no one has spoken in yet, `user`'s,
+        else the default user's). Without a session, the block for `user` (default: the
+        configured one) between conversations: no recent turns.
 
         The query defaults to the session's last user turn. `raw_turns=False` leaves out
         the raw details and recent turns: the consolidated tiers alone.
@@ -298,9 +298,9 @@ class Memory:
                 user, turns = user or self.config.user.id, []
             else:
                 turns = last_turns(conn, session, recent)
-                user = _whose(conn, session, user, spoken=bool(turns))
-            if user is None:  # a new conversation, and no one said whose: no one's memory
-                return build_context({}, budget)
+                # A new conversation no one said whose: the default user's (a server
+                # for many people shows no one's instead: see `whose`).
+                user = _whose(conn, session, user, spoken=bool(turns)) or DEFAULT_USER
             agent_state = self_state(conn, agent)
             state = self_state(conn, self_state_id(agent, user))
             profile = profile_row(conn, profile_id(user))
@@ -334,7 +334,8 @@ class Memory:
         return build_context(parts, budget)
 
     def whose(self, session: str, user: str | None = None) -> str | None:
-        """Whose memory `context(session, user=user)` shows (None: no one's)."""
+        """Whose `session` is: as filed, else (once it has turns) the default user's, else
+        `user`'s, the one asking for a new conversation; None when no one said."""
         with self.store.read() as conn:
             return _whose(conn, session, user, spoken=bool(last_turns(conn, session, 1)))
 

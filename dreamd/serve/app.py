@@ -198,9 +198,9 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
         session no one has spoken in yet is a new conversation of `user` (no one's
         memory without `user`); a user with no turns yet has an empty block."""
         with pool.memory(user or session or config.user.id) as memory:
-            who = user or config.user.id if session is None else memory.whose(session, user)
+            permit(grant, "read", user)
+            who, block = views.context_block(memory, session, user, q, budget)
             permit(grant, "read", who)
-            block = memory.context(session, user=user, query=q, budget=budget)
         return {"user": who, "session": session, "budget": budget,
                 "tokens": block.tokens, "text": block.text,
                 "sections": {tier: list(lines) for tier, lines in block.sections}}

@@ -134,9 +134,9 @@ def make(pool: Pool, config: Config) -> MCPServer:
         recent turns. A session no one has spoken in yet is a new conversation of
         `user`."""
         with pool.memory(user or session or config.user.id) as memory:
-            who = user or config.user.id if session is None else memory.whose(session, user)
+            permit(grant_in(ctx), "read", user)
+            who, block = views.context_block(memory, session, user, query, budget)
             permit(grant_in(ctx), "read", who)
-            block = memory.context(session, user=user, query=query, budget=budget)
         return ContextBlock(user=who, session=session, budget=budget, tokens=block.tokens,
                             text=block.text,
                             sections={tier: list(lines) for tier, lines in block.sections})

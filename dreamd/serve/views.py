@@ -6,6 +6,9 @@ from typing import Any
 
 from dreamd.cli import report
 from dreamd.config import Config
+from dreamd.memory.api import Memory
+from dreamd.memory.context import Context
+from dreamd.memory.context import build as build_context
 from dreamd.memory.recall import Hit
 from dreamd.store.facts import facts_of
 from dreamd.store.interface import Store
@@ -26,6 +29,18 @@ def user_memory(store: Store, config: Config, user: str, gists: int = 5) -> dict
         "from_turns": [{"id": t, "session": session_of.get(t)} for t in f.sources],
     } for f in facts]
     return data
+
+
+def context_block(memory: Memory, session: str | None, user: str | None,
+                  query: str | None, budget: int) -> tuple[str | None, Context]:
+    """Whose context it is and the block: `user`'s (default: the configured one) between
+    conversations; the session's user's; for a new conversation no user was named for,
+    no one's (an empty block: a server for many people must not hand a stranger the
+    default user's memory)."""
+    who = user or memory.config.user.id if session is None else memory.whose(session, user)
+    if who is None:
+        return None, build_context({}, budget)
+    return who, memory.context(session, user=user, query=query, budget=budget)
 
 
 def hit(h: Hit) -> dict[str, Any]:
