@@ -189,6 +189,13 @@ def line_changes(before: str, after: str) -> tuple[list[str], list[str]]:
     return [ln for ln in new if ln not in old], [ln for ln in old if ln not in new]
 
 
+def masked(line: str, word: Word) -> str:
+    """A line as the diary keeps it: one that says a withdrawn fact is named by the fact's
+    id, not by its words."""
+    fact = word.unsays(line)
+    return line if fact is None else f"({fact.withdrawn} by a person: fact #{fact.id})"
+
+
 def read_word(conn: Conn, user: str, current: list[Fact] | None = None) -> Word:
     """Inside a read: the user's word as it stands (with their current facts, when the
     caller has read them already; else they are read only where a fact was withdrawn, and

@@ -18,7 +18,7 @@ from dreamd.errors import NotCorrectable, StaleVersion, UnknownCorrection, Unkno
 from dreamd.ids import user_key
 from dreamd.models import Correction, Fact
 from dreamd.store import corrections as sql
-from dreamd.store.facts import add_fact
+from dreamd.store.facts import add_fact, facts_of
 from dreamd.store.interface import Conn, Store
 from dreamd.store.vectors import put_vector
 
@@ -210,18 +210,26 @@ def _undo(conn: Conn, user: str, done: Correction, said: Said) -> None:
 
 def word_of(conn: Conn, user: str, current: list[Fact] | None = None) -> Word:
     """The user's word as it stands (with their current facts, when the caller has them)."""
-    return read_word(conn, user, current)
+    return read_word(conn, user, facts_of(conn, user, current_only=True)
+                     if current is None else current)
+
+
+REBUILT = ("profile", "eras", "narrative")
 
 
 def scrub(store: Store, user: str) -> int:
-    """Every derived text of the user's that says what they withdrew, rewritten without
-    it (a stored model answer that says it is dropped): read, then one short conditional
-    write per text. Returns how many changed."""
+    """Every derived text of the user's that no pass rebuilds and that says what they
+    withdrew (gists, the diary), rewritten without it, and every stored model answer that
+    says it dropped: read, then one short conditional write per text. Returns how many
+    changed. (The profile, eras and narrative are rebuilt by the next pass, which the
+    correction made due; until then the context block keeps the word as it reads them.)"""
     with store.read() as conn:
         word = word_of(conn, user)
         texts = sql.user_texts(conn, user) if word.unsaid else []
     changed = 0
     for table, key, text in texts:
+        if table in REBUILT:
+            continue
         kept = scrubbed(text, word)
         if kept == text:
             continue

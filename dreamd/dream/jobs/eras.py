@@ -13,7 +13,7 @@ from dreamd.dream.jobs.pool import run_keyed
 from dreamd.dream.keys import space
 from dreamd.dream.prompts import era_prompt
 from dreamd.dream.shown import era_from
-from dreamd.dream.word import Word, read_word, scrubbed
+from dreamd.dream.word import EMPTIED, Word, read_word, scrubbed
 from dreamd.errors import OutputInvalid
 from dreamd.ids import era_key
 from dreamd.models import BacklogStats, Fact, Gist, JobResult, JobSpec
@@ -72,7 +72,8 @@ def think(ctx: JobContext, work: Work) -> tuple[str, str, str, np.ndarray]:
             ctx, lines, None, lambda before, chunk: era_prompt(
                 names, work.month, chunk, ctx.config.eras.lines, before), work.cached)
         body, raw = completion.text.strip(), completion.text
-    body = scrubbed(body, work.word)  # nothing a person withdrew
+    if body:  # nothing a person withdrew (a body that said nothing else says so)
+        body = scrubbed(body, work.word) or EMPTIED
     if not body:
         raise OutputInvalid(f"empty digest for {work.month}")
     count = len(work.gists)

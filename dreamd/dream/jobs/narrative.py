@@ -10,7 +10,7 @@ from dreamd.dream.jobs.fitting import answer
 from dreamd.dream.jobs.pool import run_keyed
 from dreamd.dream.prompts import era_lines, narrative_prompt
 from dreamd.dream.shown import narrative_from
-from dreamd.dream.word import Word, read_word, scrubbed
+from dreamd.dream.word import EMPTIED, Word, read_word, scrubbed
 from dreamd.errors import OutputInvalid
 from dreamd.ids import narrative_id, profile_id
 from dreamd.models import BacklogStats, Fact, JobResult, JobSpec
@@ -87,7 +87,8 @@ def think(ctx: JobContext, work: Work) -> tuple[str, str, str]:
                 names, work.profile, [], ctx.config.narrative.lines, before, chunk),
             work.cached)
         body, raw = completion.text.strip(), completion.text
-    body = scrubbed(body, work.word)  # nothing a person withdrew
+    if body:  # nothing a person withdrew (a body that said nothing else says so)
+        body = scrubbed(body, work.word) or EMPTIED
     if not body:
         raise OutputInvalid("empty narrative")
     span = f"{work.eras[0][0]} to {work.eras[-1][0]}" if work.eras else "so far"

@@ -18,7 +18,7 @@ from dreamd.dream.keys import space
 from dreamd.dream.prompts import profile_prompt
 from dreamd.dream.selector import for_model
 from dreamd.dream.shown import profile_from
-from dreamd.dream.word import Word, line_changes, profile_kept, read_word
+from dreamd.dream.word import Word, line_changes, masked, profile_kept, read_word
 from dreamd.errors import OutputInvalid
 from dreamd.ids import profile_id
 from dreamd.models import BacklogStats, Completion, Fact, Gist, JobResult, JobSpec
@@ -113,16 +113,16 @@ def think(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
     """The profile as the person's word has it: nothing they withdrew, all they stand
     behind (a change of their word alone needs no model: the profile is kept to it)."""
     content, completion, digest = drafted(ctx, work)
-    kept = profile_kept(content, work.word)
+    kept = profile_kept(content, work.word) or \
+        f"(no standing facts about {ctx.names_for(work.user_id)['user']} stated yet)"
     if kept != content:
         completion = dataclasses.replace(completion, text=kept)
-    return kept or content, completion, digest
+    return kept, completion, digest
 
 
 def drafted(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
     if ctx.asks_model and not work.new_gists:  # the person's word alone changed
-        kept = work.current.content if work.current else \
-            f"(no standing facts about {ctx.names_for(work.user_id)['user']} stated yet)"
+        kept = work.current.content if work.current else ""
         return kept, Completion(kept, ctx.source, "profile", extractive=True), ""
     content = "" if ctx.asks_model else profile_from(
         work.facts, ctx.config.profile.max_facts,
@@ -170,6 +170,7 @@ def noted(ctx: JobContext, conn: Conn, work: Work, content: str) -> None:
     now keeps."""
     before = work.current.content if work.current else ""
     added, dropped = line_changes(before, content)
+    dropped = [masked(line, work.word) for line in dropped]  # no withdrawn words kept
     now, user = ctx.now_text(), work.user_id
     for kind, lines in (("profile_added", added), ("profile_dropped", dropped)):
         if lines:
