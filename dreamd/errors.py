@@ -59,6 +59,29 @@ class NotPermitted(DreamdError):
     """The request's token may not do this (read, write or erase, or every user's view)."""
 
 
+class UnknownFact(DreamdError):
+    """A fact id the user does not hold: none by that id, or another user's (the two are
+    not told apart, so a caller learns nothing of other users' facts)."""
+
+
+class UnknownCorrection(DreamdError):
+    """A correction id the user does not hold (none by that id, or another user's)."""
+
+
+class StaleVersion(DreamdError):
+    """A change sent with the version of a fact it read, which has changed since: someone
+    else changed it meanwhile (over HTTP: 412)."""
+
+    def __init__(self, message: str, current: int) -> None:
+        super().__init__(message)
+        self.current = current  # the fact's version now
+
+
+class NotCorrectable(DreamdError):
+    """A correction that cannot apply to the fact as it stands (retracting a retracted
+    fact, reverting a revert, empty or overlong words)."""
+
+
 class SessionTaken(DreamdError):
     """A turn for a session that belongs to another user: filing it would mix users."""
 

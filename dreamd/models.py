@@ -47,10 +47,62 @@ class Fact:
     valid_to: str | None = None  # when a newer fact replaced it
     replaced_by: int | None = None
     sources: tuple[int, ...] = ()  # the turns it came from
+    # A person's word on it (dreamd.memory.corrections): who made it ("llm:…",
+    # "extractive:…", "person:<who>" for one a person stated or corrected into it), its
+    # version (each change adds one), pinned, withdrawn ("retracted", "corrected",
+    # "reverted": kept as history, in no tier) and when a person last spoke on it.
+    origin: str = ""
+    version: int = 1
+    pinned: bool = False
+    withdrawn: str | None = None
+    word_at: str | None = None
 
     @property
     def current(self) -> bool:
-        return self.replaced_by is None
+        return self.replaced_by is None and self.withdrawn is None
+
+    @property
+    def by_person(self) -> bool:
+        """Stated or corrected into these words by a person, or pinned: shown to a model as
+        known, replaced only by a turn newer than the person's word."""
+        return self.pinned or self.origin.startswith("person:")
+
+
+@dataclass(frozen=True)
+class Correction:
+    """A person's word on one fact, as its own row: who, when, what and why.
+
+    `action` is correct, retract, pin, unpin, add or revert; `old`/`new` the statement
+    before and after (correct, add); `new_fact` the fact a correction or an addition made;
+    `reverts` the correction a revert undid, `reverted_by` the revert that undid this."""
+
+    id: int
+    user_id: str
+    fact_id: int
+    action: str
+    made_by: str
+    why: str | None
+    made_at: str
+    old: str | None = None
+    new: str | None = None
+    new_fact: int | None = None
+    reverts: int | None = None
+    reverted_by: int | None = None
+    seq: int = 0
+
+
+@dataclass(frozen=True)
+class DiaryLine:
+    """What one pass changed for one user, one line at a time: `kind` is fact_added,
+    fact_replaced, honoured, profile_added, profile_dropped or gist; `detail` its ids and
+    words."""
+
+    run_id: int
+    user_id: str
+    job: str
+    kind: str
+    detail: dict[str, Any]
+    made_at: str
 
 
 @dataclass(frozen=True)

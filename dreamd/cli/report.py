@@ -11,7 +11,9 @@ from dreamd.dream import drives as drv
 from dreamd.dream.sensing import read_backlog
 from dreamd.ids import narrative_id, profile_id, self_state_id
 from dreamd.memory.users import require_user
+from dreamd.models import DiaryLine
 from dreamd.runtime.lock import holder_of
+from dreamd.store.corrections import diary_of_run, last_diary_run
 from dreamd.store.erasure import pending as pending_forget
 from dreamd.store.fallback import fallback_counts
 from dreamd.store.interface import Store
@@ -42,6 +44,8 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
         next_pass = get_state(conn, "next_pass_at")
         waiting, most = backlog_by_user(conn)
         fell_back = fallback_counts(conn)
+        diary_run = last_diary_run(conn)
+        diary = diary_of_run(conn, diary_run) if diary_run is not None else []
     holder = holder_of(Path(store.where)) if store.engine == "sqlite" else None
     workers = ([w.__dict__ for w in lease_workers(store, 3 * config.workers.lease_seconds)]
                if store.shared else None)
@@ -66,7 +70,31 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
         # Rows the extractive fallback made where the model's answers were rejected.
         "fallback": {"rows": fell_back, "retry_hours": config.jobs.fallback_retry_hours,
                      "on": config.jobs.fallback},
+        "last_pass_changes": changes(diary_run, diary),
     }
+
+
+def changes(run_id: int | None, diary: list[DiaryLine]) -> dict[str, Any] | None:
+    """The dream diary of the last pass that changed something: per user, the facts it
+    added and replaced, the corrections it honoured, the profile's lines added and
+    dropped, the gists it wrote (with ids)."""
+    if run_id is None:
+        return None
+    users: dict[str, dict[str, list[Any]]] = {}
+    for line in diary:
+        mine = users.setdefault(line.user_id, {
+            "facts_added": [], "facts_replaced": [], "honoured": [], "profile_added": [],
+            "profile_dropped": [], "gists": []})
+        if line.kind in ("profile_added", "profile_dropped"):
+            mine[line.kind] += line.detail.get("lines", [])
+        elif line.kind == "gist":
+            mine["gists"].append(line.detail.get("session"))
+        else:
+            mine[_DIARY_KEYS.get(line.kind, line.kind)].append(line.detail)
+    return {"run": run_id, "users": users}
+
+
+_DIARY_KEYS = {"fact_added": "facts_added", "fact_replaced": "facts_replaced"}
 
 
 def before_first_pass(store: Store) -> dict[str, Any]:

@@ -22,6 +22,7 @@ from dreamd.dream.workers import Claims
 from dreamd.ids import user_keys
 from dreamd.logger import Logger, silent
 from dreamd.models import BacklogStats, Drives, JobResult, JobSpec
+from dreamd.store.corrections import prune_diary
 from dreamd.store.erasure import finish_pending
 from dreamd.store.fallback import fallback_gists_due, send_back
 from dreamd.store.interface import Store, WriteLockTimes
@@ -33,6 +34,7 @@ from dreamd.store.tiers import save_self_state, self_state, settle_tier_queue
 # Drives are rewritten into the self-state only when one moved by more than this, so
 # an idle pass leaves the memory file untouched.
 DRIVE_EPSILON = 0.01
+DIARY_RUNS = 50  # the passes whose diary is kept (status shows the last)
 
 
 @dataclass(frozen=True)
@@ -113,9 +115,10 @@ def run_pass(
     with store.write() as conn:
         run_id = start_run(conn, trigger, os.getpid(), now.isoformat(),
                              claims.worker if claims else None)
+        prune_diary(conn, DIARY_RUNS)
     budget = Budget(config.pass_.max_seconds, config.pass_.max_items, stop)
     ctx = JobContext(store, config, embedder, completer, budget, force=force, clock=clock,
-                     log=log, progress=progress, tasks=jobs.by_task())
+                     log=log, progress=progress, tasks=jobs.by_task(), run_id=run_id)
     with store.read() as conn:
         midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
         ctx.tokens.before_today = tokens_since(conn, midnight.isoformat())

@@ -67,6 +67,9 @@ FACTS_SYSTEM = (
     "comes from) and replaces (the #ids of known facts it makes no longer true, else []). "
     "Keep names, places, numbers, dates, possessions, roles, plans and preferences; leave "
     "out questions, greetings, thanks and passing moods. At most {per_turn} facts a turn. "
+    "A known fact marked [a person's word, DAY] was stated, corrected or pinned by a "
+    "person: it stands; replace it only with a turn said after that day, and never say "
+    "again what a person took back (such facts are not shown). "
     "{example}" + _DATA_RULE
 )
 # One worked example, for a small model that has no grammar to hold it to the shape. Its

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,6 +24,7 @@ from dreamd.config import load as load_config
 from dreamd.dream.dates import asked_period
 from dreamd.dream.keys import Said, in_names, space, vector_key
 from dreamd.dream.shown import asks_about_the_past, fact_line
+from dreamd.dream.word import Word, profile_kept, scrubbed
 from dreamd.errors import SessionTaken, UnknownUser
 from dreamd.ids import (
     DEFAULT_USER,
@@ -34,6 +34,7 @@ from dreamd.ids import (
     self_state_id,
     session_key,
 )
+from dreamd.memory import corrections
 from dreamd.memory.context import Context
 from dreamd.memory.context import build as build_context
 from dreamd.memory.export import export_user
@@ -54,6 +55,8 @@ from dreamd.memory.recall import (
     query_words,
     top_k,
 )
+from dreamd.memory.serial import serialized
+from dreamd.memory.steering import Steering
 from dreamd.models import Fact
 from dreamd.store import facts as facts_sql
 from dreamd.store.facts import facts_of
@@ -86,19 +89,7 @@ class NewTurn:
     user: str | None = None  # a new session is filed under this user
 
 
-def serialized(method: Callable[..., T]) -> Callable[..., T]:
-    """One call at a time on the instance's one connection: a Memory may be shared by a
-    threaded chat server's threads (SQLite transactions on one connection cannot nest)."""
-
-    @functools.wraps(method)
-    def call(self: Memory, *args: Any, **kwargs: Any) -> T:
-        with self._lock:
-            return method(self, *args, **kwargs)
-
-    return call
-
-
-class Memory:
+class Memory(Steering):
     """One memory file, opened with dreamd's connection contract. Safe to share between
     threads: calls take turns on its one connection (one Memory per thread reads in
     parallel, as WAL allows)."""
@@ -311,23 +302,28 @@ class Memory:
             facts = facts_of(conn, user)
             fact_vectors = facts_sql.fact_vectors(conn, space(self.embedder.model),
                                           [f.id for f in facts])
+            word = corrections.word_of(conn, user, [f for f in facts if f.current])
         if query is None:
             query = next((c for r, c, _ in reversed(turns) if r == USER_ROLE), "")
         vector = self.embedder.embed([self.as_named(query, [user]) or " "])[0]
         parts: dict[str, list[str]] = {
             "self": _self_lines({**(state[0] if state else {}),
                                  "drives": (agent_state[0] if agent_state else {}).get("drives")}),
-            "profile": _lines(profile.content if profile else ""),
-            "narrative": _bullets(narrative.content if narrative else ""),
-            "eras": _best_eras(eras, era_vectors, vector, 2),
+            # A person's word holds from the moment it is given, before a pass rebuilds.
+            "profile": _lines(profile_kept(profile.content if profile else "", word)),
+            "narrative": _bullets(scrubbed(narrative.content if narrative else "", word)),
+            "eras": _best_eras({m: scrubbed(c, word) for m, c in eras.items()}, era_vectors,
+                               vector, 2),
             "facts": relevant_facts(facts, fact_vectors, vector, query or "", FACTS),
-            "gists": self._gist_lines(vector, session, user),
+            "gists": self._gist_lines(vector, session, user, word),
             # Best first; as many as the budget takes (the tier's share, and what the
             # tiers before it left over).
-            "details": [f"[{h.when}] {h.role}: {h.dated}" for h in
-                        self.recall(query, k=DETAILS + 5, users=[user])
-                        if h.session_id != session][:DETAILS] if query else [],
-            "recent": [f"{r}: {c}" for r, c, _ in turns],
+            "details": [line for h in self.recall(query, k=DETAILS + 5, users=[user])
+                        if h.session_id != session and (line := scrubbed(
+                            f"[{h.when}] {h.role}: {h.dated}", word, h.created_at))
+                        ][:DETAILS] if query else [],
+            "recent": [line for r, c, at in turns
+                       if (line := scrubbed(f"{r}: {c}", word, at))],
         }
         if not raw_turns:  # the consolidated tiers alone
             parts["details"], parts["recent"] = [], []
@@ -339,13 +335,15 @@ class Memory:
         with self.store.read() as conn:
             return _whose(conn, session, user, spoken=bool(last_turns(conn, session, 1)))
 
-    def _gist_lines(self, vector: np.ndarray, session: str | None, user: str) -> list[str]:
+    def _gist_lines(self, vector: np.ndarray, session: str | None, user: str,
+                    word: Word) -> list[str]:
         best = self.indexes.gists(user).best(vector, 3, exclude=session)
         if not best:
             return []
         with self.store.read() as conn:
             rows = gist_texts(conn, best)
-        return [_shortened(" / ".join(_lines(rows[s])), GIST_CHARS) for s in best if s in rows]
+        return [_shortened(" / ".join(_lines(scrubbed(rows[s], word))), GIST_CHARS)
+                for s in best if s in rows]
 
     def _allowed(self, users: list[str], session: str | None) -> Callable[[str], bool]:
         """Whether a session's turns may be returned: it belongs to one of `users` (a

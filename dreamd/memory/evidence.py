@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dreamd.store.corrections import word_seq
 from dreamd.store.facts import fact_vectors, facts_after, facts_by_id, sources_added
 from dreamd.store.interface import Store
 from dreamd.store.state import get_state
@@ -70,8 +71,9 @@ class FactIndex:
 
     def refresh(self) -> None:
         with self.store.read() as conn:
-            epoch = get_state(conn, "vector_epoch", "0")
-            if epoch != self.epoch:  # dreamd forgot something: start again
+            # dreamd forgot something, or a person withdrew a fact: start again.
+            epoch = f'{get_state(conn, "vector_epoch", "0")}/{word_seq(conn, self.user_id)}'
+            if epoch != self.epoch:
                 self._reset(epoch)
             # Turns that said a known fact again join it (the facts job reads turns in
             # order, so theirs are newer than any source read before).
@@ -85,7 +87,8 @@ class FactIndex:
             blobs |= fact_vectors(conn, self.space, [f.id for f in new]) if new else {}
         # (Every pair held has a turn up to last_turn: these are new.)
         pairs = [(self.row_of[f], t) for f, t in again if f in self.row_of]
-        kept = [f for f in [*ready, *new] if f.id in blobs and f.sources]
+        kept = [f for f in [*ready, *new] if f.id in blobs and f.sources
+                and f.withdrawn is None]
         self.waiting = [i for i in self.waiting if i not in blobs] + \
             [f.id for f in new if f.id not in blobs and f.sources]
         if kept:

@@ -8,6 +8,7 @@ with the turn or session they belong to.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from datetime import UTC, datetime
 from typing import Any
@@ -15,7 +16,8 @@ from typing import Any
 from dreamd import __version__
 from dreamd.ids import era_key, narrative_id, profile_id, self_state_id
 from dreamd.memory.users import require_user
-from dreamd.store.facts import fact_origins, facts_of
+from dreamd.store.corrections import corrections_of
+from dreamd.store.facts import fact_origins, listed_facts
 from dreamd.store.interface import Store
 from dreamd.store.provenance import (
     gist_record,
@@ -28,6 +30,7 @@ from dreamd.store.tiers import era_seqs, self_state
 from dreamd.store.turns import sessions_of
 
 FORMAT = "dreamd-export/1"
+EVERY_FACT = 1 << 62
 
 
 def export_user(store: Store, user: str, agent_id: str) -> dict[str, Any]:
@@ -67,8 +70,11 @@ def export_user(store: Store, user: str, agent_id: str) -> dict[str, Any]:
         facts = [{"id": f.id, "subject": f.subject, "about": f.about, "statement": f.statement,
                   "valid_from": f.valid_from, "learned_at": f.learned_at,
                   "valid_to": f.valid_to, "replaced_by": f.replaced_by,
-                  "made_by": origins.get(f.id), "from_turns": list(f.sources)}
-                 for f in facts_of(conn, user)]
+                  "made_by": origins.get(f.id), "from_turns": list(f.sources),
+                  "version": f.version, "pinned": f.pinned, "withdrawn": f.withdrawn,
+                  "person_spoke_at": f.word_at}
+                 for f in listed_facts(conn, user, 0, EVERY_FACT, everything=True)]
+        corrections = [dataclasses.asdict(c) for c in corrections_of(conn, user)]
         return {
             "format": FORMAT,
             "dreamd_version": __version__,
@@ -77,6 +83,8 @@ def export_user(store: Store, user: str, agent_id: str) -> dict[str, Any]:
             "sessions": [session_record(conn, s) for s in sessions],
             "gists": gists,
             "facts": facts,
+            # A person's word on the facts, each correction with who, when, what and why.
+            "corrections": corrections,
             "profile": profile,
             "eras": eras,
             "narrative": narrative,

@@ -118,7 +118,8 @@ def forget(store: Store, scope: Scope, agent_id: str, *, dry_run: bool = False,
         if dry_run or not (cuts or whole_user):
             break
         derived = erasure.open_journal(store, scope.user, scope.before, agent_id,
-                                       [c.session_id for c in cuts], months, upto)
+                                       [c.session_id for c in cuts], months, upto,
+                                       whole=whole_user)
         if derived is not None:
             report.derived = derived
             break

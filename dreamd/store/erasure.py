@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dreamd.store.connect import MERGE_PAGES
+from dreamd.store.corrections import drop_diary, drop_user_word
 from dreamd.store.facts import drop_facts_of_turns
 from dreamd.store.interface import Conn, Store
 from dreamd.store.state import bump_vector_epoch, get_state, iso_utc, set_state
@@ -62,9 +63,12 @@ def survey(conn: Conn, user: str, session: str | None, before: str | None
 
 
 def open_journal(store: Store, user: str, before: str | None, agent_id: str,
-                 sessions: list[str], months: set[str], upto: int) -> list[str] | None:
-    """Drop what was derived from the sessions and open the journal, in one transaction.
-    Returns the tiers dropped, or None when another journal is open (nothing changed)."""
+                 sessions: list[str], months: set[str], upto: int,
+                 whole: bool = False) -> list[str] | None:
+    """Drop what was derived from the sessions and open the journal, in one transaction
+    (the user's diary too, which may quote them; forgetting a `whole` user, every word
+    they gave on their facts as well). Returns the tiers dropped, or None when another
+    journal is open (nothing changed)."""
     job = {"user": user, "before": before, "upto": upto, "next": 0, "after": 0}
     with store.write(alone=True) as conn:
             if get_state(conn, JOURNAL) is not None:
@@ -72,6 +76,9 @@ def open_journal(store: Store, user: str, before: str | None, agent_id: str,
             for session in sessions:
                 drop_gist(conn, session)
             derived = drop_tiers(conn, user, agent_id, months)
+            drop_diary(conn, user)
+            if whole:
+                drop_user_word(conn, user)
             bump_vector_epoch(conn)
             set_state(conn, JOURNAL_SESSIONS, json.dumps(sessions))
             set_state(conn, JOURNAL, json.dumps(job))
@@ -171,7 +178,8 @@ def finish_pending(store: Store, step: int = STEP) -> bool:
 # The tables a forget deletes from, which PostgreSQL's VACUUM clears of dead rows.
 ERASED_TABLES = ("exchanges", "sessions", "summaries", "profile", "eras", "narrative",
                  "facts", "dreamd_fact_sources", "dreamd_sessions",
-                 "dreamd_exchange_vectors", "dreamd_vectors", "dreamd_fts", "dreamd_outputs")
+                 "dreamd_exchange_vectors", "dreamd_vectors", "dreamd_fts", "dreamd_outputs",
+                 "dreamd_corrections", "dreamd_diary")
 
 
 def vacuum(store: Store) -> None:

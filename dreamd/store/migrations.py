@@ -351,6 +351,51 @@ TOKENS_TABLE = ("CREATE TABLE dreamd_tokens (id INTEGER PRIMARY KEY AUTOINCREMEN
                 "scopes TEXT NOT NULL, created_at TEXT NOT NULL, revoked_at TEXT)")
 
 
+_WORD = """
+-- A person's word on a fact (dreamd.memory.corrections): a version for changes that
+-- must not overwrite each other unseen, a pin, and withdrawn facts kept as history.
+ALTER TABLE facts ADD COLUMN version INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE facts ADD COLUMN pinned INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE facts ADD COLUMN withdrawn TEXT;
+ALTER TABLE facts ADD COLUMN word_at TEXT;
+-- Each correction a row of its own: who, when, what, why; never folded into a rebuild.
+CREATE TABLE dreamd_corrections (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    user_id TEXT NOT NULL,
+    fact_id INTEGER NOT NULL,
+    action TEXT NOT NULL,
+    made_by TEXT NOT NULL,
+    why TEXT,
+    made_at TEXT NOT NULL,
+    old_statement TEXT,
+    new_statement TEXT,
+    new_fact_id INTEGER,
+    reverts INTEGER,
+    reverted_by INTEGER,
+    dreamd_seq INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX dreamd_corrections_fact ON dreamd_corrections(fact_id);
+CREATE INDEX dreamd_corrections_user ON dreamd_corrections(user_id, dreamd_seq);
+-- What each pass changed, per user: the dream diary `status` shows.
+CREATE TABLE dreamd_diary (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id INTEGER NOT NULL,
+    user_id TEXT NOT NULL,
+    job TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    detail TEXT NOT NULL,
+    made_at TEXT NOT NULL
+);
+CREATE INDEX dreamd_diary_run ON dreamd_diary(run_id, user_id);
+CREATE INDEX dreamd_diary_user ON dreamd_diary(user_id);
+"""
+
+
+def _word(conn: Conn) -> None:
+    for statement in _statements(_WORD):
+        conn.execute(statement)
+
+
 MIGRATIONS = (
     Migration(1, "core tables (prior-art layout)", _core),
     Migration(2, "dreamd bookkeeping, tally, vectors, runs", _dreamd_base),
@@ -365,6 +410,7 @@ MIGRATIONS = (
     Migration(11, "derived rows numbered by a sequence where workers share the store",
               _seq_sequence),
     Migration(12, "API tokens limited to users and scopes", _tokens),
+    Migration(13, "a person's word on facts: corrections, versions, pins; the diary", _word),
 )
 
 

@@ -13,6 +13,7 @@ from dreamd.ids import (
     self_state_id,
 )
 from dreamd.models import Gist
+from dreamd.store.corrections import word_seq
 from dreamd.store.interface import Conn
 from dreamd.store.queues import queue_tiers, tier_queue
 from dreamd.store.runbook import drop_outputs
@@ -181,9 +182,12 @@ def era_seqs(conn: Conn, user_id: str) -> dict[str, int]:
 
 
 def stale_months(conn: Conn, user_id: str) -> list[str]:
-    """Months with a gist newer than their era, or with no era yet."""
+    """Months with a gist newer than their era, or with no era yet, or (every month) an
+    era older than the user's newest correction."""
     eras = era_seqs(conn, user_id)
-    return sorted(m for m, seq in month_gist_seqs(conn, user_id).items() if eras.get(m, -1) < seq)
+    word = word_seq(conn, user_id)
+    return sorted(m for m, seq in month_gist_seqs(conn, user_id).items()
+                  if eras.get(m, -1) < max(seq, word))
 
 
 @dataclass(frozen=True)
@@ -300,9 +304,11 @@ def save_narrative(
 
 
 def gists_past_profile(conn: Conn, user_id: str) -> int:
-    """How many of the user's gists are newer than their profile (all, with none yet)."""
+    """How many of the user's gists are newer than their profile (all, with none yet),
+    one more when a person corrected a fact since it was built."""
     current = profile_row(conn, profile_id(user_id))
-    return count_gists_after(conn, user_id, current.seq if current else 0)
+    seen = current.seq if current else 0
+    return count_gists_after(conn, user_id, seen) + (word_seq(conn, user_id) > seen)
 
 
 def narrative_stale(conn: Conn, user_id: str) -> bool:

@@ -116,6 +116,8 @@ class JobContext:
     # work only it reads: side by side (dreamd.dream.lanes), they may start now. One job
     # after another, nothing.
     reached: Callable[[], None] = lambda: None
+    # The pass's row in dreamd_runs: the diary's lines name it (None outside a pass).
+    run_id: int | None = None
     _extractive: ExtractiveCompleter | None = None
 
     def now(self) -> datetime:

@@ -13,10 +13,12 @@ from dreamd.dream.jobs.pool import run_keyed
 from dreamd.dream.keys import space
 from dreamd.dream.prompts import era_prompt
 from dreamd.dream.shown import era_from
+from dreamd.dream.word import EMPTIED, Word, read_word, scrubbed
 from dreamd.errors import OutputInvalid
 from dreamd.ids import era_key
 from dreamd.models import BacklogStats, Fact, Gist, JobResult, JobSpec
 from dreamd.store import tiers
+from dreamd.store.corrections import word_seq
 from dreamd.store.facts import facts_of
 from dreamd.store.interface import Conn
 from dreamd.store.queues import tier_queue
@@ -42,6 +44,7 @@ class Work:
     current_seq: int | None
     cached: tuple[str, str] | None
     facts: list[Fact]
+    word: Word  # the person's word when the inputs were read: the write checks it
 
     @property
     def key(self) -> str:
@@ -55,7 +58,8 @@ def prepare(ctx: JobContext, user_month: tuple[str, str]) -> Work | None:
         current = era_seqs(conn, user).get(month)
         cached = cached_output(conn, JOB, era_key(user, month))
         facts = facts_of(conn, user)
-    return Work(user, month, gists, current, cached, facts) if gists else None
+        word = read_word(conn, user, [f for f in facts if f.current])
+    return Work(user, month, gists, current, cached, facts, word) if gists else None
 
 
 def think(ctx: JobContext, work: Work) -> tuple[str, str, str, np.ndarray]:
@@ -68,6 +72,8 @@ def think(ctx: JobContext, work: Work) -> tuple[str, str, str, np.ndarray]:
             ctx, lines, None, lambda before, chunk: era_prompt(
                 names, work.month, chunk, ctx.config.eras.lines, before), work.cached)
         body, raw = completion.text.strip(), completion.text
+    if body:  # nothing a person withdrew (a body that said nothing else says so)
+        body = scrubbed(body, work.word) or EMPTIED
     if not body:
         raise OutputInvalid(f"empty digest for {work.month}")
     count = len(work.gists)
@@ -79,9 +85,11 @@ def save(ctx: JobContext, conn: Conn, work: Work,
          result: tuple[str, str, str, np.ndarray], layout: Layout) -> bool:
     """Inside the caller's write transaction: the era, if its inputs are unchanged."""
     content, digest, raw, vector = result
+    if word_seq(conn, work.user_id) != work.word.seq:
+        return False  # a person corrected a fact meanwhile: built again, never over it
     stored = save_era(
         conn, month=work.month, user_id=work.user_id, content=content,
-        session_count=len(work.gists), seq=max(g.seq for g in work.gists),
+        session_count=len(work.gists), seq=max(max(g.seq for g in work.gists), work.word.seq),
         expected_seq=work.current_seq, source=ctx.source, now=ctx.now_text(),
         embedding=core_embedding(layout.eras_embedding_required),
         vector=to_blob(vector), model=space(ctx.embedder.model), inputs=inputs_of(work.gists),

@@ -26,17 +26,19 @@ from dreamd.dream.facts import CHANGE, Candidate, extract
 from dreamd.dream.jobs.base import JobContext, failed_items, note_failure, note_success
 from dreamd.dream.jobs.embed import horizon
 from dreamd.dream.jobs.facts_asked import (
-    KNOWN_SHOWN,
     Drawn,
     answer_of,
     by_llm,
     produce,
+    shown_to_model,
     speaker_name,
 )
 from dreamd.dream.keys import addressee, space
 from dreamd.dream.selector import chosen, worth_a_run
+from dreamd.dream.word import older_than_word, says
 from dreamd.ids import user_keys
 from dreamd.models import BacklogStats, Fact, JobResult, JobSpec, Turn
+from dreamd.store.corrections import word_parts, word_seq, write_diary
 from dreamd.store.facts import add_fact, add_sources, fact_vectors, facts_of, replace_fact
 from dreamd.store.interface import Conn
 from dreamd.store.pending import Moved, count_unread, mark_read, unread_turns
@@ -60,7 +62,13 @@ class Known:
     product. A batch's new facts are known by a stand-in id (negative) until its write
     gives them theirs (`settle`)."""
 
-    def __init__(self, facts: list[Fact], vectors: dict[int, np.ndarray]) -> None:
+    def __init__(self, facts: list[Fact], vectors: dict[int, np.ndarray],
+                 withdrawn: list[Fact] | None = None, word: int = 0) -> None:
+        # A person's word as the batch read it: the facts they withdrew (with their
+        # vectors, where stored), never made again from the turns they had, and the
+        # number of their newest correction, which the batch's write checks.
+        self.withdrawn = [(f, vectors.get(f.id)) for f in withdrawn or ()]
+        self.word = word
         self.facts = [f for f in facts if f.id in vectors]
         self._row = {f.id: row for row, f in enumerate(self.facts)}
         self.unvectored = [f for f in facts if f.id not in vectors]
@@ -109,6 +117,19 @@ class Known:
             return None, 0.0
         best = max(rows, key=lambda row: scores[row])
         return self.facts[best], float(scores[best])
+
+    def refused(self, candidate: Candidate, turn_id: int, vector: np.ndarray) -> Fact | None:
+        """The withdrawn fact `candidate` says again from a turn the person had when they
+        withdrew it (its own turns, or an older one), if any: never made again."""
+        for fact, known in self.withdrawn:
+            if fact.subject != candidate.subject:
+                continue
+            if turn_id not in fact.sources and not older_than_word(candidate.said_at, fact):
+                continue  # a newer turn: new evidence
+            close = known is not None and float(known @ vector) >= SAME
+            if close or says(candidate.statement, fact):
+                return fact
+        return None
 
     def about(self, subject: str, about: str) -> list[Fact]:
         return [f for row, f in enumerate(self.facts + self.unvectored)
@@ -220,11 +241,15 @@ def run(ctx: JobContext, reason: str) -> JobResult:
                 owners = {t.session_id: session_owner(conn, t.session_id) for t, _, _ in rows}
                 known = {user: facts_of(conn, user, current_only=True)
                          for user in set(owners.values()) - set(state)}
-                blobs = fact_vectors(conn, model, [f.id for fs in known.values() for f in fs])
+                words = {user: word_parts(conn, user) for user in known}
+                blobs = fact_vectors(conn, model, [f.id for fs in known.values() for f in fs]
+                                     + [f.id for w in words.values() for f in w[1]])
             if not rows:
                 break
-            state |= {user: Known(facts, {f.id: from_blob(blobs[f.id]) for f in facts
-                                          if f.id in blobs}) for user, facts in known.items()}
+            state |= {user: Known(facts, {f.id: from_blob(blobs[f.id])
+                                          for f in facts + words[user][1] if f.id in blobs},
+                                  words[user][1], words[user][0])
+                      for user, facts in known.items()}
             parts = in_batches(unread, rows)
             batches = []
             for part in parts:
@@ -238,7 +263,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
                 batches.append((item, part))
             if not batches:
                 break
-            shown = {user: facts.current()[-KNOWN_SHOWN:] for user, facts in state.items()}
+            shown = {user: shown_to_model(facts.current()) for user, facts in state.items()}
             answers = [produce(ctx, pool, gate, part.rows, owners, shown,
                                passed_over=failures.get(item) == "quarantined")
                        for item, part in batches]
@@ -318,6 +343,8 @@ def write_batch(ctx: JobContext, gate: write_gate.Gate | None, model: str,
                 ctx.falling_back(fell_back) if fell_back else contextlib.nullcontext()):
             if not ctx.still_current(conn):
                 return "stale"
+            if any(word_seq(conn, user) != state[user].word for user in users):
+                raise Moved  # a person corrected a fact meanwhile: weighed again
             mark_read(conn, read_through(part.unread))
             ids = written(conn, ctx, model, steps)
     except Moved:
@@ -371,6 +398,7 @@ class Step:
     same: int | None = None
     new: int | None = None
     ends: tuple[int, ...] = ()
+    refused: int | None = None  # a person's word on this fact keeps it from being made
 
 
 def weighed(state: dict[str, Known], found: list[Any], vectors: np.ndarray | None
@@ -392,18 +420,28 @@ def weigh(known: Known, user: str, turn_id: int, candidate: Candidate, vector: n
           replaces: list[int] | None, i: int | None, stand_in: int) -> Step:
     """One candidate (the batch's `i`th) against the user's facts: a fact already known
     (its turn joins that fact's sources), or a new fact and the ones it replaces."""
+    refused = known.refused(candidate, turn_id, vector)
+    if refused is not None:
+        return Step(user, turn_id, candidate, vector, refused=refused.id)
     same = known.same(candidate.subject, vector, i)
     if same is not None:
         return Step(user, turn_id, candidate, vector, same=same.id)
     wanted = set(replaces or ())
     named = [f for f in known.current() if f.id in wanted] if wanted else []
     by_about = known.about(candidate.subject, candidate.about) if candidate.about else []
+    # A person's word is replaced only by a turn newer than it: what an older turn says
+    # of the same thing is evidence they had, and gives way to it.
+    held = [f for f in by_about if f.by_person and older_than_word(candidate.said_at, f)]
+    if held:
+        return Step(user, turn_id, candidate, vector, refused=held[0].id)
+    named = [f for f in named if not (f.by_person and older_than_word(candidate.said_at, f))]
     changed = []
     subject_led = candidate.statement.startswith((f"{candidate.subject} ",
                                                   f"{candidate.subject}'s "))
     if subject_led and CHANGE.search(candidate.statement):  # the person's own change
         nearest, cosine = known.nearest(candidate.subject, vector)
-        if nearest is not None and cosine >= CHANGED:
+        if nearest is not None and cosine >= CHANGED and not (
+                nearest.by_person and older_than_word(candidate.said_at, nearest)):
             changed = [nearest]
     ended = list({f.id: f for f in named + by_about + changed}.values())
     for old in ended:
@@ -419,6 +457,9 @@ def written(conn: Conn, ctx: JobContext, model: str, steps: list[Step]) -> dict[
     fact's id by its stand-in."""
     ids: dict[int, int] = {}
     for step in steps:
+        if step.refused is not None:
+            note(conn, ctx, step.user, "honoured", {"fact": step.refused, "turn": step.turn_id})
+            continue
         if step.same is not None:
             add_sources(conn, ids.get(step.same, step.same), [step.turn_id])
             continue
@@ -428,9 +469,17 @@ def written(conn: Conn, ctx: JobContext, model: str, steps: list[Step]) -> dict[
         assert step.new is not None
         ids[step.new] = fact_id
         put_vector(conn, model, "fact", str(fact_id), to_blob(step.vector))
+        note(conn, ctx, step.user, "fact_added", {"fact": fact_id, "turn": step.turn_id})
         for old in step.ends:
             replace_fact(conn, ids.get(old, old), fact_id, c.valid_from)
+            note(conn, ctx, step.user, "fact_replaced", {"fact": ids.get(old, old),
+                                                         "by": fact_id})
     return ids
+
+
+def note(conn: Conn, ctx: JobContext, user: str, kind: str, detail: dict[str, Any]) -> None:
+    """One line of the pass's diary, in the write that made the change."""
+    write_diary(conn, ctx.run_id, user, JOB, kind, detail, ctx.now_text())
 
 
 def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:

@@ -40,6 +40,24 @@ def speaker_name(ctx: JobContext, role: str, user_id: str) -> str | None:
     return ctx.names_for(user_id)["user"] if role == "user" else role
 
 
+def word_mark(fact: Fact) -> str:
+    """How a known fact a person stands behind is shown to the model: with the day of
+    their word, which only a newer turn may outweigh."""
+    if not fact.by_person:
+        return ""
+    day = day_of(fact.word_at or "")
+    return f" [a person's word{f', {long_date(day)}' if day else ''}]"
+
+
+def shown_to_model(current: list[Fact]) -> list[Fact]:
+    """The known facts a prompt shows: every one a person stands behind, then the newest
+    others, KNOWN_SHOWN in all (withdrawn facts are never among them)."""
+    held = [f for f in current if f.by_person]
+    others = [f for f in current if not f.by_person]
+    room = max(0, KNOWN_SHOWN - len(held))
+    return held + (others[-room:] if room else [])
+
+
 def by_llm(ctx: JobContext) -> bool:
     """Whether this pass's facts come from the LLM: `facts.producer`, where "auto" means
     the LLM when the completer is one."""
@@ -122,7 +140,7 @@ def asks_for(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
                 and speaker_name(ctx, t.role, user) is not None}
         known = shown[user]
         listed = [f"#{f.id} {f.subject}{f' ({f.about})' if f.about else ''}: {f.statement}"
-                  for f in known]
+                  f"{word_mark(f)}" for f in known]
         lines = [f"[{t.id}] {long_day(t.created_at)}{speaker_name(ctx, t.role, user)}: "
                  f"{t.content}" for t in said.values()]
         build = functools.partial(facts_prompt, ctx.names_for(user), known=listed,

@@ -10,9 +10,11 @@ from dreamd.dream.jobs.fitting import answer
 from dreamd.dream.jobs.pool import run_keyed
 from dreamd.dream.prompts import era_lines, narrative_prompt
 from dreamd.dream.shown import narrative_from
+from dreamd.dream.word import EMPTIED, Word, read_word, scrubbed
 from dreamd.errors import OutputInvalid
 from dreamd.ids import narrative_id, profile_id
 from dreamd.models import BacklogStats, Fact, JobResult, JobSpec
+from dreamd.store.corrections import word_seq
 from dreamd.store.facts import facts_of
 from dreamd.store.interface import Conn
 from dreamd.store.queues import tier_queue
@@ -47,6 +49,7 @@ class Work:
     inputs: dict[str, int]
     cached: tuple[str, str] | None
     facts: list[Fact]
+    word: Word  # the person's word when the inputs were read: the write checks it
 
     @property
     def key(self) -> str:
@@ -62,10 +65,12 @@ def prepare(ctx: JobContext, user: str) -> Work | None:
             for session, last_id in tier_inputs(
                     conn, "eras", "user_id = ? AND month = ?", (user, month)).items():
                 inputs[session] = max(inputs.get(session, 0), last_id)
+        facts = facts_of(conn, user)
         work = Work(user, narrative_row(conn, narrative_id(user)),
                     max_tier_seq(conn, user, profile_id(user)),
                     profile.content if profile else None, [(m, c) for m, c, _ in eras], inputs,
-                    cached_output(conn, JOB, narrative_id(user)), facts_of(conn, user))
+                    cached_output(conn, JOB, narrative_id(user)), facts,
+                    read_word(conn, user, [f for f in facts if f.current]))
     if work.inputs_seq == 0 or (work.current is not None and work.current.seq >= work.inputs_seq):
         return None
     return work
@@ -82,6 +87,8 @@ def think(ctx: JobContext, work: Work) -> tuple[str, str, str]:
                 names, work.profile, [], ctx.config.narrative.lines, before, chunk),
             work.cached)
         body, raw = completion.text.strip(), completion.text
+    if body:  # nothing a person withdrew (a body that said nothing else says so)
+        body = scrubbed(body, work.word) or EMPTIED
     if not body:
         raise OutputInvalid("empty narrative")
     span = f"{work.eras[0][0]} to {work.eras[-1][0]}" if work.eras else "so far"
@@ -91,6 +98,8 @@ def think(ctx: JobContext, work: Work) -> tuple[str, str, str]:
 def save(ctx: JobContext, conn: Conn, work: Work,
          result: tuple[str, str, str]) -> bool:
     content, digest, raw = result
+    if word_seq(conn, work.user_id) != work.word.seq:
+        return False  # a person corrected a fact meanwhile: built again, never over it
     stored = save_narrative(
         conn, narrative_id=work.key, user_id=work.user_id, content=content,
         seq=work.inputs_seq, expected_seq=work.current.seq if work.current else None,

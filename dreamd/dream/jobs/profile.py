@@ -5,6 +5,7 @@ LLM, the model folds the gists newer than the profile into it."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,9 +18,11 @@ from dreamd.dream.keys import space
 from dreamd.dream.prompts import profile_prompt
 from dreamd.dream.selector import for_model
 from dreamd.dream.shown import profile_from
+from dreamd.dream.word import Word, line_changes, masked, profile_kept, read_word
 from dreamd.errors import OutputInvalid
 from dreamd.ids import profile_id
 from dreamd.models import BacklogStats, Completion, Fact, Gist, JobResult, JobSpec
+from dreamd.store.corrections import word_seq, write_diary
 from dreamd.store.facts import fact_vectors, facts_of
 from dreamd.store.interface import Conn
 from dreamd.store.queues import tier_queue
@@ -59,6 +62,7 @@ class Work:
     facts: list[Fact]
     sureness: dict[int, float] | None  # fact id -> the selector's score, where it has one
     vectors: dict[int, np.ndarray]  # fact id -> its stored vector (the embedder's)
+    word: Word  # the person's word when the inputs were read: the write checks it
 
     @property
     def key(self) -> str:
@@ -71,16 +75,17 @@ def prepare(ctx: JobContext, user: str) -> Work | None:
         current = profile_row(conn, key)
         seen = current.seq if current else 0
         new_gists = [g for g in gists_for_user(conn, user) if g.seq > seen]
-        if not new_gists:
+        if not new_gists and word_seq(conn, user) <= seen:
             return None  # nothing new: no facts or vectors read
         facts = facts_of(conn, user, current_only=True)
+        word = read_word(conn, user, facts)
         vectors = vectors_of(ctx, conn, facts)
         return Work(
             user_id=user, current=current,
             previous_inputs=tier_inputs(conn, "profile", "id = ?", (key,)) if current else {},
-            new_gists=new_gists, top_seq=max_gist_seq(conn, user),
+            new_gists=new_gists, top_seq=max(max_gist_seq(conn, user), word.seq),
             sessions=count_gists(conn, user), cached=cached_output(conn, JOB, key),
-            facts=facts, sureness=sureness_of(ctx, vectors), vectors=vectors)
+            facts=facts, sureness=sureness_of(ctx, vectors), vectors=vectors, word=word)
 
 
 def vectors_of(ctx: JobContext, conn: Conn, facts: list[Fact]) -> dict[int, np.ndarray]:
@@ -105,6 +110,20 @@ def sureness_of(ctx: JobContext, vectors: dict[int, np.ndarray]) -> dict[int, fl
 
 
 def think(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
+    """The profile as the person's word has it: nothing they withdrew, all they stand
+    behind (a change of their word alone needs no model: the profile is kept to it)."""
+    content, completion, digest = drafted(ctx, work)
+    kept = profile_kept(content, work.word) or \
+        f"(no standing facts about {ctx.names_for(work.user_id)['user']} stated yet)"
+    if kept != content:
+        completion = dataclasses.replace(completion, text=kept)
+    return kept, completion, digest
+
+
+def drafted(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
+    if ctx.asks_model and not work.new_gists:  # the person's word alone changed
+        kept = work.current.content if work.current else ""
+        return kept, Completion(kept, ctx.source, "profile", extractive=True), ""
     content = "" if ctx.asks_model else profile_from(
         work.facts, ctx.config.profile.max_facts,
         listeners=(ctx.names_for(work.user_id)["agent"],), sureness=work.sureness,
@@ -131,6 +150,8 @@ def think(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
 def save(ctx: JobContext, conn: Conn, work: Work,
          result: tuple[str, Completion, str]) -> bool:
     content, completion, digest = result
+    if word_seq(conn, work.user_id) != work.word.seq:
+        return False  # a person corrected a fact meanwhile: built again, never over it
     stored = save_profile(
         conn, profile_id=work.key, user_id=work.user_id, content=content,
         sessions_covered=work.sessions, seq=work.top_seq,
@@ -139,7 +160,26 @@ def save(ctx: JobContext, conn: Conn, work: Work,
     )
     if stored and digest:
         save_output(conn, JOB, work.key, digest, completion.text)
+    if stored:
+        noted(ctx, conn, work, content)
     return stored
+
+
+def noted(ctx: JobContext, conn: Conn, work: Work, content: str) -> None:
+    """The pass's diary: the profile's lines added and dropped, and the corrections it
+    now keeps."""
+    before = work.current.content if work.current else ""
+    added, dropped = line_changes(before, content)
+    dropped = [masked(line, work.word) for line in dropped]  # no withdrawn words kept
+    now, user = ctx.now_text(), work.user_id
+    for kind, lines in (("profile_added", added), ("profile_dropped", dropped)):
+        if lines:
+            write_diary(conn, ctx.run_id, user, JOB, kind, {"lines": lines}, now)
+    seen = work.current.seq if work.current else 0
+    for c in work.word.corrections:
+        if c.seq > seen:
+            write_diary(conn, ctx.run_id, user, JOB, "honoured",
+                        {"correction": c.id, "action": c.action, "fact": c.fact_id}, now)
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:

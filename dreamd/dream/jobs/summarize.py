@@ -19,8 +19,10 @@ from dreamd.dream.jobs.pool import run_keyed
 from dreamd.dream.keys import space
 from dreamd.dream.prompts import merge_prompt, summary_prompt, turn_line
 from dreamd.dream.sensing import is_idle
+from dreamd.dream.word import EMPTIED, Word, read_word, scrubbed
 from dreamd.errors import InputRejected, OutputInvalid
 from dreamd.models import BacklogStats, JobResult, JobSpec, Turn
+from dreamd.store.corrections import word_seq, write_diary
 from dreamd.store.interface import Conn
 from dreamd.store.state import Layout, core_embedding, read_layout, to_blob
 from dreamd.store.tiers import save_gist, summary_row
@@ -93,6 +95,7 @@ class Work:
     previous: str | None
     turns: list[Turn]
     vectors: dict[int, np.ndarray]
+    word: Word  # the person's word when the inputs were read: the write checks it
 
     @property
     def key(self) -> str:
@@ -108,10 +111,11 @@ def prepare(ctx: JobContext, session: DirtySession) -> Work:
         existing = summary_row(conn, session.session_id)
         turns = session_turns(conn, session.session_id, session.summarized_id, session.last_id)
         vectors = turn_vectors(conn, space(ctx.embedder.model), [t.id for t in turns])
+        word = read_word(conn, session.user_id)
     # A mark at the start with a gist stored: the gist is being made afresh (a fallback's
     # retry), from every turn and not from itself.
     previous = existing[0] if existing and session.summarized_id else None
-    return Work(session, previous, turns, vectors)
+    return Work(session, previous, turns, vectors, word)
 
 
 def think(ctx: JobContext, work: Work) -> tuple[str, bytes] | None:
@@ -127,6 +131,8 @@ def think(ctx: JobContext, work: Work) -> tuple[str, bytes] | None:
             size = max(2, min(len(work.turns), ctx.config.summarize.chunk_turns) // 2)
             gist = gist_for(ctx, work.session.user_id, work.previous, work.turns, work.vectors,
                             chunk=size)
+    # Nothing a person withdrew: a gist made again from the same turns does not say it.
+    gist = scrubbed(gist, work.word) or EMPTIED
     return gist, to_blob(ctx.embedder.embed([gist])[0])
 
 
@@ -134,7 +140,9 @@ def save(ctx: JobContext, conn: Conn, work: Work,
          result: tuple[str, bytes], layout: Layout) -> bool:
     """Inside the caller's write transaction: the gist, if its inputs are unchanged."""
     gist, vector = result
-    return save_gist(
+    if word_seq(conn, work.user_id) != work.word.seq:
+        return False  # a person corrected a fact meanwhile: made again, never over it
+    stored = save_gist(
         conn,
         session=work.session,
         content=gist,
@@ -146,6 +154,10 @@ def save(ctx: JobContext, conn: Conn, work: Work,
         vector=vector,
         model=space(ctx.embedder.model),
     )
+    if stored:
+        write_diary(conn, ctx.run_id, work.user_id, JOB, "gist",
+                    {"session": work.session.session_id}, ctx.now_text())
+    return stored
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
