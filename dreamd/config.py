@@ -206,6 +206,7 @@ class ServeConfig:
     max_budget: int = field(default=32000, metadata=_check("int", min=100, max=1_000_000))
     connections: int = field(default=4, metadata=_check("int", min=1, max=64))
     mcp_forget: bool = field(default=False, metadata=_check("bool"))
+    mcp_corrections: bool = field(default=False, metadata=_check("bool"))
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -9,6 +11,7 @@ from typing import Any
 import pytest
 
 from dreamd.store.connect import SqliteStore
+from testkit.served import ROOT, Served, env_for
 
 # Tests never read a developer's own config or DREAMD_* settings.
 for _name in [n for n in os.environ if n.startswith("DREAMD_")]:
@@ -89,3 +92,29 @@ def minilm() -> Any:
     from dreamd.backends.local import LocalEmbedder
 
     return LocalEmbedder(threads=1)
+
+
+@pytest.fixture(scope="session")
+def two_people(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Ana (the default user, single-user style: no user named) and Bo, dreamed once.
+    Shared by the tests of a worker: copy it before changing it."""
+    path = tmp_path_factory.mktemp("safety") / "memory.db"
+    server = Served(str(path), "--create")
+    try:
+        with server.client() as client:
+            turns = [{"session": "ana-1", "role": "user",
+                      "content": "I adopted a greyhound called Pilot on Saturday.",
+                      "created_at": "2026-03-07T10:00:00Z"},
+                     {"session": "ana-1", "role": "user",
+                      "content": "I work as a marine biologist in Lisbon.",
+                      "created_at": "2026-03-07T10:01:00Z"},
+                     {"user": "bo", "session": "bo-1", "role": "user",
+                      "content": "My cat Comet hates the rain.",
+                      "created_at": "2026-03-08T09:00:00Z"}]
+            assert client.post("/v1/turns", json={"turns": turns}).status_code == 201
+    finally:
+        assert server.stop() == 0, server.output()
+    done = subprocess.run([sys.executable, "-m", "dreamd", "--db", str(path), "--force"],
+                          cwd=ROOT, env=env_for(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    return path

@@ -56,7 +56,8 @@ def test_schemathesis_finds_nothing(served: Served, tmp_path: Path) -> None:
     """Every check, a bounded budget, a fixed seed: the same cases on every run."""
     st = Path(sys.executable).parent / "st"
     run = subprocess.run(
-        [str(st), "run", f"{served.url}/openapi.json", "--checks", "all",
+        [str(st), "--config-file", str(ROOT / "tests" / "schemathesis.toml"), "run",
+         f"{served.url}/openapi.json", "--checks", "all",
          "-H", f"Authorization: Bearer {TOKEN}", "--max-examples", "25", "--seed", "7",
          "--no-color", "--report-dir", str(tmp_path)],
         cwd=tmp_path, capture_output=True, text=True, timeout=600)

@@ -273,7 +273,8 @@ def test_mcp_over_stdio(demo: Path, tmp_path: Path) -> None:
             return tools, stored, (found, block), wrong
 
     tools, stored, (found, block), wrong = asyncio.run(session())
-    assert tools == {"recall", "context", "remember", "memory"}  # no forget by default
+    assert tools == {"recall", "context", "remember", "memory", "facts", "fact_history"}
+    # no forget, and no change to a fact, by default
     assert not stored.is_error and stored.structured_content["id"] > 0
     assert any("telescope" in h["content"] for h in found.structured_content["hits"])
     assert 0 < block.structured_content["tokens"] <= 200

@@ -37,33 +37,12 @@ def post(client: Any, **turn: Any) -> Any:
 
 
 @pytest.fixture(scope="module")
-def two_people(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Ana (the default user, single-user style: no user named) and Bo, dreamed once."""
-    path = tmp_path_factory.mktemp("safety") / "memory.db"
-    server = Served(str(path), "--create")
-    try:
-        with server.client() as client:
-            turns = [{"session": "ana-1", "role": "user",
-                      "content": "I adopted a greyhound called Pilot on Saturday.",
-                      "created_at": "2026-03-07T10:00:00Z"},
-                     {"session": "ana-1", "role": "user",
-                      "content": "I work as a marine biologist in Lisbon.",
-                      "created_at": "2026-03-07T10:01:00Z"},
-                     {"user": "bo", "session": "bo-1", "role": "user",
-                      "content": "My cat Comet hates the rain.",
-                      "created_at": "2026-03-08T09:00:00Z"}]
-            assert client.post("/v1/turns", json={"turns": turns}).status_code == 201
-    finally:
-        assert server.stop() == 0, server.output()
-    done = dreamd("--db", str(path), "--force")
-    assert done.returncode == 0, done.stderr
-    return path
-
-
-@pytest.fixture(scope="module")
-def open_server(two_people: Path) -> Iterator[Served]:
-    """No token: loopback only, as a fresh install runs it."""
-    server = Served(str(two_people))
+def open_server(two_people: Path, tmp_path_factory: pytest.TempPathFactory
+                ) -> Iterator[Served]:
+    """No token: loopback only, as a fresh install runs it (on a copy: tests add turns)."""
+    path = tmp_path_factory.mktemp("open") / "memory.db"
+    shutil.copy(two_people, path)
+    server = Served(str(path))
     yield server
     assert server.stop() == 0, server.output()
 

@@ -12,31 +12,26 @@ import time
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import Body, Depends, FastAPI, Path, Query, Request
+from fastapi import Body, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 from dreamd import __version__
 from dreamd.backends.factory import embedder_model_name
 from dreamd.cli import report
 from dreamd.config import Config
-from dreamd.errors import (
-    DreamdError,
-    NotPermitted,
-    SessionTaken,
-    StoreBusy,
-    StoreError,
-    UnknownUser,
-)
+from dreamd.errors import DreamdError
 from dreamd.logger import Logger
 from dreamd.memory import users as users_
 from dreamd.memory.api import NewTurn
 from dreamd.memory.export import export_user
-from dreamd.memory.tokens import Grant, permit, permit_all, permit_turns
-from dreamd.serve import page, views
+from dreamd.memory.tokens import permit, permit_all, permit_turns
+from dreamd.serve import page, steering, views
+from dreamd.serve.answers import GUARDED, Granted, answers, status_of
 from dreamd.serve.guard import PAGE_POLICY, Guard, is_loopback
 from dreamd.serve.keyring import Keyring
 from dreamd.serve.metrics import Metrics
@@ -49,7 +44,6 @@ from dreamd.serve.schema import (
     Export,
     Forgotten,
     Health,
-    Problem,
     Ready,
     Recalled,
     Sessions,
@@ -62,15 +56,6 @@ from dreamd.serve.schema import (
 )
 from dreamd.store.failure import engine_failure
 from dreamd.store.turns import newest_turn_id
-
-
-def grant_of(request: Request) -> Grant:
-    """What the request's token may do (the guard put it there)."""
-    grant: Grant = request.state.grant
-    return grant
-
-
-Granted = Annotated[Grant, Depends(grant_of)]
 
 
 def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
@@ -103,7 +88,9 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
     @api.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
         answer = fail(exc.status_code, str(exc.detail))
-        answer.headers.update(exc.headers or {})  # a 405's Allow
+        answer.headers.update(exc.headers or {})
+        if exc.status_code == 405:
+            answer.headers["allow"] = allowed(api, request.url.path)
         return answer
 
     @api.exception_handler(DreamdError)
@@ -111,15 +98,7 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
         return failure(exc)
 
     def failure(exc: DreamdError) -> JSONResponse:
-        if isinstance(exc, UnknownUser):
-            return fail(404, str(exc))
-        if isinstance(exc, NotPermitted):
-            return fail(403, str(exc))
-        if isinstance(exc, SessionTaken):
-            return fail(409, str(exc))
-        if isinstance(exc, StoreBusy | StoreError):
-            return fail(503, str(exc))
-        return fail(400, str(exc))
+        return fail(status_of(exc), str(exc))
 
     @api.middleware("http")
     async def timed(request: Request, call_next: Any) -> Any:
@@ -304,6 +283,7 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
             data = views.user_memory(memory.store, config, user, gists=20)
         return _html(page.user(data, open_note))
 
+    steering.add_routes(api, pool)
     for route in mcp_routes or []:
         api.router.routes.append(route)
     api.openapi = lambda: contract(api)  # type: ignore[method-assign]
@@ -318,19 +298,16 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
                  max_body=s.max_body_kb * 1024)
 
 
-GUARDED = (400, 401, 403, 503)  # what any route behind the guard may answer
-REFUSALS = {400: "Bad input: one line says which.",
-           401: "No token, or not one this server knows.",
-           403: "A Host or Origin this server does not serve, or what the token may not do.",
-           404: "No such user (or one beyond the token's users), or no such session.",
-           409: "The session belongs to another user.",
-           413: "The body or the batch is too large.",
-           503: "The store is busy or down: try again."}
-
-
-def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """The refusals a route may answer, each with the one error model."""
-    return {code: {"model": Problem, "description": REFUSALS[code]} for code in codes}
+def allowed(api: FastAPI, path: str) -> str:
+    """A 405's Allow: the methods of the most specific route the path matches. A user id
+    may hold "/", so /v1/users/ana/facts/3 also matches DELETE /v1/users/{user} (the user
+    "ana/facts/3"); the document, and this header, call it Ana's fact 3."""
+    matching = [r for r in api.routes if isinstance(r, APIRoute) and r.path_regex.match(path)]
+    if not matching:
+        return ""
+    longest = max(len(r.path_format) for r in matching)
+    return ", ".join(sorted({m for r in matching if len(r.path_format) == longest
+                             for m in r.methods or ()}))
 
 
 def contract(api: FastAPI) -> dict[str, Any]:

@@ -22,15 +22,21 @@ from dreamd.memory.users import require_user
 from dreamd.serve import views
 from dreamd.serve.pool import Pool
 from dreamd.serve.schema import (
+    CONTENT,
     ID,
     ContextBlock,
+    CorrectionOut,
+    FactOut,
+    Facts,
     Forgotten,
+    History,
     Hit,
     Recalled,
     Remembered,
     TurnIn,
     UserMemory,
 )
+from dreamd.serve.steering import correction_out, fact_out
 from dreamd.store.failure import engine_failure
 
 T = TypeVar("T")
@@ -96,6 +102,12 @@ QueryOpt = Annotated[str | None, Field(max_length=2000, description=(
     "What the block should be relevant to (default: the session's last user turn)."))]
 Role = Annotated[Literal["user", "assistant"], Field(description="Who spoke.")]
 Content = Annotated[str, Field(min_length=1, description="What was said.")]
+FactNumber = Annotated[int, Field(ge=1, description="The id (from the facts tool).")]
+Words = Annotated[str, Field(min_length=1, max_length=300, pattern=CONTENT,
+                             description="The fact in a sentence.")]
+Version = Annotated[int, Field(ge=1, description=(
+    "The version the facts tool showed: a stale one is refused."))]
+Reason = Annotated[str | None, Field(max_length=500, description="Why, for the history.")]
 When = Annotated[str | None, Field(max_length=40, description=(
     "When it was said, ISO 8601 (UTC when it names no zone; default: now)."))]
 
@@ -185,7 +197,103 @@ def make(pool: Pool, config: Config) -> MCPServer:
                 return Forgotten.model_validate(held.forget(
                     user, session=session, before=before, dry_run=dry_run).as_dict())
 
+    steering(server, pool, limits.mcp_corrections)
     return server
+
+
+def steering(server: MCPServer, pool: Pool, changes: bool) -> None:
+    """A user's facts and their history (always), and a person's word on them (only when
+    `serve.mcp_corrections` says so): the same operations and checks as over HTTP."""
+    reading = ToolAnnotations(read_only_hint=True, destructive_hint=False,
+                              idempotent_hint=True, open_world_hint=False)
+    changing = ToolAnnotations(read_only_hint=False, destructive_hint=False,
+                               idempotent_hint=False, open_world_hint=False)
+
+    @server.tool(title="A user's facts, with ids and versions", annotations=reading)
+    @answered
+    def facts(ctx: Context, user: UserId, after: Annotated[int, Field(
+                  ge=0, description="The last id of the page before (0: from the start).")]
+              = 0, limit: Annotated[int, Field(ge=1, le=500, description="How many, at most.")]
+              = 100, history: Annotated[bool, Field(description=(
+                  "Replaced and withdrawn facts too."))] = False) -> Facts:
+        """The user's facts by id, each with its version (send it back with a change)."""
+        permit(grant_in(ctx), "read", user)
+        with pool.memory(user) as memory:
+            page = memory.facts(user, after_id=after, limit=limit + 1, history=history)
+        return Facts(user=user, facts=[fact_out(f) for f in page[:limit]],
+                     next=page[limit - 1].id if len(page) > limit else None)
+
+    @server.tool(title="The history of a fact", annotations=reading)
+    @answered
+    def fact_history(ctx: Context, user: UserId, fact_id: FactNumber) -> History:
+        """Every correction of the fact: who, when, what and why."""
+        permit(grant_in(ctx), "read", user)
+        with pool.memory(user) as memory:
+            rows = memory.history(user, fact_id)
+        return History(user=user, fact_id=fact_id, corrections=[correction_out(c)
+                                                               for c in rows])
+
+    if not changes:
+        return
+
+    @server.tool(title="Correct a fact", annotations=changing)
+    @answered
+    def correct_fact(ctx: Context, user: UserId, fact_id: FactNumber, statement: Words,
+                     version: Version, why: Reason = None) -> FactOut:
+        """New words for a fact the user said was wrong; the old words stay in its
+        history. A stale `version` is refused: read the fact again."""
+        grant = grant_in(ctx)
+        permit(grant, "write", user)
+        with pool.memory(user) as memory:
+            return fact_out(memory.correct(user, fact_id, statement, by=grant.name, why=why,
+                                           expected_version=version))
+
+    @server.tool(title="Retract a fact", annotations=ToolAnnotations(
+        read_only_hint=False, destructive_hint=True, idempotent_hint=False,
+        open_world_hint=False))
+    @answered
+    def retract_fact(ctx: Context, user: UserId, fact_id: FactNumber, version: Version,
+                     why: Reason = None) -> FactOut:
+        """The fact is wrong: it leaves every tier and context block, and is not made
+        again from what was said so far (revert the retraction to undo it)."""
+        grant = grant_in(ctx)
+        permit(grant, "write", user)
+        with pool.memory(user) as memory:
+            return fact_out(memory.retract(user, fact_id, by=grant.name, why=why,
+                                           expected_version=version))
+
+    @server.tool(title="Pin or unpin a fact", annotations=changing)
+    @answered
+    def pin_fact(ctx: Context, user: UserId, fact_id: FactNumber, version: Version,
+                 pinned: Annotated[bool, Field(description="True to pin, false to unpin.")]
+                 = True, why: Reason = None) -> FactOut:
+        """A pinned fact is in the profile and the context block whatever the ranking."""
+        grant = grant_in(ctx)
+        permit(grant, "write", user)
+        with pool.memory(user) as memory:
+            change = memory.pin if pinned else memory.unpin
+            return fact_out(change(user, fact_id, by=grant.name, why=why,
+                                   expected_version=version))
+
+    @server.tool(title="Add a fact the user states", annotations=changing)
+    @answered
+    def add_fact(ctx: Context, user: UserId, statement: Words, why: Reason = None) -> FactOut:
+        """A fact the user states directly, with no turn behind it."""
+        grant = grant_in(ctx)
+        permit(grant, "write", user)
+        with pool.memory(user) as memory:
+            return fact_out(memory.add_fact(user, statement, by=grant.name, why=why))
+
+    @server.tool(title="Revert a correction", annotations=changing)
+    @answered
+    def revert_correction(ctx: Context, user: UserId, correction_id: FactNumber,
+                          why: Reason = None) -> CorrectionOut:
+        """Undo one correction (see fact_history for their ids)."""
+        grant = grant_in(ctx)
+        permit(grant, "write", user)
+        with pool.memory(user) as memory:
+            return correction_out(memory.revert(user, correction_id, by=grant.name,
+                                                why=why))
 
 
 def grant_in(ctx: Context) -> Grant:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -203,3 +203,94 @@ class Status(Loose):
 
 class Remembered(BaseModel):
     id: int = Field(description="The stored turn's id.")
+
+
+class FactOut(BaseModel):
+    """One statement about a person, with when it held, where it came from, and a
+    person's word on it."""
+
+    id: int
+    subject: str
+    about: str | None = Field(description="What a newer fact of the subject replaces: "
+                              "job, home, partner (null: nothing).")
+    statement: str
+    current: bool = Field(description="Neither replaced nor withdrawn.")
+    since: str | None = Field(description="The day it became true, when known.")
+    learned_at: str
+    until: str | None = Field(description="When a newer fact replaced it.")
+    replaced_by: int | None
+    from_turns: list[int] = Field(description="The turns it came from (none: a person "
+                                  "stated it).")
+    origin: str = Field(description="Who made it: llm:…, extractive:…, person:<who>.")
+    version: int = Field(description="Send it back with a change: a change to a fact that "
+                         "moved since is refused (412).")
+    pinned: bool
+    withdrawn: str | None = Field(description="retracted, corrected or reverted: kept as "
+                                  "history, in no tier.")
+
+
+class Facts(BaseModel):
+    user: str
+    facts: list[FactOut]
+    next: int | None = Field(description="Ask again with after= this for the next page "
+                             "(null: this was the last).")
+
+
+Statement = Annotated[str, Field(min_length=1, max_length=300, pattern=CONTENT,
+                                 description="The fact in a sentence.")]
+Why = Annotated[str | None, Field(None, max_length=500, description="Why, for the history.")]
+
+
+class NewFact(BaseModel):
+    """A fact the person states, with no turn behind it."""
+
+    statement: Statement
+    subject: Annotated[str | None, Field(None, min_length=1, max_length=200,
+                                         pattern=CONTENT, description=(
+                                             "Whom it is about (default: the user)."))]
+    about: Literal["job", "home", "partner"] | None = Field(
+        None, description="What it replaces when a newer one comes.")
+    why: Why = None
+
+
+class Correcting(BaseModel):
+    """New words for a fact; the old ones stay in its history."""
+
+    statement: Statement
+    version: int = Field(ge=1, description="The version read: a stale one is refused (412).")
+    why: Why = None
+
+
+class Change(BaseModel):
+    """A retraction, a pin or an unpin."""
+
+    version: int | None = Field(None, ge=1, description="The version read: a stale one is "
+                                "refused (412); left out, the change applies to the fact as "
+                                "it is.")
+    why: Why = None
+
+
+class Reverting(BaseModel):
+    why: Why = None
+
+
+class CorrectionOut(BaseModel):
+    """A person's word on one fact, as its own row."""
+
+    id: int
+    fact_id: int
+    action: str = Field(description="correct, retract, pin, unpin, add or revert.")
+    made_by: str
+    why: str | None
+    made_at: str
+    old: str | None
+    new: str | None
+    new_fact: int | None
+    reverts: int | None
+    reverted_by: int | None
+
+
+class History(BaseModel):
+    user: str
+    fact_id: int
+    corrections: list[CorrectionOut]
