@@ -31,7 +31,7 @@ def env_for(**extra: str) -> dict[str, str]:
 class Served:
     def __init__(self, target: str, *args: str, token: str | None = None,
                  env: dict[str, str] | None = None, deadline: float = 120.0) -> None:
-        self.token = token
+        self.token, self.target = token, target
         env = dict(env or env_for())
         if token is not None:
             env["DREAMD_API_TOKEN"] = token

@@ -5,6 +5,7 @@ retracting, pinning, adding and reverting, each with the version it read (a stal
 from __future__ import annotations
 
 import asyncio
+import re
 import shutil
 import subprocess
 import sys
@@ -150,3 +151,67 @@ def test_mcp_offers_the_same_operations(served: tuple[Served, dict[str, str]]) -
     assert stale.is_error and "version" in stale.content[0].text
     _, (_, refused, _) = asyncio.run(calls(tokens["read"]))
     assert refused.is_error and "may not write" in refused.content[0].text
+
+
+def form_fields(page: str, action: str) -> dict[str, str]:
+    """The hidden fields and prefilled inputs of the page's form that posts to `action`."""
+    start = page.index(f'action="{action}"')
+    form = page[start:page.index("</form>", start)]
+    return dict(re.findall(r'name="(\w+)" value="([^"]*)"', form))
+
+
+def test_the_page_changes_a_fact_with_a_form_tied_to_its_cookie(
+        served: tuple[Served, dict[str, str]]) -> None:
+    server, _ = served
+    with server.client(token="", follow_redirects=False) as browser:
+        assert browser.get("/", params={"token": OPERATOR}).status_code == 303  # signed in
+        shown = browser.get("/users/default")
+        assert shown.status_code == 200 and "dreamd_page" in shown.headers["set-cookie"]
+        fact = next(f for f in facts_of_page(server) if "Porto" in f["statement"]
+                    or "Lisbon" in f["statement"])
+        action = f"/users/default/facts/{fact['id']}/correct"
+        sent = {**form_fields(shown.text, action), "statement": "Ana works in Coimbra."}
+        assert sent["version"] == str(fact["version"]) and len(sent["csrf"]) == 64
+        forged = browser.post(action, data={**sent, "csrf": "0" * 64})
+        assert forged.status_code == 403 and "<form" not in forged.text
+        with server.client(token="", follow_redirects=False) as stranger:
+            stranger.get("/", params={"token": OPERATOR})
+            stranger.get("/users/default")  # a page of its own, another cookie
+            assert stranger.post(action, data=sent).status_code == 403
+        done = browser.post(action, data=sent)
+        assert done.status_code == 303, done.text
+        assert done.headers["location"].startswith("/users/default#fact-")
+        assert any(f["statement"] == "Ana works in Coimbra." for f in facts_of_page(server))
+        again = browser.post(action, data=sent)  # the version it read has moved on
+        assert again.status_code in (409, 412) and "Not changed" in again.text
+        confirm = browser.get(f"/users/default/facts/{fact['id']}/retract")
+        assert confirm.status_code == 404 and "Not changed" in confirm.text  # withdrawn
+        history = browser.get(f"/users/default/facts/{fact['id']}/history")
+        assert "Coimbra" in history.text and "Revert</button>" in history.text
+
+
+def test_the_page_asks_before_it_retracts(served: tuple[Served, dict[str, str]]) -> None:
+    server, _ = served
+    with server.client(token="", follow_redirects=False) as browser:
+        browser.get("/", params={"token": OPERATOR})
+        fact = facts_of_page(server)[0]
+        at = f"/users/default/facts/{fact['id']}/retract"
+        shown = browser.get(at)
+        assert shown.status_code == 200 and "Retract this fact?" in shown.text
+        assert "<script" not in shown.text
+        gone = browser.post(at, data=form_fields(shown.text, at))
+        assert gone.status_code == 303
+        page = browser.get("/users/default").text
+        assert "Withdrawn by a person" in page and "retracted by a person" in page
+    dreamed = subprocess.run([sys.executable, "-m", "dreamd", "--db", server.target, "--force"],
+                             cwd=ROOT, env=env_for(), capture_output=True, text=True,
+                             timeout=300)
+    assert dreamed.returncode == 0, dreamed.stderr
+    with server.client(token="", follow_redirects=True) as browser:
+        index = browser.get("/", params={"token": OPERATOR}).text
+        assert "What changed in the last pass" in index and "kept (#" in index
+
+
+def facts_of_page(server: Served) -> list[dict[str, Any]]:
+    with server.client() as client:
+        return facts_of(client)

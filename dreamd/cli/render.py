@@ -126,7 +126,7 @@ def render_status(data: dict[str, Any]) -> str:
                 out.append(f"             ! {err}")
         if run.get("error"):
             out.append(f"  error: {run['error']}")
-    out += _changes(data.get("last_pass_changes"))
+    out += changes(data.get("last_pass_changes"))
     for title, key in (("failing (will retry)", "failures"), ("quarantined", "quarantined")):
         if data[key]:
             out.append("")
@@ -167,7 +167,7 @@ def render_memory(data: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _changes(diary: dict[str, Any] | None) -> list[str]:
+def changes(diary: dict[str, Any] | None) -> list[str]:
     """The dream diary of the last pass that changed something, per user: what it did to
     the facts, the corrections it kept, the gists it wrote, and the profile as a diff."""
     if not diary:

@@ -16,7 +16,7 @@ from fastapi import Body, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
@@ -30,9 +30,9 @@ from dreamd.memory import users as users_
 from dreamd.memory.api import NewTurn
 from dreamd.memory.export import export_user
 from dreamd.memory.tokens import permit, permit_all, permit_turns
-from dreamd.serve import page, steering, views
+from dreamd.serve import page, site, steering, views
 from dreamd.serve.answers import GUARDED, Granted, answers, status_of
-from dreamd.serve.guard import PAGE_POLICY, Guard, is_loopback
+from dreamd.serve.guard import Guard, is_loopback, is_page
 from dreamd.serve.keyring import Keyring
 from dreamd.serve.metrics import Metrics
 from dreamd.serve.pool import Pool
@@ -94,7 +94,9 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
         return answer
 
     @api.exception_handler(DreamdError)
-    async def refused(request: Request, exc: DreamdError) -> JSONResponse:
+    async def refused(request: Request, exc: DreamdError) -> Response:
+        if is_page(request.url.path):  # a person's browser: a page, not JSON
+            return site.html(page.refused(str(exc), "/", None, "Not shown"), status_of(exc))
         return failure(exc)
 
     def failure(exc: DreamdError) -> JSONResponse:
@@ -253,36 +255,7 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
 
     open_note = None if keyring.required else (
         "No API token is set: any program on this machine can read and change this memory.")
-
-    @api.get("/", response_class=HTMLResponse, include_in_schema=False)
-    def index(grant: Granted, after: OptId = None) -> HTMLResponse:
-        permit_all(grant)
-        with pool.memory() as memory:
-            listing = users_.users(memory.store, after=after, limit=page.USERS_SHOWN)
-            state = report.status(memory.store, config, embedder_model_name(config),
-                                  datetime.now(UTC), page.RUNS)
-        return _html(page.index(listing, state, config, open_note))
-
-    # A user id may hold "/" (sent as %2F, which the server reads as "/"): the user's
-    # routes take the rest of the path, and the session page is matched before the
-    # user's own.
-    @api.get("/users/{user:path}/sessions/{session:path}", response_class=HTMLResponse,
-             include_in_schema=False)
-    def session_page(grant: Granted, user: User,
-                     session: Annotated[str, Path(max_length=200)]) -> HTMLResponse:
-        permit(grant, "read", user)
-        with pool.memory() as memory:
-            _known(memory, user, session)
-            turns = views.session(memory.store, session, page.SESSION_TURNS)
-        return _html(page.session(user, session, turns, open_note))
-
-    @api.get("/users/{user:path}", response_class=HTMLResponse, include_in_schema=False)
-    def user_page(grant: Granted, user: User) -> HTMLResponse:
-        permit(grant, "read", user)
-        with pool.memory() as memory:
-            data = views.user_memory(memory.store, config, user, gists=20)
-        return _html(page.user(data, open_note))
-
+    site.add_routes(api, pool, config, open_note)
     steering.add_routes(api, pool)
     for route in mcp_routes or []:
         api.router.routes.append(route)
@@ -341,8 +314,4 @@ def contract(api: FastAPI) -> dict[str, Any]:
 def _known(memory: Any, user: str, session: str | None) -> None:
     with memory.store.read() as conn:
         users_.require_user(conn, user, session)
-
-
-def _html(text: str) -> HTMLResponse:
-    return HTMLResponse(text, headers={"content-security-policy": PAGE_POLICY})
 

@@ -8,6 +8,7 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
+from dreamd.cli.render import changes
 from dreamd.config import Config
 from dreamd.dream.jobs.registry import JOBS
 from dreamd.models import DRIVE_NAMES
@@ -33,6 +34,10 @@ ol.timeline { list-style: none; padding-left: 0; } ol.timeline li { margin: .4re
 .turn { padding: .3rem .6rem; border-left: 3px solid #e5e7eb; margin: .3rem 0; }
 .turn:target { border-left-color: #d97706; background: #fffbeb; }
 .legend span { margin-right: 1.2rem; white-space: nowrap; }
+details { display: inline-block; margin-left: .3rem; }
+details summary { color: #6b7280; cursor: pointer; font-size: .9em; }
+details[open] { display: block; margin: .2rem 0 .5rem 1rem; }
+details form { margin: .3rem .4rem .3rem 0; display: inline-block; }
 """
 
 
@@ -67,7 +72,17 @@ def index(listing: dict[str, Any], state: dict[str, Any], config: Config,
     return _layout("memory", (
         f"<h1>What dreamd dreamed</h1><p class=\"muted\">{escape(str(state['db']))}</p>"
         f"<h2>Drives over the last passes</h2>{chart(runs, config)}"
+        f"{_diary(state.get('last_pass_changes'))}"
         f"<h2>Users</h2>{table}{_passes(runs)}"), note)
+
+
+def _diary(diary: dict[str, Any] | None) -> str:
+    """What the last pass that changed anything changed, as `dreamd status` says it."""
+    lines = changes(diary)
+    if not lines:
+        return ""
+    return (f"<h2>{escape(lines[1].rstrip(':').capitalize())}</h2>"
+            f"<pre>{escape(chr(10).join(line[2:] for line in lines[2:]))}</pre>")
 
 
 def chart(runs: list[dict[str, Any]], config: Config) -> str:
@@ -139,11 +154,15 @@ def _passes(runs: list[dict[str, Any]]) -> str:
             + "".join(rows) + "</table>")
 
 
-def user(data: dict[str, Any], note: str | None) -> str:
+def user(data: dict[str, Any], note: str | None, csrf: str | None = None) -> str:
+    """A user's memory; with `csrf` (a reader who may write), each fact with forms to
+    correct, pin or unpin it, links to retract it and to its history, and a form to add one."""
     name = data["user"]
     sections = [f"<h1>{escape(name)}</h1>",
-                "<h2>Profile</h2>" + _text(data.get("profile")),
-                "<h2>Facts</h2>" + _facts(name, data["facts"]),
+                "<h2>Profile</h2>" + _profile(data.get("profile"), data["facts"]),
+                "<h2>Facts</h2>" + _facts(name, data["facts"], csrf)
+                + (_withdrawn(name, data.get("withdrawn") or []))
+                + (_adding(name, csrf) if csrf else ""),
                 "<h2>Lately</h2>" + _text(data.get("narrative")),
                 "<h2>Eras</h2>" + ("".join(
                     f"<h3>{escape(e['month'])}</h3>{_text(e['content'])}"
@@ -156,7 +175,20 @@ def user(data: dict[str, Any], note: str | None) -> str:
     return _layout(name, "".join(sections), note)
 
 
-def _facts(name: str, facts: list[dict[str, Any]]) -> str:
+def _profile(text: str | None, facts: list[dict[str, Any]]) -> str:
+    """The profile, each line that says a current fact linked to it (to change it)."""
+    if not text:
+        return '<p class="muted">None yet.</p>'
+    said = {f["statement"]: f["id"] for f in facts if f["current"]}
+    lines = []
+    for line in text.splitlines():
+        fact = said.get(line.removeprefix("- ").strip())
+        lines.append(escape(line) + (f' <a class="muted" href="#fact-{fact}">change</a>'
+                                     if fact is not None else ""))
+    return f'<pre>{"<br>".join(lines)}</pre>'
+
+
+def _facts(name: str, facts: list[dict[str, Any]], csrf: str | None) -> str:
     """Newest first; a replaced fact struck through, with the day it stopped holding."""
     if not facts:
         return '<p class="muted">None yet.</p>'
@@ -168,14 +200,100 @@ def _facts(name: str, facts: list[dict[str, Any]]) -> str:
                 f'<span class="muted">{day} – {escape((f["until"] or "")[:10])}, replaced '
                 f"by #{f['replaced_by']}</span>")
         sources = ", ".join(
-            f'<a class="source" href="/users/{quote(name, safe="")}/sessions/'
+            f'<a class="source" href="{_user_path(name)}/sessions/'
             f'{quote(t["session"] or "", safe="")}#turn-{t["id"]}">turn {t["id"]}</a>'
             for t in f["from_turns"] if t["session"] is not None)
         statement = escape(f["statement"])
+        pin = " <b>pinned</b>" if f.get("pinned") else ""
+        change = _changing(name, f, csrf) if csrf and f["current"] else ""
         items.append(f'<li id="fact-{f["id"]}"><span class="{"" if f["current"] else "old"}">'
-                     f"{statement}</span> {held}"
-                     f'{f" · from {sources}" if sources else ""}</li>')
+                     f"{statement}</span>{pin} {held}"
+                     f'{f" · from {sources}" if sources else ""}{change}</li>')
     return f'<ol class="timeline">{"".join(items)}</ol>'
+
+
+def _user_path(name: str) -> str:
+    return f"/users/{quote(name, safe='')}"
+
+
+def _hidden(csrf: str, version: int | None = None) -> str:
+    kept = f'<input type="hidden" name="csrf" value="{escape(csrf)}">'
+    return kept + (f'<input type="hidden" name="version" value="{version}">'
+                   if version is not None else "")
+
+
+def _changing(name: str, f: dict[str, Any], csrf: str) -> str:
+    """A fact's forms: plain HTML, posted to this server (no script runs here)."""
+    at = f"{_user_path(name)}/facts/{f['id']}"
+    pin = "unpin" if f.get("pinned") else "pin"
+    return (f'<details><summary>change</summary>'
+            f'<form method="post" action="{at}/correct">{_hidden(csrf, f["version"])}'
+            f'<input name="statement" value="{escape(f["statement"])}" size="60" '
+            f'maxlength="300" required aria-label="new words"> '
+            f'<input name="why" placeholder="why (optional)" maxlength="500" '
+            f'aria-label="why"> <button>Correct</button></form>'
+            f'<form method="post" action="{at}/{pin}">{_hidden(csrf, f["version"])}'
+            f"<button>{pin.capitalize()}</button></form> "
+            f'<a href="{at}/retract">Retract…</a> · <a href="{at}/history">History</a>'
+            f"</details>")
+
+
+def _withdrawn(name: str, facts: list[dict[str, Any]]) -> str:
+    if not facts:
+        return ""
+    items = "".join(
+        f'<li id="fact-{f["id"]}"><span class="old">{escape(f["statement"])}</span> '
+        f'<span class="muted">{escape(f["withdrawn"] or "")} by a person</span> · '
+        f'<a href="{_user_path(name)}/facts/{f["id"]}/history">history</a></li>'
+        for f in facts)
+    return f'<h3>Withdrawn by a person</h3><ol class="timeline">{items}</ol>'
+
+
+def _adding(name: str, csrf: str) -> str:
+    return (f'<h3>Add a fact</h3><form method="post" action="{_user_path(name)}/facts">'
+            f'{_hidden(csrf)}<input name="statement" size="60" maxlength="300" required '
+            f'aria-label="the fact"> <input name="why" placeholder="why (optional)" '
+            f'maxlength="500" aria-label="why"> <button>Add</button></form>')
+
+
+def retracting(name: str, fact: dict[str, Any], csrf: str, note: str | None) -> str:
+    """The confirmation a retraction asks for."""
+    at = f"{_user_path(name)}/facts/{fact['id']}"
+    return _layout("retract", (
+        f"<h1>Retract this fact?</h1><p><b>{escape(fact['statement'])}</b></p>"
+        "<p>It leaves the profile, the eras, the narrative and every context block, and "
+        "no pass makes it again from what was said so far. Its history keeps it, and the "
+        "retraction can be reverted there.</p>"
+        f'<form method="post" action="{at}/retract">{_hidden(csrf, fact["version"])}'
+        f'<input name="why" placeholder="why (optional)" maxlength="500" aria-label="why"> '
+        f'<button>Retract</button></form><p><a href="{_user_path(name)}#fact-{fact["id"]}">'
+        "Keep it</a></p>"), note)
+
+
+def history(name: str, fact_id: int, rows: list[dict[str, Any]], csrf: str | None,
+            note: str | None) -> str:
+    """A fact's corrections, oldest first, each but a revert with a form to undo it."""
+    items = []
+    for c in rows:
+        words = " → ".join(escape(w) for w in (c["old"], c["new"]) if w)
+        undo = (f'<form method="post" action="{_user_path(name)}/corrections/{c["id"]}/'
+                f'revert">{_hidden(csrf)}<button>Revert</button></form>'
+                if csrf and c["action"] != "revert" and c["reverted_by"] is None else "")
+        items.append(f"<tr><td>#{c['id']}</td><td>{escape(c['made_at'][:16])}</td>"
+                     f"<td>{escape(c['made_by'])}</td><td>{escape(c['action'])}</td>"
+                     f"<td>{words}</td><td>{escape(c['why'] or '')}</td><td>{undo}</td></tr>")
+    table = ("<table><tr><th>#</th><th>when</th><th>who</th><th>what</th><th>words</th>"
+             f"<th>why</th><th></th></tr>{''.join(items)}</table>" if items
+             else '<p class="muted">No correction of this fact yet.</p>')
+    return _layout(f"fact {fact_id}", f"<h1>History of fact #{fact_id}</h1>"
+                   f"<p>{_user_link(name)}</p>{table}", note)
+
+
+def refused(message: str, back: str, note: str | None, heading: str = "Not changed") -> str:
+    """What the page could not do (a change, or a page to show), in one line, and the way
+    back."""
+    return _layout(heading.lower(), f"<h1>{escape(heading)}</h1><p>{escape(message)}</p>"
+                   f'<p><a href="{escape(back)}">Back</a></p>', note)
 
 
 def _state(state: dict[str, Any] | None) -> str:

@@ -10,7 +10,8 @@ from dreamd.memory.api import Memory
 from dreamd.memory.context import Context
 from dreamd.memory.context import build as build_context
 from dreamd.memory.recall import Hit
-from dreamd.store.facts import facts_of
+from dreamd.models import Fact
+from dreamd.store.facts import facts_of, withdrawn_facts
 from dreamd.store.interface import Store
 from dreamd.store.turns import session_turns, sessions_of_turns
 
@@ -21,14 +22,19 @@ def user_memory(store: Store, config: Config, user: str, gists: int = 5) -> dict
     data = report.memory(store, config, gists=gists, user=user)
     with store.read() as conn:
         facts = facts_of(conn, user)
+        withdrawn = withdrawn_facts(conn, user)
         session_of = dict(sessions_of_turns(conn, [t for f in facts for t in f.sources]))
-    data["facts"] = [{
-        "id": f.id, "subject": f.subject, "about": f.about, "statement": f.statement,
-        "current": f.current, "since": f.valid_from, "learned_at": f.learned_at,
-        "until": f.valid_to, "replaced_by": f.replaced_by,
-        "from_turns": [{"id": t, "session": session_of.get(t)} for t in f.sources],
-    } for f in facts]
+    data["facts"] = [_fact(f, session_of) for f in facts]
+    data["withdrawn"] = [_fact(f, session_of) for f in withdrawn]
     return data
+
+
+def _fact(f: Fact, session_of: dict[int, str]) -> dict[str, Any]:
+    return {"id": f.id, "subject": f.subject, "about": f.about, "statement": f.statement,
+            "current": f.current, "since": f.valid_from, "learned_at": f.learned_at,
+            "until": f.valid_to, "replaced_by": f.replaced_by, "origin": f.origin,
+            "version": f.version, "pinned": f.pinned, "withdrawn": f.withdrawn,
+            "from_turns": [{"id": t, "session": session_of.get(t)} for t in f.sources]}
 
 
 def context_block(memory: Memory, session: str | None, user: str | None,
