@@ -8,7 +8,9 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,8 +18,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from dreamd.config import Config, EmbedConfig
+from dreamd.backends.extractive import ExtractiveCompleter
+from dreamd.backends.hashing import HashingEmbedder
+from dreamd.config import Config, EmbedConfig, WorkersConfig
+from dreamd.dream.cycle import run_pass
+from dreamd.dream.workers import Claims
 from dreamd.memory.api import Memory
+from dreamd.models import Completion, Prompt
 from dreamd.store.opening import open_store
 from dreamd.store.state import get_state, set_state
 from tests.engines import App
@@ -62,6 +69,88 @@ def test_store_reopens_between_transactions_never_inside_one(pg_server: Any) -> 
             assert get_state(conn, "torn") is None
             assert get_state(conn, "after") is None
     finally:
+        store.close()
+
+
+class HeldCompleter:
+    """The extractive completer, whose calls wait until the test lets them go: a pass held
+    in the middle of a batch, its users claimed."""
+
+    name = "extractive"
+
+    def __init__(self, embedder: HashingEmbedder) -> None:
+        self.inner = ExtractiveCompleter(embedder)
+        self.model = self.inner.model
+        self.called = threading.Event()
+        self.go = threading.Event()
+
+    def complete(self, prompt: Prompt) -> Completion:
+        self.called.set()
+        assert self.go.wait(120), "the test never let the call go"
+        return self.inner.complete(prompt)
+
+
+def cat_owners(url: str, users: int) -> None:
+    """`users` users, a session each, their turns waiting for a pass."""
+    Memory(url, config=Config(db=url, embed=EmbedConfig(backend="hashing"))).close()
+    app = App(url)
+    for n in range(users):
+        app.session(f"s{n}", f"u{n}")
+        app.turns(f"s{n}", [f"I adopted a cat called Mika{n}.", "How is she settling in?",
+                            "She sleeps on the balcony all day.", "Cats love the sun."],
+                  datetime(2024, 3, 1, 10, 0))
+    app.close()
+
+
+def held_by(url: str, worker: str) -> int:
+    """Unexpired leases `worker` holds, in the server's clock."""
+    app = App(url)
+    try:
+        return int(app.value("SELECT COUNT(*) FROM dreamd_leases WHERE worker = ? AND "
+                             "expires_at > now()", (worker,)))
+    finally:
+        app.close()
+
+
+def test_a_pass_the_server_cuts_short_leaves_no_lease_renewed(pg_server: Any) -> None:
+    """The server goes down while a worker's pass holds users (the pass fails: it cannot
+    hand them back), and comes back before their leases would run out. The worker's
+    heartbeat renews none of them: the pass that held them is over. And the worker's next
+    pass consolidates those users."""
+    url = pg_server.new_database()
+    cat_owners(url, 3)
+    lease = 15.0
+    config = Config(db=url, embed=EmbedConfig(backend="hashing"),
+                    workers=WorkersConfig(lease_seconds=lease))
+    store = open_store(config)
+    embedder = HashingEmbedder()
+    claims = Claims(store, config)
+    claims.start()
+    try:
+        held = HeldCompleter(embedder)
+        with ThreadPoolExecutor(1) as pool:
+            cut = pool.submit(run_pass, store, config, embedder, held, trigger="test",
+                              force=True, claims=claims)
+            assert held.called.wait(60), "the pass never reached the completer"
+            assert held_by(url, claims.worker) == 3
+            pg_server.down()
+            held.go.set()
+            assert cut.exception(timeout=120) is not None, "the pass outlived its server"
+        pg_server.up()
+        # Released once the server answers, or at worst left to run out: never renewed.
+        assert wait_for(lambda: held_by(url, claims.worker) == 0, 3 * lease, step=0.5), \
+            "the heartbeat kept renewing the leases of a pass that was over"
+        result = run_pass(store, config, embedder, held, trigger="test", force=True,
+                          claims=claims)
+        assert result.outcome == "ok", result
+        app = App(url)
+        try:
+            assert app.value("SELECT COUNT(*) FROM summaries") == 3
+        finally:
+            app.close()
+        assert held_by(url, claims.worker) == 0
+    finally:
+        claims.stop()
         store.close()
 
 
