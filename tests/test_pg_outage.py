@@ -119,7 +119,7 @@ def test_a_pass_the_server_cuts_short_leaves_no_lease_renewed(pg_server: Any) ->
     pass consolidates those users."""
     url = pg_server.new_database()
     cat_owners(url, 3)
-    lease = 15.0
+    lease = 10.0
     config = Config(db=url, embed=EmbedConfig(backend="hashing"),
                     workers=WorkersConfig(lease_seconds=lease))
     store = open_store(config)

@@ -207,6 +207,7 @@ def run_claimed(ctx: JobContext, jobs: Registry, previous: Drives, log: Logger,
                 claims.release_agent()
     finally:
         ctx.due = None
+        claims.end_pass()
     return [results.get(job.name) or JobResult(job.name, False, due[job.name].reason
                                                if not due[job.name].due else
                                                "another worker holds its users")
