@@ -154,6 +154,44 @@ def test_a_pass_the_server_cuts_short_leaves_no_lease_renewed(pg_server: Any) ->
         store.close()
 
 
+def test_a_connection_lost_inside_a_write_ends_the_pass_and_blames_no_item(
+        pg_server: Any) -> None:
+    """The server ends the pass's connection in the middle of its first gist's write (a
+    failover, an administrator's pg_terminate_backend). That is no fault of the session
+    being summarized: the pass ends, its row says the store cut it short, no failure is
+    counted against the session (which would hold it back for jobs.backoff_seconds and
+    quarantine it after a few), no lease is left held, and the next pass does the work."""
+    url = pg_server.new_database()
+    cat_owners(url, 3)
+    app = App(url)
+    app.execute("CREATE SEQUENCE cuts")
+    app.execute("CREATE FUNCTION cut() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF nextval('cuts') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); "
+                "END IF; RETURN NULL; END $$")
+    app.execute("CREATE TRIGGER cut AFTER INSERT ON summaries FOR EACH ROW "
+                "EXECUTE FUNCTION cut()")
+    config = Config(db=url, embed=EmbedConfig(backend="hashing"))
+    store = open_store(config)
+    embedder = HashingEmbedder()
+    claims = Claims(store, config)
+    claims.start()
+    try:
+        with pytest.raises(psycopg.errors.AdminShutdown):
+            run_pass(store, config, embedder, ExtractiveCompleter(embedder), trigger="test",
+                     force=True, claims=claims)
+        assert app.rows("SELECT outcome FROM dreamd_runs") == [("store_away",)]
+        assert app.rows("SELECT job, item FROM dreamd_failures") == []
+        assert held_by(url, claims.worker) == 0
+        result = run_pass(store, config, embedder, ExtractiveCompleter(embedder),
+                          trigger="test", force=True, claims=claims)
+        assert result.outcome == "ok"
+        assert app.value("SELECT COUNT(*) FROM summaries") == 3
+    finally:
+        claims.stop()
+        store.close()
+        app.close()
+
+
 def summaries(url: str) -> int:
     app = App(url)
     try:
@@ -166,7 +204,8 @@ def summaries(url: str) -> int:
 
 def test_daemon_carries_on_after_the_server_restarts(pg_server: Any, tmp_path: Path) -> None:
     """A worker in --loop outlives a restart of its server: its passes and its heartbeat
-    reconnect, and turns the app adds afterwards are consolidated."""
+    reconnect, it LISTENs again, turns the app adds afterwards are consolidated, and
+    `status` says for how long the store was away."""
     url = pg_server.new_database()
     Memory(url, config=Config(db=url, embed=EmbedConfig(backend="hashing"))).close()
     app = App(url)
@@ -203,6 +242,7 @@ def test_daemon_carries_on_after_the_server_restarts(pg_server: Any, tmp_path: P
                 app.close()
 
         assert wait_for(beating, 10, step=0.2), "the heartbeat did not resume"
+        assert wait_for(lambda: '"listen_resumed"' in log.read_text(), 30, step=0.2)
         assert proc.poll() is None
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -210,11 +250,23 @@ def test_daemon_carries_on_after_the_server_restarts(pg_server: Any, tmp_path: P
     assert proc.returncode == 0, err[-2000:]
     assert "Traceback" not in err
     events = [json.loads(line) for line in log.read_text().splitlines()]
-    # While the server was down, a pass said so in one line; then passes went on.
-    failed = [e for e in events if e["event"] == "pass_error"]
-    assert failed and all("cannot connect to PostgreSQL" in e["error"] for e in failed), failed
-    assert events.index(failed[-1]) < max(i for i, e in enumerate(events)
-                                          if e["event"] == "pass_finished")
+    named = [e["event"] for e in events]
+    # While the server was down, each try said so in one line, no pass called it an error;
+    # once it answered, the worker said for how long it was away, and passes went on.
+    away = [e for e in events if e["event"] == "store_away"]
+    assert away and all("PostgreSQL" in e["error"] for e in away), away
+    assert "pass_error" not in named
+    back = named.index("store_back")
+    assert back > named.index("store_away") and "pass_finished" in named[back:]
+    assert events[back]["away_seconds"] > 0
+    # The heartbeat and LISTEN each said they were lost once, and that they came back.
+    for lost, again in (("heartbeat_failed", "heartbeat_resumed"),
+                        ("listen_failed", "listen_resumed")):
+        assert named.count(lost) == 1 and named.index(lost) < named.index(again), named
+    status = subprocess.run([sys.executable, "-m", "dreamd", "--db", url, "status"],
+                            cwd=ROOT, env=dreamd_env(), capture_output=True, text=True)
+    assert status.returncode == 0, status.stderr
+    assert f"last away {events[back]['away_seconds']:.0f} s" in status.stdout, status.stdout
 
 
 def test_daemon_stopped_while_the_server_is_down_exits_cleanly(pg_server: Any,
