@@ -36,8 +36,9 @@ suite: install
 
 # The long runs: 600 passes beside a live writer, kill -9 at random moments (of a dreamd on a
 # file and of PostgreSQL workers), a 20k-turn pass beside a live writer, two and four
-# PostgreSQL workers sharing 500 users, the fact selector learned again from its examples
-# (~3 min; CI runs it).
+# PostgreSQL workers sharing 500 users, the faults two PostgreSQL workers survive
+# (restarts, killed connections, a paused server, two minutes down), the fact selector
+# learned again from its examples (~5 min; CI runs it).
 soak: install
 	$(BIN)/python -m pytest -n 4 --durations=0 -m soak
 

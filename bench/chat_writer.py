@@ -70,13 +70,17 @@ def schedstat() -> tuple[float, float]:
 
 
 def write_pg(url: str, rate: float, stop_file: str, report: str, users: int) -> None:
+    """As a chat server does on PostgreSQL: a lost connection (a restart, a failover) is
+    opened again at the next turn. A turn whose transaction the loss cut is *in doubt*:
+    its commit may or may not have landed, and the report lists its text."""
     import psycopg
 
-    conn = psycopg.connect(url, autocommit=True)
-    conn.execute("SET lock_timeout = '5s'")
+    conn: psycopg.Connection | None = None
     ids: list[int] = []
     errors: list[str] = []
+    in_doubt: list[str] = []
     latencies: list[float] = []
+    made: set[str] = set()  # sessions whose row is committed
     interval = 1.0 / rate
     next_at = time.monotonic()
     n = 0
@@ -84,28 +88,41 @@ def write_pg(url: str, rate: float, stop_file: str, report: str, users: int) -> 
         user = n % users if users else 0
         session = f"live-w{user}-{n // (40 * max(users, 1))}"
         now = datetime.now(UTC).isoformat()
+        content = f"live turn {n}: I walked to the harbour with Mika"
         started = time.perf_counter()
+        began = False
         try:
+            if conn is None or conn.closed:
+                conn = psycopg.connect(url, autocommit=True, connect_timeout=5)
+                conn.execute("SET lock_timeout = '5s'")
+            began = True
             with conn.transaction():
-                if users and n // max(users, 1) % 40 == 0:
+                if users and session not in made:
                     conn.execute("INSERT INTO sessions (id, name, created_at, user_id) "
                                  "VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
                                  (session, session, now, f"w{user}"))
                 row = conn.execute(
                     "INSERT INTO exchanges (session_id, role, content, created_at) "
                     "VALUES (%s, %s, %s, %s) RETURNING id",
-                    (session, "user" if n % 2 == 0 else "assistant",
-                     f"live turn {n}: I walked to the harbour with Mika", now)).fetchone()
+                    (session, "user" if n % 2 == 0 else "assistant", content,
+                     now)).fetchone()
             assert row is not None
             ids.append(int(row[0]))
+            made.add(session)
         except psycopg.Error as exc:
             errors.append(str(exc).strip()[:200])
+            if began and isinstance(exc, psycopg.OperationalError):
+                in_doubt.append(content)
+            if conn is not None and conn.broken:
+                conn.close()
         latencies.append(time.perf_counter() - started)
         n += 1
         next_at += interval
         time.sleep(max(0.0, next_at - time.monotonic()))
-    conn.close()
-    Path(report).write_text(json.dumps({"ids": ids, "errors": errors, "latencies": latencies}))
+    if conn is not None:
+        conn.close()
+    Path(report).write_text(json.dumps({"ids": ids, "errors": errors, "in_doubt": in_doubt,
+                                        "latencies": latencies}))
 
 
 if __name__ == "__main__":

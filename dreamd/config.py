@@ -187,6 +187,10 @@ class ScheduleConfig:
     wake_on_turns_seconds: float = field(default=10.0, metadata=_check("float", min=0))
     quiet_hours: str = field(default="", metadata=_check("quiet_hours"))
     deep_pass_cron: str = field(default="", metadata=_check("cron"))
+    # After a pass the store cut short (its server away): the next try, doubling while
+    # the store stays away, up to the most (never later than the schedule's own delay).
+    store_retry_seconds: float = field(default=1.0, metadata=_check("float", min=0.05))
+    store_retry_max_seconds: float = field(default=30.0, metadata=_check("float", min=0.05))
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,11 @@ class NotMigrated(StoreError):
     """A read-only command met a file dreamd has not (fully) set up yet."""
 
 
+class StoreAway(StoreError):
+    """The store's server did not answer, or dropped the connection: it is down,
+    restarting or failing over, or the connection was killed."""
+
+
 class StoreBusy(StoreError):
     """Another process held the memory file locked for longer than the busy timeout."""
 

@@ -3,11 +3,13 @@ socket only, run as the `postgres` OS user when the tests run as root."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import itertools
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -94,19 +96,60 @@ class PgServer:
         self.admin(f'CREATE DATABASE "{name}"')
         return self.url(name)
 
-    def restart(self, down_for: float = 0.0) -> None:
+    def restart(self, down_for: float = 0.0, mode: str = "fast") -> None:
         """Stop the server as an operator would (every connection is closed), leave it
         down for `down_for` seconds, and start it again with the same options."""
-        self.down()
+        self.down(mode)
         time.sleep(down_for)
         self.up()
 
-    def down(self) -> None:
-        """Stop the server as an operator would: every connection is closed."""
-        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+    def down(self, mode: str = "fast") -> None:
+        """Stop the server as an operator would: every connection is closed. `fast` rolls
+        back what is running and shuts down cleanly; `immediate` quits at once, as a
+        crash would, and the next start recovers from the log."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop")
+
+    def processes(self) -> list[int]:
+        """The postmaster's pid and its children's: the whole running server."""
+        main = int((self.data / "postmaster.pid").read_text().split()[0])
+        children = [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()
+                    and _parent(p) == main]
+        return [main, *children]
+
+    def pause(self) -> list[int]:
+        """SIGSTOP the whole server, as a stalled machine or VM would stop it: its
+        connections stay open and nothing answers. Returns the pids for `resume`."""
+        pids = self.processes()
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        return pids
+
+    def resume(self, pids: list[int]) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    def terminate(self, application: str) -> int:
+        """pg_terminate_backend on every connection whose application_name starts with
+        `application`; returns how many."""
+        import psycopg
+
+        with psycopg.connect(self.url(), autocommit=True) as conn:
+            row = conn.execute("SELECT COUNT(pg_terminate_backend(pid)) FROM "
+                               "pg_stat_activity WHERE application_name LIKE %s",
+                               (application + "%",)).fetchone()
+        return int(row[0]) if row else 0
 
     def stop(self) -> None:
         try:
             self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "stop")
         finally:
             shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _parent(proc: Path) -> int | None:
+    """The parent pid of the process at /proc/PID, None once it is gone."""
+    try:
+        return int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None

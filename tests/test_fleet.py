@@ -235,6 +235,28 @@ def test_a_pass_claims_a_user_once_unless_its_worker_died(pg_server: Any) -> Non
         store.close()
 
 
+def test_a_worker_takes_back_its_own_lease_and_extends_only_those_named(
+        pg_server: Any) -> None:
+    """A lease a worker still holds (its pass ended before it could hand it back) is free
+    to that worker and to no other. A heartbeat extends the leases it names (those the
+    running pass works on) and no others, and never one that ran out."""
+    from dreamd.store import leases
+
+    store = opened(pg_server.new_database())
+    ana, ben = user_key("ana"), user_key("ben")
+    try:
+        assert leases.claim(store, "a", [ana, ben], 8, 60.0) == [ana, ben]
+        assert leases.claim(store, "b", [ana, ben], 8, 60.0) == []
+        assert leases.claim(store, "a", [ana, ben], 8, 2.0) == [ana, ben]
+        assert leases.heartbeat(store, "a", 60.0, [ana]).held == 1
+        assert wait_for(lambda: lapsed(store, ben), 30)
+        assert not lapsed(store, ana)
+        assert leases.heartbeat(store, "a", 60.0, [ana, ben]).held == 1  # ben ran out
+        assert leases.claim(store, "b", [ana, ben], 8, 60.0) == [ben]
+    finally:
+        store.close()
+
+
 def lapsed(store: Store, key: str) -> bool:
     """Whether the lease on `key` has run out (in the server's clock)."""
     with store.read() as conn:

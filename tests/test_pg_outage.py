@@ -8,7 +8,9 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -16,8 +18,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from dreamd.config import Config, EmbedConfig
+from dreamd.backends.extractive import ExtractiveCompleter
+from dreamd.backends.hashing import HashingEmbedder
+from dreamd.config import Config, EmbedConfig, WorkersConfig
+from dreamd.dream.cycle import run_pass
+from dreamd.dream.workers import Claims
 from dreamd.memory.api import Memory
+from dreamd.models import Completion, Prompt
 from dreamd.store.opening import open_store
 from dreamd.store.state import get_state, set_state
 from tests.engines import App
@@ -65,6 +72,126 @@ def test_store_reopens_between_transactions_never_inside_one(pg_server: Any) -> 
         store.close()
 
 
+class HeldCompleter:
+    """The extractive completer, whose calls wait until the test lets them go: a pass held
+    in the middle of a batch, its users claimed."""
+
+    name = "extractive"
+
+    def __init__(self, embedder: HashingEmbedder) -> None:
+        self.inner = ExtractiveCompleter(embedder)
+        self.model = self.inner.model
+        self.called = threading.Event()
+        self.go = threading.Event()
+
+    def complete(self, prompt: Prompt) -> Completion:
+        self.called.set()
+        assert self.go.wait(120), "the test never let the call go"
+        return self.inner.complete(prompt)
+
+
+def cat_owners(url: str, users: int) -> None:
+    """`users` users, a session each, their turns waiting for a pass."""
+    Memory(url, config=Config(db=url, embed=EmbedConfig(backend="hashing"))).close()
+    app = App(url)
+    for n in range(users):
+        app.session(f"s{n}", f"u{n}")
+        app.turns(f"s{n}", [f"I adopted a cat called Mika{n}.", "How is she settling in?",
+                            "She sleeps on the balcony all day.", "Cats love the sun."],
+                  datetime(2024, 3, 1, 10, 0))
+    app.close()
+
+
+def held_by(url: str, worker: str) -> int:
+    """Unexpired leases `worker` holds, in the server's clock."""
+    app = App(url)
+    try:
+        return int(app.value("SELECT COUNT(*) FROM dreamd_leases WHERE worker = ? AND "
+                             "expires_at > now()", (worker,)))
+    finally:
+        app.close()
+
+
+def test_a_pass_the_server_cuts_short_leaves_no_lease_renewed(pg_server: Any) -> None:
+    """The server goes down while a worker's pass holds users (the pass fails: it cannot
+    hand them back), and comes back before their leases would run out. The worker's
+    heartbeat renews none of them: the pass that held them is over. And the worker's next
+    pass consolidates those users."""
+    url = pg_server.new_database()
+    cat_owners(url, 3)
+    lease = 10.0
+    config = Config(db=url, embed=EmbedConfig(backend="hashing"),
+                    workers=WorkersConfig(lease_seconds=lease))
+    store = open_store(config)
+    embedder = HashingEmbedder()
+    claims = Claims(store, config)
+    claims.start()
+    try:
+        held = HeldCompleter(embedder)
+        with ThreadPoolExecutor(1) as pool:
+            cut = pool.submit(run_pass, store, config, embedder, held, trigger="test",
+                              force=True, claims=claims)
+            assert held.called.wait(60), "the pass never reached the completer"
+            assert held_by(url, claims.worker) == 3
+            pg_server.down()
+            held.go.set()
+            assert cut.exception(timeout=120) is not None, "the pass outlived its server"
+        pg_server.up()
+        # Released once the server answers, or at worst left to run out: never renewed.
+        assert wait_for(lambda: held_by(url, claims.worker) == 0, 3 * lease, step=0.5), \
+            "the heartbeat kept renewing the leases of a pass that was over"
+        result = run_pass(store, config, embedder, held, trigger="test", force=True,
+                          claims=claims)
+        assert result.outcome == "ok", result
+        app = App(url)
+        try:
+            assert app.value("SELECT COUNT(*) FROM summaries") == 3
+        finally:
+            app.close()
+        assert held_by(url, claims.worker) == 0
+    finally:
+        claims.stop()
+        store.close()
+
+
+def test_a_connection_lost_inside_a_write_ends_the_pass_and_blames_no_item(
+        pg_server: Any) -> None:
+    """The server ends the pass's connection in the middle of its first gist's write (a
+    failover, an administrator's pg_terminate_backend). That is no fault of the session
+    being summarized: the pass ends, its row says the store cut it short, no failure is
+    counted against the session (which would hold it back for jobs.backoff_seconds and
+    quarantine it after a few), no lease is left held, and the next pass does the work."""
+    url = pg_server.new_database()
+    cat_owners(url, 3)
+    app = App(url)
+    app.execute("CREATE SEQUENCE cuts")
+    app.execute("CREATE FUNCTION cut() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+                "IF nextval('cuts') = 1 THEN PERFORM pg_terminate_backend(pg_backend_pid()); "
+                "END IF; RETURN NULL; END $$")
+    app.execute("CREATE TRIGGER cut AFTER INSERT ON summaries FOR EACH ROW "
+                "EXECUTE FUNCTION cut()")
+    config = Config(db=url, embed=EmbedConfig(backend="hashing"))
+    store = open_store(config)
+    embedder = HashingEmbedder()
+    claims = Claims(store, config)
+    claims.start()
+    try:
+        with pytest.raises(psycopg.errors.AdminShutdown):
+            run_pass(store, config, embedder, ExtractiveCompleter(embedder), trigger="test",
+                     force=True, claims=claims)
+        assert app.rows("SELECT outcome FROM dreamd_runs") == [("store_away",)]
+        assert app.rows("SELECT job, item FROM dreamd_failures") == []
+        assert held_by(url, claims.worker) == 0
+        result = run_pass(store, config, embedder, ExtractiveCompleter(embedder),
+                          trigger="test", force=True, claims=claims)
+        assert result.outcome == "ok"
+        assert app.value("SELECT COUNT(*) FROM summaries") == 3
+    finally:
+        claims.stop()
+        store.close()
+        app.close()
+
+
 def summaries(url: str) -> int:
     app = App(url)
     try:
@@ -77,7 +204,8 @@ def summaries(url: str) -> int:
 
 def test_daemon_carries_on_after_the_server_restarts(pg_server: Any, tmp_path: Path) -> None:
     """A worker in --loop outlives a restart of its server: its passes and its heartbeat
-    reconnect, and turns the app adds afterwards are consolidated."""
+    reconnect, it LISTENs again, turns the app adds afterwards are consolidated, and
+    `status` says for how long the store was away."""
     url = pg_server.new_database()
     Memory(url, config=Config(db=url, embed=EmbedConfig(backend="hashing"))).close()
     app = App(url)
@@ -114,6 +242,7 @@ def test_daemon_carries_on_after_the_server_restarts(pg_server: Any, tmp_path: P
                 app.close()
 
         assert wait_for(beating, 10, step=0.2), "the heartbeat did not resume"
+        assert wait_for(lambda: '"listen_resumed"' in log.read_text(), 30, step=0.2)
         assert proc.poll() is None
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -121,11 +250,23 @@ def test_daemon_carries_on_after_the_server_restarts(pg_server: Any, tmp_path: P
     assert proc.returncode == 0, err[-2000:]
     assert "Traceback" not in err
     events = [json.loads(line) for line in log.read_text().splitlines()]
-    # While the server was down, a pass said so in one line; then passes went on.
-    failed = [e for e in events if e["event"] == "pass_error"]
-    assert failed and all("cannot connect to PostgreSQL" in e["error"] for e in failed), failed
-    assert events.index(failed[-1]) < max(i for i, e in enumerate(events)
-                                          if e["event"] == "pass_finished")
+    named = [e["event"] for e in events]
+    # While the server was down, each try said so in one line, no pass called it an error;
+    # once it answered, the worker said for how long it was away, and passes went on.
+    away = [e for e in events if e["event"] == "store_away"]
+    assert away and all("PostgreSQL" in e["error"] for e in away), away
+    assert "pass_error" not in named
+    back = named.index("store_back")
+    assert back > named.index("store_away") and "pass_finished" in named[back:]
+    assert events[back]["away_seconds"] > 0
+    # The heartbeat and LISTEN each said they were lost once, and that they came back.
+    for lost, again in (("heartbeat_failed", "heartbeat_resumed"),
+                        ("listen_failed", "listen_resumed")):
+        assert named.count(lost) == 1 and named.index(lost) < named.index(again), named
+    status = subprocess.run([sys.executable, "-m", "dreamd", "--db", url, "status"],
+                            cwd=ROOT, env=dreamd_env(), capture_output=True, text=True)
+    assert status.returncode == 0, status.stderr
+    assert f"last away {events[back]['away_seconds']:.0f} s" in status.stdout, status.stdout
 
 
 def test_daemon_stopped_while_the_server_is_down_exits_cleanly(pg_server: Any,

@@ -42,6 +42,13 @@ def render_before_first_pass(data: dict[str, Any]) -> str:
             f"first pass (dreamd --db {data['db']} --force)")
 
 
+def _store_away(away: dict[str, Any]) -> str:
+    return (f"store        last away {away['seconds']:.0f} s, {away['since']} → {away['back']} "
+            f"(seen by pid {away['pid']} on {away['host']}: "
+            f"{away['tries']} {'pass' if away['tries'] == 1 else 'passes'} cut short or "
+            "put off, each tried again within seconds)")
+
+
 def render_status(data: dict[str, Any]) -> str:
     b = data["backlog"]
     daemon = data.get("daemon") or {}
@@ -74,6 +81,8 @@ def render_status(data: dict[str, Any]) -> str:
         f"narrative {'stale' if b['narrative_stale'] else 'current'}, "
         f"{_n(b['turns_since_reflection'], 'turn')} since the last reflection",
     ]
+    if data.get("store_away"):
+        out.append(_store_away(data["store_away"]))
     waiting = data.get("users_waiting") or {}
     if waiting.get("users"):
         shown = ", ".join(f"{m['user']} {_n(m['turns'], 'turn')}" for m in waiting["most"])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from dreamd.ids import narrative_id, profile_id, self_state_id
 from dreamd.memory.users import require_user
 from dreamd.models import DiaryLine
 from dreamd.runtime.lock import holder_of
+from dreamd.runtime.outage import STATE_KEY as STORE_AWAY
 from dreamd.store.corrections import diary_of_run, last_diary_run
 from dreamd.store.erasure import pending as pending_forget
 from dreamd.store.fallback import fallback_counts
@@ -42,6 +44,7 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
         fails = failures(conn)
         forget = pending_forget(conn)
         next_pass = get_state(conn, "next_pass_at")
+        away = get_state(conn, STORE_AWAY)
         waiting, most = backlog_by_user(conn)
         fell_back = fallback_counts(conn)
         diary_run = last_diary_run(conn)
@@ -54,6 +57,8 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
         store.engine: store.facts(),
         "daemon": {"pid": holder, "next_pass_at": next_pass if holder else None},
         "workers": workers,
+        # The last time a worker found the store's server away, once it came back.
+        "store_away": json.loads(away) if away else None,
         "users_waiting": {"users": waiting,
                           "most": [{"user": u, "sessions": s, "turns": t}
                                    for u, s, t in most]},

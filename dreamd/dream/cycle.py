@@ -24,9 +24,10 @@ from dreamd.logger import Logger, silent
 from dreamd.models import BacklogStats, Drives, JobResult, JobSpec
 from dreamd.store.corrections import prune_diary
 from dreamd.store.erasure import finish_pending
+from dreamd.store.failure import store_away
 from dreamd.store.fallback import fallback_gists_due, send_back
 from dreamd.store.interface import Store, WriteLockTimes
-from dreamd.store.runbook import finish_run, start_run, tokens_since
+from dreamd.store.runbook import CUT_SHORT, finish_run, start_run, tokens_since
 from dreamd.store.state import get_state
 from dreamd.store.tally import sync_tally
 from dreamd.store.tiers import save_self_state, self_state, settle_tier_queue
@@ -142,9 +143,7 @@ def run_pass(
         drives_after = drv.levels(stats_after, config, clock())
         save_drives(store, config.agent.id, drives_after, clock().isoformat())
     except BaseException as exc:
-        with store.write() as conn:
-            finish_run(conn, run_id, ended_at=clock().isoformat(), outcome="error",
-                         error=f"{type(exc).__name__}: {exc}"[:500])
+        record_raised(store, run_id, clock().isoformat(), exc)
         raise
     finally:
         close_spare(ctx)
@@ -169,6 +168,21 @@ def run_pass(
     return PassResult(run_id, outcome, drives_before, drives_after, stats_before, stats_after,
                       tuple(results), tuple(ctx.notes), ctx.tokens.used_in, ctx.tokens.used_out,
                       write_lock)
+
+
+def record_raised(store: Store, run_id: int, ended_at: str, exc: BaseException) -> None:
+    """A pass that raised: its row says so, or that the store cut it short. While the
+    store is still away that row stays 'running' until the worker finds it back
+    (dreamd.runtime.outage)."""
+    away = store_away(exc)
+    try:
+        with store.write() as conn:
+            finish_run(conn, run_id, ended_at=ended_at, outcome=CUT_SHORT if away else "error",
+                       error=(f"cut short, the store went away: {exc}" if away else
+                              f"{type(exc).__name__}: {exc}")[:500])
+    except Exception as again:
+        if not (away and store_away(again)):
+            raise
 
 
 def run_claimed(ctx: JobContext, jobs: Registry, previous: Drives, log: Logger,
@@ -210,6 +224,7 @@ def run_claimed(ctx: JobContext, jobs: Registry, previous: Drives, log: Logger,
                 claims.release_agent()
     finally:
         ctx.due = None
+        claims.end_pass()
     return [results.get(job.name) or JobResult(job.name, False, due[job.name].reason
                                                if not due[job.name].due else
                                                "another worker holds its users")
@@ -322,6 +337,8 @@ def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Logger, share:
             result = job.run(ctx, decision.reason)
             cut = cut_short(ctx, share)
     except Exception as exc:  # a bug or a broken file in one job must not end the pass
+        if store_away(exc):  # but a store that is away ends it: no job can go on
+            raise
         result = JobResult(name, True, decision.reason, failed=1,
                            errors=(f"{type(exc).__name__}: {exc}"[:300],))
     if cut and result.remaining:

@@ -3,6 +3,7 @@ release them, until no user with work is left unclaimed (dreamd.store.leases).""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable
@@ -25,7 +26,8 @@ def store_faults() -> tuple[type[Exception], ...]:
 
 class Claims:
     """One worker's leases on a shared store, kept alive by a heartbeat thread on a
-    connection of its own."""
+    connection of its own while the running pass works on them, and no longer: a pass
+    that ends, however it ends, leaves its leases to be handed back or to run out."""
 
     def __init__(self, store: Store, config: Config, log: Logger | None = None) -> None:
         self.store = store
@@ -41,6 +43,13 @@ class Claims:
         self.on_neighbours: Callable[[int], None] = lambda workers: None
         self.here = 1  # live workers on this machine at the last beat
         self.since: datetime | None = None  # the server's clock when the pass began
+        # The lease keys the running pass works on: the only ones the heartbeat extends.
+        # Changed by the pass's thread only, each time a new set (the heartbeat reads it
+        # whole, without a lock).
+        self._held: frozenset[str] = frozenset()
+        # Keys a pass could not hand back (the server was away): handed back when the next
+        # pass begins, if they have not run out by then; never extended.
+        self._unreleased: set[str] = set()
 
     def start(self) -> None:
         self._beat = leases.own_connection(self.store, self.config.store.busy_timeout_ms)
@@ -51,19 +60,26 @@ class Claims:
 
     def _heartbeat(self) -> None:
         assert self._beat is not None
-        beat = leases.heartbeat(self._beat, self.worker, self.seconds)
+        beat = leases.heartbeat(self._beat, self.worker, self.seconds, sorted(self._held))
         self.here = beat.here
         self.on_neighbours(beat.here)
 
     def _run(self) -> None:
         # The first beat again soon: workers started together see each other by then.
-        wait = min(1.0, self.seconds / 3)
+        wait, failing = min(1.0, self.seconds / 3), False
         while not self._stop.wait(wait):
             wait = self.seconds / 3
             try:
                 self._heartbeat()
             except Exception as exc:  # the next beat may get through; leases expire if not
-                self.log.warning("heartbeat_failed", error=str(exc)[:200])
+                if not failing:  # once while the server is away, not at every beat
+                    self.log.warning("heartbeat_failed", error=str(exc)[:200],
+                                     detail=f"tried again every {wait:g} s")
+                failing = True
+                continue
+            if failing:
+                self.log.info("heartbeat_resumed")
+            failing = False
 
     def stop(self) -> None:
         self._stop.set()
@@ -79,7 +95,11 @@ class Claims:
                 self._beat.close()
 
     def waiting(self, embed_model: str) -> list[str]:
-        """The users with work when the pass began (its horizon fixes what work it does)."""
+        """The users with work when the pass began (its horizon fixes what work it does);
+        first, the leases an earlier pass could not hand back go back."""
+        if self._unreleased:
+            leases.release(self.store, self.worker, sorted(self._unreleased))
+            self._unreleased.clear()
         self.since = leases.server_now(self.store)
         with self.store.read() as conn:
             return users_with_work(conn, space(embed_model))
@@ -90,6 +110,7 @@ class Claims:
         of the fleet, not once per worker)."""
         keys = leases.claim(self.store, self.worker, [user_key(u) for u in waiting],
                             self.config.workers.batch_users, self.seconds, self.since)
+        self._held |= set(keys)
         claimed = tuple(k.removeprefix("user:") for k in keys)
         for user in claimed:  # after the claim committed: the logged hold is inside the real
             self.log.info("lease_claimed", user=user, worker=self.worker, at=time.time())
@@ -98,15 +119,37 @@ class Claims:
     def release(self, users: tuple[str, ...]) -> None:
         for user in users:  # before the release commits, for the same reason
             self.log.info("lease_released", user=user, worker=self.worker, at=time.time())
-        leases.release(self.store, self.worker, [user_key(u) for u in users])
+        self._let_go([user_key(u) for u in users])
+
+    def _let_go(self, keys: list[str]) -> None:
+        """No longer extended, then handed back; when the server cannot be reached they
+        are handed back by the next pass (raises: this pass cannot go on either)."""
+        self._held -= set(keys)
+        try:
+            leases.release(self.store, self.worker, keys)
+        except store_faults() as exc:
+            self._unreleased.update(keys)
+            self.log.warning("leases_not_released", leases=len(keys), error=str(exc)[:200],
+                             detail="no longer extended: handed back by the next pass, "
+                             f"or they run out within {self.seconds:g} s")
+            raise
+
+    def end_pass(self) -> None:
+        """The pass is over, however it ended: the leases it still holds are no longer
+        extended, and are handed back if the server answers."""
+        if self._held:
+            with contextlib.suppress(*store_faults()):  # logged; handed back later
+                self._let_go(sorted(self._held))
 
     def others_consolidating(self) -> int:
         """Users other workers hold now: their gists are still to come."""
         return leases.others_hold(self.store, self.worker, user_key(""))
 
     def agent(self) -> bool:
-        key = agent_key(self.config.agent.id)
-        return bool(leases.claim(self.store, self.worker, [key], 1, self.seconds))
+        keys = leases.claim(self.store, self.worker, [agent_key(self.config.agent.id)], 1,
+                            self.seconds)
+        self._held |= set(keys)
+        return bool(keys)
 
     def release_agent(self) -> None:
-        leases.release(self.store, self.worker, [agent_key(self.config.agent.id)])
+        self._let_go([agent_key(self.config.agent.id)])

@@ -30,7 +30,9 @@ from dreamd.logger import Logger
 from dreamd.runtime.lock import InstanceLock
 from dreamd.runtime.log import LoggedProgress
 from dreamd.runtime.notify import Notifier
-from dreamd.runtime.schedule import in_quiet_hours, next_delay
+from dreamd.runtime.outage import Outage, record_return
+from dreamd.runtime.schedule import in_quiet_hours, next_delay, retry_delay
+from dreamd.store.failure import store_away
 from dreamd.store.interface import engine_errors
 from dreamd.store.leases import end_orphaned_runs
 from dreamd.store.opening import check_sqlite, ensure_directory, open_brief, open_store
@@ -281,6 +283,7 @@ class Daemon:
         self.log = log
         self._quiet_logged = False
         self.last_end = datetime.now().astimezone()
+        self.outage: Outage | None = None  # the store away, since a pass found it so
 
     def effective(self, config: cfg.Config) -> cfg.Config:
         """--loop SECONDS fixes the delay between passes."""
@@ -338,10 +341,15 @@ class Daemon:
         """On PostgreSQL, new turns wake the daemon through LISTEN/NOTIFY, and it looks
         for them itself only every 30 s; on SQLite it looks every second."""
         listening = self.runner.store.listen(
-            self.runner.flags.wake, self.runner.flags.stop,
-            lambda error: self.log.warning("listen_failed", error=error,
-                                           detail="looking every 30 s meanwhile"))
+            self.runner.flags.wake, self.runner.flags.stop, self.listening_changed)
         return 30.0 if listening else 1.0
+
+    def listening_changed(self, error: str | None) -> None:
+        if error is None:
+            self.log.info("listen_resumed", detail="new turns wake the daemon again")
+        else:
+            self.log.warning("listen_failed", error=error, detail="set up again once the "
+                             "server answers; looking every 30 s meanwhile")
 
     def watch_turns(self) -> None:
         """New turns since the last pass sensed its backlog bring the next pass forward
@@ -413,12 +421,14 @@ class Daemon:
         """A pass that cannot kill the daemon; then choose when to wake next."""
         stability = 0.0
         try:
+            self.store_back()
             stability = self.runner.one_pass(trigger, force).drives_after.stability
-        except Exception as exc:  # a broken file or bug: logged, retried at the soonest
-            self.log.error("pass_error", error=f"{type(exc).__name__}: {exc}"[:300])
+        except Exception as exc:  # the daemon lives on
+            self.pass_failed(exc)
         if self.runner.flags.stop.is_set():
             return
-        delay = next_delay(stability, self.config.schedule)
+        delay = (retry_delay(self.outage.tries, stability, self.config.schedule)
+                 if self.outage else next_delay(stability, self.config.schedule))
         self.last_end = datetime.now(self.scheduler.timezone)
         wake = self.last_end + timedelta(seconds=delay)
         self.scheduler.modify_job("pass", next_run_time=wake)
@@ -427,6 +437,28 @@ class Daemon:
         with (self.runner.health.working(), contextlib.suppress(Exception),
               self.runner.store.write() as conn):
             set_state(conn, "next_pass_at", wake.astimezone(UTC).isoformat())
+
+    def pass_failed(self, exc: Exception) -> None:
+        """A broken file or a bug: logged, retried at the soonest. A store whose server
+        went away: an outage begins or goes on, and the next try comes in seconds."""
+        if not store_away(exc):
+            self.log.error("pass_error", error=f"{type(exc).__name__}: {exc}"[:300])
+            return
+        self.outage = self.outage.again() if self.outage else Outage(datetime.now(UTC))
+        self.log.warning("store_away", error=str(exc)[:300],
+                         since=self.outage.since.isoformat(), tries=self.outage.tries)
+
+    def store_back(self) -> None:
+        """Before a pass, after the store was away: record its return (raises while it
+        is still away)."""
+        if self.outage is None:
+            return
+        with self.runner.health.working():
+            worker = self.runner.claims.worker if self.runner.claims else None
+            seconds = record_return(self.runner.store, self.outage, datetime.now(UTC),
+                                    os.getpid(), worker)
+        self.log.info("store_back", away_seconds=round(seconds, 1), tries=self.outage.tries)
+        self.outage = None
 
     def reload(self) -> None:
         try:

@@ -227,7 +227,7 @@ class SqliteStore:
         self.conn.execute("VACUUM")
 
     def listen(self, wake: threading.Event, stop: threading.Event,
-               on_error: Callable[[str], None]) -> bool:
+               on_change: Callable[[str | None], None]) -> bool:
         return False  # the caller's own look is one indexed read
 
     def close(self) -> None:

@@ -134,9 +134,12 @@ class Store(Protocol):
     def vacuum(self, tables: Sequence[str]) -> None:
         """Outside a transaction: leave no stale copy of a deleted row in live storage
         (SQLite rewrites the whole file; PostgreSQL vacuums `tables`)."""
-    def listen(self, wake: Event, stop: Event, on_error: Callable[[str], None]) -> bool:
+    def listen(self, wake: Event, stop: Event,
+               on_change: Callable[[str | None], None]) -> bool:
         """Set `wake` whenever the app writes turns, until `stop` is set, from a thread of
-        its own; False when the engine cannot tell (then the caller looks itself)."""
+        its own; False when the engine cannot tell (then the caller looks itself).
+        `on_change` is told the error when listening stops (the server went away), and
+        None once it listens again (and `wake` is set: turns may have come meanwhile)."""
     def close(self) -> None: ...
 
 

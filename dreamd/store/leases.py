@@ -2,9 +2,11 @@
 
 A worker claims users with work for a while (`expires_at`, in the server's clock) with
 `FOR UPDATE SKIP LOCKED`, so two workers claiming at once never wait on each other and
-never take the same user; a heartbeat extends its unexpired leases; it releases them when
-it is done. A worker that dies (kill -9, a lost machine) stops extending them, and once
-they expire another worker takes its users and finishes the work. Every write a pass
+never take the same user; a heartbeat extends the leases its running pass still works
+on, and no others; it releases them when it is done. A worker that dies (kill -9, a lost
+machine), or whose pass ended without reaching the server to release them, stops
+extending them, and once they expire another worker takes its users and finishes the
+work; the worker itself may take back a lease it still holds. Every write a pass
 makes stays conditional on what it read, so a worker that stalls past its lease and wakes
 up again cannot write the same work twice. A lease is a row, not a session-level advisory
 lock: a pooler or a reconnect cannot drop it unseen.
@@ -69,11 +71,12 @@ def _tx(store: Store, sql: str, params: Any) -> list[tuple[Any, ...]]:
 
 def claim(store: Store, worker: str, keys: list[str], limit: int, seconds: float,
           since: datetime | None = None) -> list[str]:
-    """Up to `limit` of `keys` that nobody holds (or whose lease ran out), now held by
-    `worker` for `seconds`; the longest unclaimed first. With `since` (the server's clock
-    when the claimer's pass began), a key another worker claimed and released after then
-    is passed over: its work up to that moment is done. (A lease that ran out unreleased
-    is not: its worker died, and its work is left.)"""
+    """Up to `limit` of `keys` that nobody holds (or whose lease ran out, or that `worker`
+    holds itself: a pass of its own that ended before it could release them), now held
+    by `worker` for `seconds`; the longest unclaimed first. With `since` (the server's
+    clock when the claimer's pass began), a key another worker claimed and released after
+    then is passed over: its work up to that moment is done. (A lease that ran out
+    unreleased is not: its worker died, and its work is left.)"""
     if not keys or limit <= 0:
         return []
     # Only the keys not there yet: a key already there may be held by a worker claiming
@@ -84,13 +87,13 @@ def claim(store: Store, worker: str, keys: list[str], limit: int, seconds: float
         "ON CONFLICT DO NOTHING", (keys,))
     rows = _tx(store,
                "WITH free AS (SELECT key FROM dreamd_leases WHERE key = ANY(%s) "
-               "AND expires_at < now() AND (worker IS NOT NULL OR claimed_at IS NULL "
-               "OR claimed_at < %s::timestamptz) "
+               "AND (expires_at < now() OR worker = %s) AND (worker IS NOT NULL "
+               "OR claimed_at IS NULL OR claimed_at < %s::timestamptz) "
                "ORDER BY claimed_at NULLS FIRST, key LIMIT %s FOR UPDATE SKIP LOCKED) "
                "UPDATE dreamd_leases l SET worker = %s, claimed_at = now(), "
                "expires_at = now() + make_interval(secs => %s), claims = l.claims + 1 "
                "FROM free WHERE l.key = free.key RETURNING l.key",
-               (keys, since or "infinity", limit, worker, seconds))
+               (keys, worker, since or "infinity", limit, worker, seconds))
     return sorted(str(r[0]) for r in rows)
 
 
@@ -114,18 +117,20 @@ def release(store: Store, worker: str, keys: list[str]) -> None:
 
 @dataclass(frozen=True)
 class Beat:
-    held: int  # leases the worker holds
+    held: int  # leases the beat extended
     here: int  # live workers on its machine, itself included
 
 
-def heartbeat(store: Store, worker: str, seconds: float) -> Beat:
-    """Extend `worker`'s unexpired leases and note it is alive; returns the leases held
-    and how many live workers (a heartbeat within `seconds`) share its machine. (A lease
-    that ran out stays out: another worker may hold it now.)"""
+def heartbeat(store: Store, worker: str, seconds: float, keys: list[str]) -> Beat:
+    """Extend `worker`'s unexpired leases on `keys` (those its running pass works on) and
+    note it is alive; returns the leases extended and how many live workers (a heartbeat
+    within `seconds`) share its machine. (A lease that ran out stays out: another worker
+    may hold it now.)"""
     rows = _tx(store,
                "WITH kept AS (UPDATE dreamd_leases SET expires_at = now() + "
-               "make_interval(secs => %s) WHERE worker = %s AND expires_at > now() "
-               "RETURNING 1) SELECT COUNT(*) FROM kept", (seconds, worker))
+               "make_interval(secs => %s) WHERE worker = %s AND key = ANY(%s) "
+               "AND expires_at > now() RETURNING 1) SELECT COUNT(*) FROM kept",
+               (seconds, worker, keys))
     held = int(rows[0][0])
     host = socket.gethostname()
     _tx(store, "INSERT INTO dreamd_workers (worker, host, pid) VALUES (%s, %s, %s) "

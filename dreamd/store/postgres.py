@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import re
+import sys
 import threading
 import time
 import zlib
@@ -34,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dreamd.errors import StoreBusy, StoreError
+from dreamd.errors import StoreAway, StoreBusy, StoreError
 from dreamd.store.interface import WriteLockTimes
 from dreamd.store.pg_sql import POSTGRESQL
 from dreamd.store.url import shown
@@ -51,6 +52,9 @@ KEY_LOCK = 0x6D656D6F  # "memo"
 
 # What the migration's trigger NOTIFYs on when the app inserts turns.
 CHANNEL = "dreamd_turns"
+# Seconds between tries to LISTEN again after the connection was lost: the first, and
+# the most it doubles to while the server stays away.
+LISTEN_RETRY = (1.0, 5.0)
 
 
 _MARKS = re.compile(r"'(?:[^']|'')*'|\?(\d*)|%")
@@ -327,9 +331,9 @@ class PgStore:
             self.fresh().execute(f"VACUUM {quoted_name(self.schema)}.{table}")
 
     def listen(self, wake: threading.Event, stop: threading.Event,
-               on_error: Callable[[str], None]) -> bool:
+               on_change: Callable[[str | None], None]) -> bool:
         threading.Thread(target=listen_for_turns, name="dreamd-listen", daemon=True,
-                         args=(self.url, wake, stop, on_error)).start()
+                         args=(self.url, wake, stop, on_change)).start()
         return True
 
     def another(self, busy_timeout_ms: int) -> PgStore:
@@ -349,8 +353,25 @@ def _psycopg() -> Any:
     return psycopg
 
 
+# The SQLSTATEs of a server that is not there to answer: a connection exception (class
+# 08), a shutdown by an administrator or after a crash, a server starting up or stopping.
+# (A client-side loss of the connection has none.)
+AWAY_STATES = ("08", "57P01", "57P02", "57P03")
+
+
+def server_away(exc: BaseException) -> bool:
+    """Whether psycopg's `exc` says the server did not answer or dropped the connection
+    (down, restarting, failing over, the connection killed), not what it answered."""
+    psycopg = sys.modules.get("psycopg")  # no PostgreSQL error comes before it is loaded
+    if psycopg is None or not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate or ""
+    return not state or state.startswith(AWAY_STATES)
+
+
 def connection_error(url: str, exc: Exception) -> StoreError:
-    """A connection failure in one line: which server, and what it said."""
+    """A connection failure in one line: which server, and what it said (`StoreAway`
+    when no server answered)."""
     lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
     text = lines[0] if lines else type(exc).__name__
     text = re.sub(r"^(connection (failed|is bad): )?(connection to server .*? failed: )?", "",
@@ -358,7 +379,8 @@ def connection_error(url: str, exc: Exception) -> StoreError:
     text = re.sub(r"^(FATAL|ERROR):\s+", "", text)
     if any("Is the server running" in ln for ln in lines):
         text += " (is the server running, and accepting connections there?)"
-    return StoreError(f"cannot connect to PostgreSQL at {shown(url)}: {text}")
+    error = StoreAway if server_away(exc) else StoreError
+    return error(f"cannot connect to PostgreSQL at {shown(url)}: {text}")
 
 
 def connect(url: str, schema: str = "public", busy_timeout_ms: int = 5000,
@@ -421,22 +443,33 @@ def engine_failure(exc: BaseException) -> StoreError | None:
     if isinstance(exc, psycopg.errors.LockNotAvailable):
         return StoreBusy(f"a PostgreSQL lock stayed held past the lock timeout ({text}); "
                          "try again")
-    return StoreError(f"PostgreSQL: {text}")
+    return (StoreAway if server_away(exc) else StoreError)(f"PostgreSQL: {text}")
 
 
-def listen_for_turns(url: str, wake: Any, stop: Any, on_error: Any) -> None:
+def listen_for_turns(url: str, wake: threading.Event, stop: threading.Event,
+                     on_change: Callable[[str | None], None]) -> None:
     """Until `stop` is set: LISTEN on the channel the migration's trigger NOTIFYs when the
     app inserts turns, and set `wake` on each notification. A lost connection is opened
-    again after a pause (the daemon's periodic look is the safety net meanwhile)."""
+    again after a pause that grows while the server stays away (the daemon's periodic
+    look is the safety net meanwhile); `on_change` hears of the loss once, and of the
+    return."""
     psycopg = _psycopg()
+    pause, lost = LISTEN_RETRY[0], False
     while not stop.is_set():
         try:
             with psycopg.connect(url, autocommit=True, connect_timeout=10,
                                  application_name="dreamd-listen") as conn:
                 conn.execute(f"LISTEN {CHANNEL}")
+                if lost:
+                    pause, lost = LISTEN_RETRY[0], False
+                    wake.set()  # turns the app added while nobody listened
+                    on_change(None)
                 while not stop.is_set():
                     for _ in conn.notifies(timeout=1.0, stop_after=1):
                         wake.set()
         except psycopg.Error as exc:
-            on_error(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
-            stop.wait(5.0)
+            if not lost:
+                on_change(str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc))
+            lost = True
+            stop.wait(pause)
+            pause = min(2 * pause, LISTEN_RETRY[1])

@@ -132,6 +132,21 @@ def end_stopped_runs(conn: Conn, pid: int, now: str, worker: str | None = None) 
         f"WHERE outcome = 'running' AND {mine}", (now, *params))
 
 
+# The outcome of a pass the store cut short: its server went away mid-pass.
+CUT_SHORT = "store_away"
+
+
+def end_cut_short_runs(conn: Conn, pid: int, now: str, error: str,
+                       worker: str | None = None) -> int:
+    """The unfinished runs of `pid` (of `worker` on a shared store), between passes: the
+    store cut them short before they could say so. Returns how many."""
+    mine, params = ("worker = ?", (worker,)) if worker is not None else ("pid = ?", (pid,))
+    cur = conn.execute("UPDATE dreamd_runs SET outcome = ?, ended_at = ?, error = ? "
+                       f"WHERE outcome = 'running' AND {mine}",
+                       (CUT_SHORT, now, error, *params))
+    return cur.rowcount
+
+
 def finish_run(conn: Conn, run_id: int, **fields: Any) -> None:
     names = sorted(fields)
     values = [

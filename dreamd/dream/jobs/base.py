@@ -32,6 +32,7 @@ from dreamd.errors import (
 from dreamd.logger import Logger, silent
 from dreamd.models import JSON_TASKS, Completion, JobSpec, Prompt
 from dreamd.store import runbook
+from dreamd.store.failure import store_away
 from dreamd.store.interface import Conn, Store
 from dreamd.store.runbook import clear_failure, failure_attempts, record_failure
 from dreamd.store.state import get_state
@@ -405,10 +406,13 @@ def backoff_seconds(config: Config, attempts: int) -> float:
 def note_failure(ctx: JobContext, job: str, item: str, error: BaseException) -> str:
     """Record what went wrong with an item, by class.
 
+    A store that went away ends the pass (raised again), counting no attempt.
     Configuration, breaker and budget stops halt LLM work for the pass and burn no
     attempt. Input the backend rejected even after shrinking is quarantined at once.
     Anything else is retried with backoff and quarantined after max_attempts.
     """
+    if store_away(error):  # no fault of the item's: the pass ends, and the next does it
+        raise error
     message = f"{type(error).__name__}: {error}"
     ctx.failed_now.add((job, item))
     if isinstance(error, PASS_STOPPING):
