@@ -30,7 +30,8 @@ def dream(obj: dict[str, Any], config: cfg.Config, *, force: bool, loop: float |
     from dreamd.runtime.priority import background, one_blas_thread
 
     log = logging_.get_logger()
-    log.debug("blas", threads=one_blas_thread())
+    if force or not config.pass_.own_process:  # else each pass's own process does this
+        log.debug("blas", threads=one_blas_thread())
     if config.pass_.background:  # the process's own choice, before its threads start
         log.debug("priority", **background())
     if force and sys.stderr.isatty():

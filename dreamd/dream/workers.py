@@ -15,7 +15,6 @@ from dreamd.ids import agent_key, user_key
 from dreamd.logger import Logger, silent
 from dreamd.store import leases
 from dreamd.store.interface import Store, engine_errors
-from dreamd.store.pending import users_with_work
 
 
 def store_faults() -> tuple[type[Exception], ...]:
@@ -27,11 +26,14 @@ class Claims:
     """One worker's leases on a shared store, kept alive by a heartbeat thread on a
     connection of its own."""
 
-    def __init__(self, store: Store, config: Config, log: Logger | None = None) -> None:
+    def __init__(self, store: Store, config: Config, log: Logger | None = None,
+                 worker: str | None = None) -> None:
         self.store = store
         self.config = config
         self.log = log or silent()
-        self.worker = leases.new_worker_id()
+        # A pass in a process of its own claims as its daemon's worker, whose heartbeat
+        # keeps the leases alive (it never calls `start`).
+        self.worker = worker or leases.new_worker_id()
         self.seconds = config.workers.lease_seconds
         self._stop = threading.Event()
         self._beat: Store | None = None
@@ -80,6 +82,8 @@ class Claims:
 
     def waiting(self, embed_model: str) -> list[str]:
         """The users with work when the pass began (its horizon fixes what work it does)."""
+        from dreamd.store.pending import users_with_work  # the pass's: it reads vectors
+
         self.since = leases.server_now(self.store)
         with self.store.read() as conn:
             return users_with_work(conn, space(embed_model))
