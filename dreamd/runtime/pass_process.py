@@ -244,6 +244,7 @@ def run_one(request: PassRequest, beats: Beats, stop: threading.Event) -> PassRe
     from dreamd.dream.workers import Claims
     from dreamd.runtime import log as logging_
     from dreamd.runtime.health import WatchedEmbedder
+    from dreamd.runtime.heap import large_blocks_unmapped
     from dreamd.runtime.priority import one_blas_thread
     from dreamd.store.opening import open_store
 
@@ -251,6 +252,7 @@ def run_one(request: PassRequest, beats: Beats, stop: threading.Event) -> PassRe
     logging_.configure(config.log.level, config.log.format, stream=sys.stdout)
     log = logging_.get_logger()
     log.debug("blas", threads=one_blas_thread())
+    log.debug("heap", large_blocks_unmapped=large_blocks_unmapped())
     embedder, completer = make_backends(config, stop)
     # Loaded: from here on the pass beats, and a pass stuck opening the store (behind the
     # app's write lock) is seen as stuck.
