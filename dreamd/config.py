@@ -178,6 +178,8 @@ class PassConfig:
     max_items: int = field(default=0, metadata=_check("int", min=0))
     stop_grace_seconds: float = field(default=8.0, metadata=_check("float", min=0.5, max=600))
     background: bool = field(default=True, metadata=_check("bool"))
+    # The daemon and --loop run each pass in a process of their own (read at start).
+    own_process: bool = field(default=True, metadata=_check("bool"))
 
 
 @dataclass(frozen=True)

@@ -254,3 +254,22 @@ class JobResult:
             "tokens_out": self.tokens_out,
             "errors": list(self.errors),
         }
+
+
+@dataclass(frozen=True)
+class PassResult:
+    run_id: int
+    outcome: str
+    drives_before: Drives
+    drives_after: Drives
+    stats_before: BacklogStats
+    stats_after: BacklogStats
+    jobs: tuple[JobResult, ...]
+    notes: tuple[str, ...] = ()
+    tokens_in: int = 0
+    tokens_out: int = 0
+    write_lock: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return any(j.failed for j in self.jobs)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -311,7 +312,8 @@ def test_a_process_that_runs_passes_keeps_numpy_s_blas_to_one_thread(tmp_path: P
     """The model's threads take every core; OpenBLAS's idle threads spin after each of
     numpy's products and took a core from them (in a 10k-turn pass, the facts job's model
     runs took 5.3-5.5 s with them, 4.8 s without). A process that runs passes keeps BLAS
-    to one thread, and its debug log says so."""
+    to one thread and gives large freed blocks back to the system, and its debug log says
+    so."""
     db = tmp_path / "memory.db"
     big_file(db, 10, 6)
     env = dreamd_env(DREAMD_LOG__LEVEL="debug", DREAMD_LOG__FORMAT="json")
@@ -321,13 +323,25 @@ def test_a_process_that_runs_passes_keeps_numpy_s_blas_to_one_thread(tmp_path: P
     events = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
     said = [e["threads"] for e in events if e.get("event") == "blas"]
     assert len(said) == 1 and said[0].startswith("one thread"), said
+    # and freed blocks of 256 KiB or more go back to the system (glibc's mmap threshold)
+    assert [e["large_blocks_unmapped"] for e in events if e.get("event") == "heap"] == [True]
+
+
+def pass_processes(pid: int) -> list[int]:
+    """The processes `pid` started (any thread of it): the running pass's, if any."""
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            found += [int(c) for c in (task / "children").read_text().split()]
+    return found
 
 
 @pytest.mark.parametrize("background", [True, False])
 def test_the_daemon_and_its_model_threads_run_at_background_priority(
         tmp_path: Path, background: bool) -> None:
+    """The daemon's threads and those of a pass's process, the model's included."""
     db = tmp_path / "memory.db"
-    big_file(db, 10, 6)
+    big_file(db, 40, 20)  # 800 turns: a pass long enough to look at
     env = dreamd_env(DREAMD_EMBED__BACKEND="local",  # the model's own threads too
                      DREAMD_PASS__BACKGROUND=str(background).lower())
     # Started at nice +3 under the default policy, whatever this test process runs at
@@ -336,7 +350,20 @@ def test_the_daemon_and_its_model_threads_run_at_background_priority(
     proc = subprocess.Popen(["chrt", "--other", "0", "nice", "-n", "3", sys.executable, "-m",
                              "dreamd", "--db", str(db), "--loop", "60"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    in_pass: list[tuple[int, int]] = []
+
+    def model_running() -> bool:
+        """The pass's process, once its model has embedded something (it may end
+        between two looks: then the next pass is looked at)."""
+        if not query(db, "SELECT COUNT(*) FROM dreamd_exchange_vectors", 0):
+            return False
+        for child in pass_processes(proc.pid):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                in_pass[:] = _scheduling(child)
+        return len(in_pass) >= 2
+
     try:
+        assert wait_for(model_running, 120)
         assert wait_for(lambda: query(db, "SELECT COUNT(*) FROM dreamd_runs WHERE ended_at "
                                           "IS NOT NULL", 0), 120)
         threads = _scheduling(proc.pid)
@@ -345,9 +372,61 @@ def test_the_daemon_and_its_model_threads_run_at_background_priority(
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)
-    assert len(threads) > 2  # the main thread, the scheduler's, the model's
+    assert len(in_pass) >= 2  # its main thread and the model's
     if background:
-        assert set(threads) == {(max(given, 10), os.SCHED_BATCH)}, threads
+        assert set(threads) | set(in_pass) == {(max(given, 10), os.SCHED_BATCH)}, threads
         assert io == "best-effort: prio 7"
     else:
-        assert set(threads) == {(given, os.SCHED_OTHER)}, threads
+        assert set(threads) | set(in_pass) == {(given, os.SCHED_OTHER)}, threads
+
+
+@pytest.mark.parametrize("mode", [[], ["--loop", "600"]], ids=["daemon", "loop"])
+def test_the_daemon_at_rest_holds_no_model(tmp_path: Path, mode: list[str]) -> None:
+    """Between passes the daemon holds nothing a pass loaded: the pass ran the embedded
+    model in a process of its own, which has ended; the daemon's process never mapped the
+    model's runtime, the model file, the tokenizer or numpy, and is small (one that ran
+    the pass itself held 243 MB or more until the next pass)."""
+    db = tmp_path / "memory.db"
+    big_file(db, 10, 6)
+    proc = start(db, *mode, env=dreamd_env(DREAMD_EMBED__BACKEND="local"))
+    try:
+        assert wait_for(lambda: query(db, "SELECT COUNT(*) FROM dreamd_runs WHERE ended_at "
+                                          "IS NOT NULL", 0) == 1, 120)
+        assert wait_for(lambda: not pass_processes(proc.pid), 30)  # the pass's has ended
+        maps = Path(f"/proc/{proc.pid}/maps").read_text()
+        resident = rss_kb(proc.pid)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err[-2000:]
+    assert query(db, "SELECT COUNT(DISTINCT exchange_id) FROM dreamd_exchange_vectors") == 60
+    assert query(db, "SELECT COUNT(*) FROM dreamd_runs") == 1  # asleep, not between passes
+    held = [name for name in ("onnxruntime", "model.onnx", "tokenizers", "numpy")
+            if name in maps]
+    assert held == [], held
+    assert resident < 100 * 1024, f"{resident / 1024:.0f} MB resident at rest"
+
+
+def test_a_pass_process_killed_mid_pass_leaves_the_daemon_running(tmp_path: Path) -> None:
+    """The kernel's OOM killer ends a pass's process: the daemon says so in one line, the
+    pass is recorded as crashed, and the next pass does the work."""
+    db = tmp_path / "memory.db"
+    big_file(db, 100, 40)  # a first pass of several seconds
+    proc = start(db, "--loop", "1")
+    try:
+        assert wait_for(lambda: query(db, "SELECT COUNT(*) FROM dreamd_runs", 0)
+                        and pass_processes(proc.pid), 60)
+        os.kill(pass_processes(proc.pid)[0], signal.SIGKILL)  # mid-pass
+        assert wait_for(lambda: query(db, "SELECT COUNT(*) FROM dreamd_runs WHERE outcome = "
+                                          "'ok' AND id > 1", 0), 300)
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err[-2000:]
+    assert "Traceback" not in err
+    assert query(db, "SELECT outcome FROM dreamd_runs WHERE id = 1") == "crashed"
+    events = [json.loads(line) for line in out.splitlines()]
+    errors = [e["error"] for e in events if e["event"] == "pass_error"]
+    assert len(errors) == 1 and "ended by SIGKILL" in errors[0], errors
+    consistent(db)

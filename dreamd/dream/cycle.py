@@ -7,7 +7,6 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from dreamd.backends.protocols import Completer, Embedder
@@ -21,7 +20,7 @@ from dreamd.dream.sensing import read_backlog, sync_owners
 from dreamd.dream.workers import Claims
 from dreamd.ids import user_keys
 from dreamd.logger import Logger, silent
-from dreamd.models import BacklogStats, Drives, JobResult, JobSpec
+from dreamd.models import BacklogStats, Drives, JobResult, JobSpec, PassResult
 from dreamd.store.corrections import prune_diary
 from dreamd.store.erasure import finish_pending
 from dreamd.store.failure import store_away
@@ -36,25 +35,6 @@ from dreamd.store.tiers import save_self_state, self_state, settle_tier_queue
 # an idle pass leaves the memory file untouched.
 DRIVE_EPSILON = 0.01
 DIARY_RUNS = 50  # the passes whose diary is kept (status shows the last)
-
-
-@dataclass(frozen=True)
-class PassResult:
-    run_id: int
-    outcome: str
-    drives_before: Drives
-    drives_after: Drives
-    stats_before: BacklogStats
-    stats_after: BacklogStats
-    jobs: tuple[JobResult, ...]
-    notes: tuple[str, ...] = ()
-    tokens_in: int = 0
-    tokens_out: int = 0
-    write_lock: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def failed(self) -> bool:
-        return any(j.failed for j in self.jobs)
 
 
 def read_drives(store: Store, agent_id: str) -> Drives:

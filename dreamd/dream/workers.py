@@ -16,7 +16,6 @@ from dreamd.ids import agent_key, user_key
 from dreamd.logger import Logger, silent
 from dreamd.store import leases
 from dreamd.store.interface import Store, engine_errors
-from dreamd.store.pending import users_with_work
 
 
 def store_faults() -> tuple[type[Exception], ...]:
@@ -29,11 +28,15 @@ class Claims:
     connection of its own while the running pass works on them, and no longer: a pass
     that ends, however it ends, leaves its leases to be handed back or to run out."""
 
-    def __init__(self, store: Store, config: Config, log: Logger | None = None) -> None:
+    def __init__(self, store: Store, config: Config, log: Logger | None = None,
+                 worker: str | None = None) -> None:
         self.store = store
         self.config = config
         self.log = log or silent()
-        self.worker = leases.new_worker_id()
+        # A pass in a process of its own claims as its daemon's worker, and beats for the
+        # leases it holds itself: they are renewed while that process works on them, and
+        # no longer (its daemon's beats renew none of them).
+        self.worker = worker or leases.new_worker_id()
         self.seconds = config.workers.lease_seconds
         self._stop = threading.Event()
         self._beat: Store | None = None
@@ -81,11 +84,15 @@ class Claims:
                 self.log.info("heartbeat_resumed")
             failing = False
 
-    def stop(self) -> None:
+    def stop(self, leave: bool = True) -> None:
+        """No more beats; and, with `leave`, the worker's leases and row go (a pass in a
+        process of its own stops only its beats: its daemon is the worker)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
-        if self._beat is not None:
+        if self._beat is not None and not leave:
+            self._beat.close()
+        elif self._beat is not None:
             try:
                 leases.leave(self._beat, self.worker)
             except store_faults() as exc:  # the server is away
@@ -97,6 +104,8 @@ class Claims:
     def waiting(self, embed_model: str) -> list[str]:
         """The users with work when the pass began (its horizon fixes what work it does);
         first, the leases an earlier pass could not hand back go back."""
+        from dreamd.store.pending import users_with_work  # the pass's: it reads vectors
+
         if self._unreleased:
             leases.release(self.store, self.worker, sorted(self._unreleased))
             self._unreleased.clear()

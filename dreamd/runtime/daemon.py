@@ -13,24 +13,20 @@ import os
 import signal
 import sys
 import threading
-import time
-from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dreamd import config as cfg
-from dreamd.backends.factory import make_backends, release
-from dreamd.backends.local import LocalEmbedder
-from dreamd.backends.protocols import Glancer
-from dreamd.dream.cycle import PassResult, run_pass
 from dreamd.dream.workers import Claims
 from dreamd.errors import EXIT_JOB_FAILED, EXIT_OK, DreamdError, StoreError
 from dreamd.logger import Logger
+from dreamd.models import PassResult
+from dreamd.runtime.health import Health, WatchedEmbedder
 from dreamd.runtime.lock import InstanceLock
 from dreamd.runtime.log import LoggedProgress
 from dreamd.runtime.notify import Notifier
 from dreamd.runtime.outage import Outage, record_return
+from dreamd.runtime.pass_process import PassProcess, PassRequest
 from dreamd.runtime.schedule import in_quiet_hours, next_delay, retry_delay
 from dreamd.store.failure import store_away
 from dreamd.store.interface import engine_errors
@@ -73,56 +69,6 @@ class Flags:
         self.wake.set()
 
 
-@dataclass
-class Health:
-    """Progress as the watchdog sees it: a pass must keep beating, idle time is fine, and
-    a backend call on the pass thread counts as progress until its own deadline."""
-
-    running: bool = False
-    last_beat: float = field(default_factory=time.monotonic)
-    busy_until: float = 0.0
-
-    def beat(self) -> None:
-        self.last_beat = time.monotonic()
-
-    @contextlib.contextmanager
-    def working(self) -> Iterator[None]:
-        """Work the watchdog must see progress in (a pass, the write after it)."""
-        self.running = True
-        self.beat()
-        try:
-            yield
-        finally:
-            self.running = False
-
-    def healthy(self, limit: float) -> bool:
-        now = time.monotonic()
-        return not self.running or now - self.last_beat < limit or now < self.busy_until
-
-
-class WatchedEmbedder:
-    """An embedder whose calls tell the watchdog they are bounded by `deadline` seconds
-    (embedding runs on the pass thread; LLM calls run in a pool the pass thread watches)."""
-
-    def __init__(self, inner: Any, health: Health, deadline: float) -> None:
-        self.inner, self.health, self.deadline = inner, health, deadline
-        self.model = inner.model
-        if isinstance(inner, Glancer):  # no model run: nothing for the watchdog to wait on
-            self.glance = inner.glance
-
-    @property
-    def dim(self) -> int:
-        return int(self.inner.dim)
-
-    def embed(self, texts: list[str]) -> Any:
-        self.health.busy_until = time.monotonic() + self.deadline
-        try:
-            return self.inner.embed(texts)
-        finally:
-            self.health.busy_until = 0.0
-            self.health.beat()
-
-
 def exit_now(code: int) -> None:
     """Leave without waiting for threads still blocked in a backend call (Python would
     join them at exit, for as long as their timeouts run)."""
@@ -160,9 +106,12 @@ class Runner:
     """The open memory file, its lock and backends, and the flags: shared by both modes."""
 
     def __init__(self, config: cfg.Config, log: Logger, notifier: Notifier,
-                 create: bool = False) -> None:
+                 create: bool = False, apart: bool = False) -> None:
         self.config = config
         self.create = create
+        # Each pass in a process of its own (`pass_process`): this one loads no backend.
+        self.apart = apart
+        self.passing: PassProcess | None = None
         self.progress = LoggedProgress(log)  # long jobs log a line every 30 s
         self.log = log
         self.notifier = notifier
@@ -206,6 +155,14 @@ class Runner:
         self.set_backends(self.config)
 
     def set_backends(self, config: cfg.Config) -> None:
+        if self.apart:  # each pass's process makes its own; what they load is checked
+            from dreamd.backends.factory import check_backends
+
+            check_backends(config)
+            return
+        from dreamd.backends.factory import make_backends
+        from dreamd.backends.local import LocalEmbedder
+
         embedder, self.completer = make_backends(config, self.flags.stop)
         # Closed when the runner closes. Those a reload replaces are left to the collector:
         # a pass may still be using them.
@@ -225,8 +182,11 @@ class Runner:
         self.log.warning("stop_grace_over", grace=self.flags.grace,
                          detail="a backend call was still in flight; exiting without it")
         self.notifier.stopping()
+        passing = self.passing
+        if passing is not None:
+            passing.signal(signal.SIGKILL)
         with contextlib.suppress(Exception):
-            mark_interrupted(self.config, os.getpid(),
+            mark_interrupted(self.config, passing.pid if passing and passing.pid else os.getpid(),
                              self.claims.worker if self.claims else None)
         exit_now(EXIT_OK)
 
@@ -237,7 +197,10 @@ class Runner:
             self.store.close()
         if self.lock is not None:
             self.lock.release()
-        release(*self.backends)
+        if self.backends:
+            from dreamd.backends.factory import release
+
+            release(*self.backends)
 
     def should_stop(self) -> bool:
         self.health.beat()  # called between items: the pass is making progress
@@ -245,14 +208,33 @@ class Runner:
 
     def one_pass(self, trigger: str, force: bool, progress: Any = None) -> PassResult:
         with self.health.working():
-            progress = progress or self.progress
-            kwargs = {"progress": progress} if progress else {}
-            result = run_pass(self.store, self.config, self.embedder, self.completer,
-                              trigger=trigger, force=force, stop=self.should_stop, log=self.log,
-                              claims=self.claims, **kwargs)
+            if self.apart:
+                result = self.pass_apart(trigger, force)
+            else:
+                from dreamd.dream.cycle import run_pass
+
+                progress = progress or self.progress
+                kwargs = {"progress": progress} if progress else {}
+                result = run_pass(self.store, self.config, self.embedder, self.completer,
+                                  trigger=trigger, force=force, stop=self.should_stop,
+                                  log=self.log, claims=self.claims, **kwargs)
         self.last = result
         self.notifier.status(status_line(result))
         return result
+
+
+    def pass_apart(self, trigger: str, force: bool) -> PassResult:
+        """The pass in a process of its own, which holds the file's lock with this one
+        (the descriptor is passed on: no other dreamd can start while either lives)."""
+        request = PassRequest(self.config, trigger, force, os.getpid(),
+                              self.claims.worker if self.claims else None,
+                              self.claims.here if self.claims else 1)
+        self.passing = PassProcess(request, self.health, self.flags.stop,
+                                   [self.lock.fd] if self.lock and self.lock.fd else [])
+        try:
+            return self.passing.run()
+        finally:
+            self.passing = None
 
 
 def run_force(config: cfg.Config, log: Logger, progress: Any = None, create: bool = False
@@ -279,7 +261,8 @@ class Daemon:
                  db_flag: str | None, fixed_interval: float | None,
                  notifier: Notifier | None = None, create: bool = False) -> None:
         self.config_path, self.db_flag, self.fixed = config_path, db_flag, fixed_interval
-        self.runner = Runner(self.effective(config), log, notifier or Notifier(), create)
+        self.runner = Runner(self.effective(config), log, notifier or Notifier(), create,
+                             apart=config.pass_.own_process)
         self.log = log
         self._quiet_logged = False
         self.last_end = datetime.now().astimezone()

@@ -73,6 +73,11 @@ class InstanceLock:
             ) from None
         self._fd = fd
 
+    @property
+    def fd(self) -> int | None:
+        """The locked descriptor: a process given it holds the lock too, until it ends."""
+        return self._fd
+
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)  # drops the flock

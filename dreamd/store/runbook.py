@@ -122,14 +122,16 @@ def end_crashed_runs(conn: Conn) -> int:
     return cur.rowcount
 
 
-def end_stopped_runs(conn: Conn, pid: int, now: str, worker: str | None = None) -> None:
+def end_stopped_runs(conn: Conn, pid: int, now: str, worker: str | None = None,
+                     error: str = "stopped: a backend call was still in flight when the "
+                                  "stop grace ended", outcome: str = "interrupted") -> None:
     """The unfinished runs of `pid` (of `worker`, on a shared store, where another
-    machine's process may have the same pid), leaving on a stop with a call in flight."""
+    machine's process may have the same pid), leaving on a stop with a call in flight, or
+    whose pass process ended without finishing them."""
     mine, params = ("worker = ?", (worker,)) if worker is not None else ("pid = ?", (pid,))
     conn.execute(
-        "UPDATE dreamd_runs SET outcome = 'interrupted', ended_at = ?, "
-        "error = 'stopped: a backend call was still in flight when the stop grace ended' "
-        f"WHERE outcome = 'running' AND {mine}", (now, *params))
+        "UPDATE dreamd_runs SET outcome = ?, ended_at = ?, error = ? "
+        f"WHERE outcome = 'running' AND {mine}", (outcome, now, error, *params))
 
 
 # The outcome of a pass the store cut short: its server went away mid-pass.

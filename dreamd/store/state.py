@@ -4,17 +4,26 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from dreamd.store.interface import Conn, Store, dialect
 
+if TYPE_CHECKING:
+    import numpy as np
+
+# numpy is imported where a vector is read or written, not with this module: the daemon
+# waiting between passes reads and writes state but never a vector, and stays small.
+
 
 def to_blob(vector: np.ndarray) -> bytes:
+    import numpy as np
+
     return np.asarray(vector, dtype=np.float32).tobytes()
 
 
 def from_blob(blob: bytes) -> np.ndarray:
+    import numpy as np
+
     return np.frombuffer(blob, dtype=np.float32)
 
 
