@@ -288,7 +288,9 @@ def test_the_fleet_survives(pg_server: Any, tmp_path: Path, fault: str, times: i
         assert code == 0 and "Traceback" not in err, err[-2000:]
     # Each pass says how it ended: none is left running, none failed or erred.
     outcomes = dict(query(url, "SELECT outcome, COUNT(*) FROM dreamd_runs GROUP BY outcome"))
-    assert set(outcomes) <= {"ok", "partial", "store_away", "interrupted"}, outcomes
+    assert set(outcomes) <= {"ok", "partial", "store_away", "interrupted"}, (
+        outcomes, query(url, "SELECT error, jobs FROM dreamd_runs WHERE outcome NOT IN "
+                        "('ok', 'partial', 'store_away', 'interrupted')"))
     print(f"{fault} x{times}: recovered in {', '.join(f'{s:.1f}' for s in recovered)} s; "
           f"passes {outcomes}; app wrote {len(written['ids'])} turns, "
           f"{len(written['in_doubt'])} in doubt")
