@@ -330,3 +330,55 @@ def asked_period(question: str, today: date) -> Period | None:
     the date is what is asked ("last weekend before April 10, 2023")."""
     found = periods(question) or periods(resolve(question, today))
     return found[0] if found else None
+
+
+# The day a dated line was said, as dreamd writes it in front of a turn ("[12] Sunday 7
+# May 2023. Sam: …", `long_date`).
+_SAID_ON = re.compile(rf"\b{_DAY} (\d{{1,2}}) ({'|'.join(MONTHS)}) (\d{{4}})\.\s", re.IGNORECASE)
+_SEASON_OR_MONTH = re.compile(
+    r"\b(?:spring|summer|autumn|fall|winter|" + "|".join(MONTHS) + r")\b", re.IGNORECASE)
+_WEEKDAY = re.compile(_DAY, re.IGNORECASE)
+_LONGEST_SPAN = 14  # days: a longer period grounds its month and year, not every day
+
+
+def implied(text: str) -> set[int]:
+    """The day, month and year numbers of the dates that the dated lines of `text` imply
+    ("yesterday" in a line said on Sunday 17 September 2023: 16, 9, 2023; "three years
+    ago": 2020; "last week": each day of that week). A month or season named without its
+    year may be the one before or after the day said ("in January", said in September
+    2026, is January 2027): those years too. Pure: a model told to make dates absolute
+    writes these, and they are not made up."""
+    out: set[int] = set()
+    for line in text.splitlines():
+        said_on = _SAID_ON.search(line)
+        if said_on is None:
+            continue
+        try:
+            said = date(int(said_on.group(4)), _month_of(said_on.group(3)),
+                        int(said_on.group(2)))
+        except ValueError:
+            continue
+        rest = line[said_on.end():]
+        if _SEASON_OR_MONTH.search(rest):
+            out |= {said.year - 1, said.year + 1}
+        for name in _WEEKDAY.findall(rest):  # "on Friday": the one before or the coming
+            weekday = WEEKDAYS.index(name.lower())
+            for day in (_weekday_before(said, weekday), _weekday_after(said, weekday)):
+                out |= {day.day, day.month, day.year}
+        for period in periods(resolve(rest, said)):
+            if period.every_year:
+                continue
+            out |= {period.first.year, period.last.year, period.first.month,
+                    period.last.month}
+            if (period.last - period.first).days <= _LONGEST_SPAN:
+                # "last week" is the seven days before, or the calendar week before:
+                # a period of days grounds the whole weeks it touches, a day itself.
+                first, last = period.first, period.last
+                if first < last:
+                    first -= timedelta(days=first.weekday())
+                    last += timedelta(days=6 - last.weekday())
+                day = first
+                while day <= last:
+                    out.add(day.day)
+                    day += timedelta(days=1)
+    return out
