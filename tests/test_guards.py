@@ -14,7 +14,7 @@ import pytest
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.local import LocalEmbedder
 from dreamd.backends.openai_backend import OpenAICompleter
-from dreamd.backends.validate import source_of
+from dreamd.backends.validate import source_of, ungrounded
 from dreamd.cli import report
 from dreamd.cli.render import render_status
 from dreamd.config import Config, FactsConfig, JobsConfig
@@ -106,6 +106,54 @@ def test_a_date_the_turns_imply_is_grounded(statement: str, turn: int) -> None:
     answer = json.dumps({"facts": [fact(statement, turn)]})
     assert [c.statement for c, _, _ in parsed(answer, {3, 4, 5}, set(), source_of(PROMPT))] \
         == [statement]
+
+
+NIGHT_AND_COUNT = [
+    "[6] Saturday 22 March 2025. Jonah: spent the night in a&e with my son",
+    "[7] Friday 2 May 2025. Jonah: quit coffee cold turkey. day 3. headache from hell",
+    "[8] Saturday 22 March 2025. Jonah: new job going well. week two, loads to learn"]
+
+
+@pytest.mark.parametrize(("statement", "turn"), [
+    # a night is named by the evening it begins: the one just gone began the day before
+    ("Jonah spent the night of 21 March 2025 in A&E with his son.", 6),
+    # "day 3" said on 2 May: the count's first day was 30 April
+    ("Jonah quit coffee cold turkey on 30 April 2025.", 7),
+    # "week two" said on Saturday 22 March: week one was the week of 10 March
+    ("Jonah started his new job in the week of 10 March 2025.", 8),
+])
+def test_a_night_or_a_count_of_days_implies_its_date(statement: str, turn: int) -> None:
+    prompt = facts_prompt({"user": "Jonah", "agent": "Wren"}, NIGHT_AND_COUNT, [])
+    answer = json.dumps({"facts": [fact(statement, turn, "Jonah")]})
+    assert [c.statement for c, _, _ in parsed(answer, {6, 7, 8}, set(), source_of(prompt))] \
+        == [statement]
+
+
+@pytest.mark.parametrize("statement", [
+    "Jonah spent the night of 19 March 2025 in A&E.",  # not the night before
+    "Jonah quit coffee on 26 April 2025.",  # not day 3's first day
+])
+def test_a_night_or_a_count_does_not_ground_other_days(statement: str) -> None:
+    prompt = facts_prompt({"user": "Jonah", "agent": "Wren"}, NIGHT_AND_COUNT, [])
+    answer = json.dumps({"facts": [fact(statement, 6, "Jonah")]})
+    with pytest.raises(OutputInvalid, match="names what the turns do not"):
+        parsed(answer, {6, 7, 8}, set(), source_of(prompt))
+
+
+SOURCE = ("user: we looked at houses near Todmorden and Hebden-Bridge. Mira's drawing "
+          "is on the cast. The Smiths came round. Jean helped.")
+
+
+@pytest.mark.parametrize(("answer", "made_up"), [
+    ("They saw the Todmorden-area houses near Hebden Bridge.", []),  # a hyphened part
+    ("The drawing is by Mira, and the Smith family came.", []),  # possessive, plural
+    ("He thanked the Smiths’ son and both Jeans.", []),
+    ("He met Jean-Luc and Anne-Marie.", ["Jean-Luc", "Anne-Marie"]),  # a new name
+    ("He met Priyanka at the Leeds-based firm.", ["Priyanka", "Leeds-based"]),
+])
+def test_a_name_is_grounded_in_any_of_its_english_forms(answer: str,
+                                                        made_up: list[str]) -> None:
+    assert ungrounded(answer, SOURCE) == made_up
 
 
 def test_a_date_nothing_implies_is_not() -> None:

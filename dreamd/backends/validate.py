@@ -125,6 +125,18 @@ def in_list(text: str, at: int) -> bool:
     return len(items) >= 3 and all(0 < len(item.split()) <= 3 for item in items)
 
 
+_POSSESSIVE = re.compile(r"(?:['’]s|s['’])$")
+
+
+def name_forms(word: str) -> set[str]:
+    """The forms a word takes as a name in English, lowercased: itself, without a
+    possessive ("Mira's", "the Smiths'"), and singular or plural ("the Smiths" for a
+    Smith)."""
+    word = word.lower().strip("'’-")
+    bare = _POSSESSIVE.sub(lambda m: "s" if m.group(0).startswith("s") else "", word)
+    return {w for w in (word, bare, bare[:-1] if bare.endswith("s") else bare + "s") if w}
+
+
 @dataclass(frozen=True)
 class Grounds:
     """What a source mentions, read once: the facts job checks each of a batch's facts
@@ -133,6 +145,7 @@ class Grounds:
     lowered: str
     words: frozenset[str]
     numbers: frozenset[int]
+    names: frozenset[str]  # every word's forms (name_forms), and a hyphened word's parts
 
     @classmethod
     def of(cls, source: str) -> Grounds:
@@ -147,27 +160,39 @@ class Grounds:
             if "person" in words else words
         numbers |= {n for word, n in NUMBER_WORDS.items() if word in spelled}
         numbers |= implied(source)
-        return cls(lowered, words, frozenset(numbers))
+        names = frozenset(f for word in words for part in {word, *word.split("-")}
+                          for f in name_forms(part))
+        return cls(lowered, words, frozenset(numbers), names)
 
 
 def ungrounded(answer: str, source: str | Grounds) -> list[str]:
     """The numbers, addresses and mid-sentence names of `answer` that `source` (the
     prompt: instructions, material and the memory it was given) never mentions."""
     grounds = source if isinstance(source, Grounds) else Grounds.of(source)
-    lowered, words = grounds.lowered, grounds.words
-    missing = [a for a in ADDRESS.findall(answer) if a.lower().rstrip(".,") not in lowered]
+    missing = [a for a in ADDRESS.findall(answer)
+               if a.lower().rstrip(".,") not in grounds.lowered]
     rest = ADDRESS.sub(" ", answer)
     missing += [n for n in NUMBER.findall(rest) if int(n) not in grounds.numbers]
     for match in NAME.finditer(rest):
         word = match.group(0).rstrip("'’-")
-        base = re.sub(r"['’]s$", "", word).lower()
-        if base in CALENDAR or base in words or word.lower() in words:
+        if known(word, grounds):
             continue
         if OPENS.search(rest[max(0, match.start() - 40) : match.start()]) and \
                 not in_list(rest, match.start()):
             continue  # a sentence's first word: a capital says nothing there
         missing.append(word)
     return list(dict.fromkeys(missing))
+
+
+def known(word: str, grounds: Grounds) -> bool:
+    """Whether a capitalized word is one the source says, or a calendar word, in any of
+    its forms (name_forms); a hyphened word when each of its capitalized parts is
+    ("Todmorden-based" where Todmorden is said; not "Jean-Luc" for a Jean)."""
+    forms = name_forms(word)
+    if forms & grounds.names or forms & CALENDAR:
+        return True
+    parts = [p for p in word.split("-") if p[:1].isupper()]
+    return "-" in word and all(known(p, grounds) for p in parts)
 
 
 def replayed(answer: str, prompt: Prompt) -> str | None:

@@ -339,6 +339,31 @@ _SEASON_OR_MONTH = re.compile(
     r"\b(?:spring|summer|autumn|fall|winter|" + "|".join(MONTHS) + r")\b", re.IGNORECASE)
 _WEEKDAY = re.compile(_DAY, re.IGNORECASE)
 _LONGEST_SPAN = 14  # days: a longer period grounds its month and year, not every day
+# A night is named by the evening it begins: one a dated line tells of ("spent the night
+# in hospital", "up all night", "overnight") is the night just gone, which began the day
+# before the line was said, or the coming one, which begins that day.
+_NIGHT = re.compile(r"\b(?:night|overnight)\b", re.IGNORECASE)
+# A count of days or weeks said on its latest day: "day 3" (of quitting coffee, of a
+# trip), "week two", "my 3rd day", "the second week": the count began that many days (or
+# weeks) less one before the line was said.
+_COUNTED = "|".join(w for w in _NUMBERS if w.isalpha() and w not in ("a", "an", "few"))
+_ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth",
+             "ninth", "tenth")
+_COUNT = re.compile(
+    rf"\b(day|week) (\d{{1,3}}|{_COUNTED})\b|"
+    rf"\b(\d{{1,3}})(?:st|nd|rd|th) (day|week)\b|\b({'|'.join(_ORDINALS)}) (day|week)\b",
+    re.IGNORECASE)
+
+
+def _counted(m: re.Match[str]) -> tuple[str, int]:
+    """("day" or "week", n) of a count's match."""
+    unit = (m.group(1) or m.group(4) or m.group(6)).lower()
+    n = m.group(2) or m.group(3) or m.group(5)
+    if n.isdigit():
+        return unit, int(n)
+    if n.lower() in _ORDINALS:
+        return unit, _ORDINALS.index(n.lower()) + 1
+    return unit, _NUMBERS[n.lower()]
 
 
 def implied(text: str) -> set[int]:
@@ -346,8 +371,9 @@ def implied(text: str) -> set[int]:
     ("yesterday" in a line said on Sunday 17 September 2023: 16, 9, 2023; "three years
     ago": 2020; "last week": each day of that week). A month or season named without its
     year may be the one before or after the day said ("in January", said in September
-    2026, is January 2027): those years too. Pure: a model told to make dates absolute
-    writes these, and they are not made up."""
+    2026, is January 2027): those years too; so is the day before a line that tells of a
+    night, and the day a count ("day 3", "week two") began. Pure: a model told to make
+    dates absolute writes these, and they are not made up."""
     out: set[int] = set()
     for line in text.splitlines():
         said_on = _SAID_ON.search(line)
@@ -364,6 +390,20 @@ def implied(text: str) -> set[int]:
         for name in _WEEKDAY.findall(rest):  # "on Friday": the one before or the coming
             weekday = WEEKDAYS.index(name.lower())
             for day in (_weekday_before(said, weekday), _weekday_after(said, weekday)):
+                out |= {day.day, day.month, day.year}
+        if _NIGHT.search(rest):
+            night = said - timedelta(days=1)
+            out |= {night.day, night.month, night.year}
+        for m in _COUNT.finditer(rest):
+            unit, n = _counted(m)
+            if n < 1:
+                continue
+            began = said - (timedelta(days=n - 1) if unit == "day" else timedelta(weeks=n - 1))
+            # a week's count began on some day of that calendar week
+            days = 1 if unit == "day" else 7
+            first = began if unit == "day" else began - timedelta(days=began.weekday())
+            for k in range(days):
+                day = first + timedelta(days=k)
                 out |= {day.day, day.month, day.year}
         for period in periods(resolve(rest, said)):
             if period.every_year:
