@@ -239,6 +239,9 @@ class JobResult:
     tokens_out: int = 0
     errors: tuple[str, ...] = ()
     seconds: float = 0.0
+    # What became of the model's answers (see dreamd.dream.jobs.base.Ledger); empty
+    # without an LLM.
+    answers: Mapping[str, int] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -253,6 +256,7 @@ class JobResult:
             "tokens_in": self.tokens_in,
             "tokens_out": self.tokens_out,
             "errors": list(self.errors),
+            **({"answers": dict(self.answers)} if self.answers else {}),
         }
 
 

@@ -103,17 +103,22 @@ def padded(content: str, size: int) -> str:
 
 class FakeOpenAI:
     def __init__(self, delay: float = 0.0, pad: int = 0, context_tokens: int = 0,
-                 schema: str = "honour", hold: dict[str, str] | None = None) -> None:
+                 schema: str = "honour", hold: dict[str, str] | None = None,
+                 answers: dict[str, str] | None = None) -> None:
         """`context_tokens`: the model's window (longer requests are refused, /props
         reports it as llama.cpp's server does). `schema`, what a `response_format` JSON
         schema meets: "honour" (the answer follows it, as a grammar makes it), "refuse"
         (400, as a server without structured outputs), "ignore" (taken, not followed),
         "json_object" (llama-cpp-python's: json_schema is a 500, a json_object with a
-        schema is honoured). `hold`, task -> task: a request of the first is answered only
-        once one of the second has come (or after HOLD_SECONDS), so that a test can see
-        two tasks asked at once whatever the machine's speed."""
+        schema is honoured). `answers`: see below. `hold`, task -> task: a request of
+        the first is answered only once one of the second has come (or after
+        HOLD_SECONDS), so that a test can see two tasks asked at once whatever the
+        machine's speed."""
         self.delay = delay
         self.schema = schema
+        # A request's user message -> the answer to give it (a corpus of what a capable
+        # model writes, see testkit.requests); any other request gets `answer`.
+        self.answers = answers or {}
         self.context_tokens = context_tokens
         self.largest_request = 0  # prompt + max_tokens of the largest chat request served
         self.refused = 0  # chat requests refused as longer than the context window
@@ -291,7 +296,7 @@ class FakeOpenAI:
                 if shape.get("type") == "json_schema" and fake.schema == "json_object":
                     return self.error(500, message="1 validation error: body.response_format"
                                       ".type: Input should be 'text' or 'json_object'")
-                content = answer(system, user)
+                content = fake.answers.get(user) or answer(system, user)
                 if fake.pad and task_of(system) not in ("reflect", "facts"):
                     content = padded(content, fake.pad)
                 if kind == "say":  # answer like a weak model: exactly this text

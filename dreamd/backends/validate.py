@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 
+from dreamd.dream.dates import implied
 from dreamd.models import JSON_TASKS, Prompt
 
 # Chat-template and prompt markers no answer should contain: Llama 2, ChatML, Gemma,
@@ -88,6 +90,30 @@ OPENS = re.compile(r"(?:^|[.!?:;\n\"“(\[]|^\s*[-*•]|\n\s*[-*•])\s*$")
 MONTHS = ("january february march april may june july august september october november "
           "december").split()
 CALENDAR = frozenset(MONTHS + "monday tuesday wednesday thursday friday saturday sunday".split())
+# Numbers written in words, general English: a model writes "1 October" for "the first of
+# October" and "16 weeks" for "sixteen weeks".
+_UNITS = ("zero one two three four five six seven eight nine ten eleven twelve thirteen "
+          "fourteen fifteen sixteen seventeen eighteen nineteen").split()
+_TENS = "twenty thirty forty fifty sixty seventy eighty ninety".split()
+_ORDINALS = ("zeroth first second third fourth fifth sixth seventh eighth ninth tenth "
+             "eleventh twelfth thirteenth fourteenth fifteenth sixteenth seventeenth "
+             "eighteenth nineteenth").split()
+_TENTHS = "twentieth thirtieth fortieth fiftieth sixtieth seventieth eightieth ninetieth".split()
+
+
+def _number_words() -> dict[str, int]:
+    words = {w: n for n, w in enumerate(_UNITS)} | {w: n for n, w in enumerate(_ORDINALS)}
+    for i, (tens, tenth) in enumerate(zip(_TENS, _TENTHS, strict=True)):
+        n = 20 + 10 * i
+        words |= {tens: n, tenth: n}
+        for unit in range(1, 10):
+            words[f"{tens}-{_UNITS[unit]}"] = words[f"{tens}-{_ORDINALS[unit]}"] = n + unit
+    return words | {"dozen": 12, "hundred": 100, "thousand": 1000}
+
+
+NUMBER_WORDS = _number_words()
+# "the third person" in instructions names no number (unless said elsewhere: see Grounds).
+_PERSON = re.compile(r"\b(?:first|second|third) person\b")
 
 
 def in_list(text: str, at: int) -> bool:
@@ -99,6 +125,18 @@ def in_list(text: str, at: int) -> bool:
     return len(items) >= 3 and all(0 < len(item.split()) <= 3 for item in items)
 
 
+_POSSESSIVE = re.compile(r"(?:['’]s|s['’])$")
+
+
+def name_forms(word: str) -> set[str]:
+    """The forms a word takes as a name in English, lowercased: itself, without a
+    possessive ("Mira's", "the Smiths'"), and singular or plural ("the Smiths" for a
+    Smith)."""
+    word = word.lower().strip("'’-")
+    bare = _POSSESSIVE.sub(lambda m: "s" if m.group(0).startswith("s") else "", word)
+    return {w for w in (word, bare, bare[:-1] if bare.endswith("s") else bare + "s") if w}
+
+
 @dataclass(frozen=True)
 class Grounds:
     """What a source mentions, read once: the facts job checks each of a batch's facts
@@ -107,35 +145,54 @@ class Grounds:
     lowered: str
     words: frozenset[str]
     numbers: frozenset[int]
+    names: frozenset[str]  # every word's forms (name_forms), and a hyphened word's parts
 
     @classmethod
     def of(cls, source: str) -> Grounds:
         lowered = source.lower()
         words = frozenset(re.findall(r"[\w'’-]+", lowered))
-        # By value, and a month named in words gives its number: "7 May 2023" -> 2023-05-07.
+        # By value, and a month named in words gives its number: "7 May 2023" -> 2023-05-07;
+        # so does a number in words ("sixteen"), and a date a dated turn implies
+        # ("yesterday" said on 17 September 2023: 16 September 2023; see dates.implied).
         numbers = {int(n) for n in NUMBER.findall(source)}
         numbers |= {i + 1 for i, month in enumerate(MONTHS) if month in words}
-        return cls(lowered, words, frozenset(numbers))
+        spelled = frozenset(re.findall(r"[\w'’-]+", _PERSON.sub(" ", lowered))) \
+            if "person" in words else words
+        numbers |= {n for word, n in NUMBER_WORDS.items() if word in spelled}
+        numbers |= implied(source)
+        names = frozenset(f for word in words for part in {word, *word.split("-")}
+                          for f in name_forms(part))
+        return cls(lowered, words, frozenset(numbers), names)
 
 
 def ungrounded(answer: str, source: str | Grounds) -> list[str]:
     """The numbers, addresses and mid-sentence names of `answer` that `source` (the
     prompt: instructions, material and the memory it was given) never mentions."""
     grounds = source if isinstance(source, Grounds) else Grounds.of(source)
-    lowered, words = grounds.lowered, grounds.words
-    missing = [a for a in ADDRESS.findall(answer) if a.lower().rstrip(".,") not in lowered]
+    missing = [a for a in ADDRESS.findall(answer)
+               if a.lower().rstrip(".,") not in grounds.lowered]
     rest = ADDRESS.sub(" ", answer)
     missing += [n for n in NUMBER.findall(rest) if int(n) not in grounds.numbers]
     for match in NAME.finditer(rest):
         word = match.group(0).rstrip("'’-")
-        base = re.sub(r"['’]s$", "", word).lower()
-        if base in CALENDAR or base in words or word.lower() in words:
+        if known(word, grounds):
             continue
         if OPENS.search(rest[max(0, match.start() - 40) : match.start()]) and \
                 not in_list(rest, match.start()):
             continue  # a sentence's first word: a capital says nothing there
         missing.append(word)
     return list(dict.fromkeys(missing))
+
+
+def known(word: str, grounds: Grounds) -> bool:
+    """Whether a capitalized word is one the source says, or a calendar word, in any of
+    its forms (name_forms); a hyphened word when each of its capitalized parts is
+    ("Todmorden-based" where Todmorden is said; not "Jean-Luc" for a Jean)."""
+    forms = name_forms(word)
+    if forms & grounds.names or forms & CALENDAR:
+        return True
+    parts = [p for p in word.split("-") if p[:1].isupper()]
+    return "-" in word and all(known(p, grounds) for p in parts)
 
 
 def replayed(answer: str, prompt: Prompt) -> str | None:
@@ -161,30 +218,99 @@ def source_of(prompt: Prompt) -> str:
     return system + "\n" + prompt.user
 
 
+def _empty(text: str, prompt: Prompt) -> str | None:
+    return None if text else "empty answer"
+
+
+def _markers(text: str, prompt: Prompt) -> str | None:
+    marker = MARKERS.search(text)
+    return f"chat-template or prompt marker {marker.group(0)!r} in the answer" if marker \
+        else None
+
+
+def _loop(text: str, prompt: Prompt) -> str | None:
+    return "the answer repeats itself in a loop" if looping(text) else None
+
+
+def _echo(text: str, prompt: Prompt) -> str | None:
+    return "the answer echoes the instructions" if echoed(text, prompt.system) else None
+
+
+def _copy(text: str, prompt: Prompt) -> str | None:
+    return "the answer copies the material instead of condensing it" \
+        if copied(text, prompt.user) else None
+
+
+def _replay(text: str, prompt: Prompt) -> str | None:
+    role = ROLE_LINE.search(text)
+    said = role.group(0).strip() if role else replayed(text, prompt)
+    return f"the answer replays the conversation ({said!r} lines)" if said else None
+
+
+def _reader(text: str, prompt: Prompt) -> str | None:
+    reader = TO_READER.search(text) or SIGNATURE.search(text)
+    return (f"the answer speaks to the reader ({reader.group(0).strip()[:30]!r}), not about "
+            "them") if reader else None
+
+
+def _grounded(text: str, prompt: Prompt) -> str | None:
+    made_up = ungrounded(text, source_of(prompt))
+    return f"the answer names what its input does not: {', '.join(made_up[:4])}" \
+        if made_up else None
+
+
+Check = Callable[[str, Prompt], "str | None"]
+# Each check by name, in the order an answer meets them. JSON answers (facts, reflections)
+# meet the first three here and the rest field by field in their jobs.
+CHECKS: dict[str, Check] = {
+    "empty": _empty, "markers": _markers, "loop": _loop, "echo": _echo, "copy": _copy,
+    "replay": _replay, "reader": _reader, "grounded": _grounded}
+FOR_JSON = ("empty", "markers", "loop")
+# The checks whose failure a second request can mend: they are about the answer's form,
+# and the request asked again says what was wrong with it (AGAIN). A model that named
+# what its input does not, or wrote about something else, read the material that way: the
+# same model, asked the same thing again, writes the same (and a capable one was right,
+# the guard wrong, more often than not), so those are not asked again.
+MENDABLE = frozenset({"empty", "markers", "loop", "echo", "copy", "replay", "reader",
+                      # a JSON answer's shape: not JSON, a field missing or wrong, a turn
+                      # id not given (the request asked again says which)
+                      "json", "shape", "turns"})
+AGAIN = {
+    "empty": "Your previous answer was empty: write the answer.",
+    "markers": "Answer with the text itself: no markup, tags or template markers.",
+    "loop": "Write each point once: no line or phrase repeated.",
+    "echo": "Do not repeat these instructions: write the answer they ask for.",
+    "copy": "Condense the material in your own words: do not copy its lines.",
+    "replay": "Write about the people in the third person: no lines of the conversation, "
+              "no speaker's name followed by a colon.",
+    "reader": "Write about the people in the third person, not to a reader: no greeting, "
+              "offer or signature.",
+}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why an answer must not become memory: the check that refused it, in words."""
+
+    check: str
+    why: str
+
+    @property
+    def mendable(self) -> bool:
+        return self.check in MENDABLE
+
+
+def refusal(answer: str, prompt: Prompt) -> Refusal | None:
+    """The first check `answer` fails, or None when it may become memory."""
+    text = answer.strip()
+    for name in FOR_JSON if prompt.task in JSON_TASKS else CHECKS:
+        why = CHECKS[name](text, prompt)
+        if why is not None:
+            return Refusal(name, why)
+    return None
+
+
 def junk(answer: str, prompt: Prompt) -> str | None:
     """Why `answer` must not become memory, or None when it may."""
-    text = answer.strip()
-    if not text:
-        return "empty answer"
-    marker = MARKERS.search(text)
-    if marker:
-        return f"chat-template or prompt marker {marker.group(0)!r} in the answer"
-    if looping(text):
-        return "the answer repeats itself in a loop"
-    if prompt.task in JSON_TASKS:
-        return None  # JSON, validated against its schema by its job
-    if echoed(text, prompt.system):
-        return "the answer echoes the instructions"
-    if copied(text, prompt.user):
-        return "the answer copies the material instead of condensing it"
-    role = ROLE_LINE.search(text) or replayed(text, prompt)
-    if role:
-        said = role if isinstance(role, str) else role.group(0).strip()
-        return f"the answer replays the conversation ({said!r} lines)"
-    reader = TO_READER.search(text) or SIGNATURE.search(text)
-    if reader:
-        return f"the answer speaks to the reader ({reader.group(0).strip()[:30]!r}), not about them"
-    made_up = ungrounded(text, source_of(prompt))
-    if made_up:
-        return f"the answer names what its input does not: {', '.join(made_up[:4])}"
-    return None
+    found = refusal(answer, prompt)
+    return found.why if found else None

@@ -131,6 +131,8 @@ def render_status(data: dict[str, Any]) -> str:
                 counts = f"done {job['done']}, failed {job['failed']}, left {job['remaining']}: "
             mark = "ran    " if job["ran"] else "skipped"
             out.append(f"  {job['job']:<10} {mark} {counts}{job['reason']}")
+            if job.get("answers"):
+                out.append(f"             answers: {answers_line(job['answers'])}")
             for err in job.get("errors") or []:
                 out.append(f"             ! {err}")
         if run.get("error"):
@@ -208,3 +210,23 @@ def _honoured(detail: dict[str, Any]) -> str:
     if "correction" in detail:
         return f"#{detail['correction']} {detail['action']} of fact #{detail['fact']}"
     return f"fact #{detail['fact']} not made again from turn {detail['turn']}"
+
+
+def answers_line(counts: dict[str, int]) -> str:
+    """What became of a job's model answers in a pass, in words: "asked 30, kept first
+    time 27, asked again 2 (kept 1, 812 tokens), refused 2, fell back 2; first refusals:
+    off-topic 2, loop 1; facts dropped: grounded 3"."""
+    again = counts.get("asked_again", 0)
+    parts = [f"asked {counts.get('asked', 0)}", f"kept first time {counts.get('kept_first', 0)}"]
+    if again:
+        parts.append(f"asked again {again} (kept {counts.get('kept_again', 0)}, "
+                     f"{counts.get('reask_tokens', 0)} tokens)")
+    for key, words in (("refused", "refused"), ("fell_back", "fell back")):
+        if counts.get(key):
+            parts.append(f"{words} {counts[key]}")
+    line = ", ".join(parts)
+    for prefix, words in (("refused_first:", "first refusals"), ("dropped:", "facts dropped")):
+        found = {k[len(prefix):]: n for k, n in counts.items() if k.startswith(prefix)}
+        if found:
+            line += f"; {words}: " + ", ".join(f"{k} {n}" for k, n in sorted(found.items()))
+    return line

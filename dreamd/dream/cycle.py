@@ -283,7 +283,8 @@ def merged(first: JobResult, then: JobResult) -> JobResult:
         first, done=first.done + then.done, failed=first.failed + then.failed,
         skipped=first.skipped + then.skipped, remaining=then.remaining,
         tokens_in=first.tokens_in + then.tokens_in, tokens_out=first.tokens_out + then.tokens_out,
-        errors=(first.errors + then.errors)[:10], seconds=first.seconds + then.seconds)
+        errors=(first.errors + then.errors)[:10], seconds=first.seconds + then.seconds,
+        answers=dict(Counter(first.answers) + Counter(then.answers)))
 
 
 def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Logger, share: float = 1.0
@@ -311,6 +312,7 @@ def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Logger, share:
         return JobResult(name, False, decision.reason)
     started = time.monotonic()
     used_in, used_out = ctx.tokens.used_in, ctx.tokens.used_out
+    answered = ctx.answers.of(name)
     cut = ""
     try:
         with ctx.budget.share(share):
@@ -328,7 +330,10 @@ def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Logger, share:
     result = dataclasses.replace(
         result, seconds=time.monotonic() - started,
         tokens_in=ctx.tokens.used_in - used_in, tokens_out=ctx.tokens.used_out - used_out,
+        answers=dict(ctx.answers.of(name) - answered),
     )
+    if result.answers:
+        log.info("answers", job=name, **result.answers)
     if result.done or result.failed:
         log.info("job_finished", job=name, done=result.done, failed=result.failed,
                  skipped=result.skipped, remaining=result.remaining, reason=result.reason)

@@ -330,3 +330,95 @@ def asked_period(question: str, today: date) -> Period | None:
     the date is what is asked ("last weekend before April 10, 2023")."""
     found = periods(question) or periods(resolve(question, today))
     return found[0] if found else None
+
+
+# The day a dated line was said, as dreamd writes it in front of a turn ("[12] Sunday 7
+# May 2023. Sam: …", `long_date`).
+_SAID_ON = re.compile(rf"\b{_DAY} (\d{{1,2}}) ({'|'.join(MONTHS)}) (\d{{4}})\.\s", re.IGNORECASE)
+_SEASON_OR_MONTH = re.compile(
+    r"\b(?:spring|summer|autumn|fall|winter|" + "|".join(MONTHS) + r")\b", re.IGNORECASE)
+_WEEKDAY = re.compile(_DAY, re.IGNORECASE)
+_LONGEST_SPAN = 14  # days: a longer period grounds its month and year, not every day
+# A night is named by the evening it begins: one a dated line tells of ("spent the night
+# in hospital", "up all night", "overnight") is the night just gone, which began the day
+# before the line was said, or the coming one, which begins that day.
+_NIGHT = re.compile(r"\b(?:night|overnight)\b", re.IGNORECASE)
+# A count of days or weeks said on its latest day: "day 3" (of quitting coffee, of a
+# trip), "week two", "my 3rd day", "the second week": the count began that many days (or
+# weeks) less one before the line was said.
+_COUNTED = "|".join(w for w in _NUMBERS if w.isalpha() and w not in ("a", "an", "few"))
+_ORDINALS = ("first", "second", "third", "fourth", "fifth", "sixth", "seventh", "eighth",
+             "ninth", "tenth")
+_COUNT = re.compile(
+    rf"\b(day|week) (\d{{1,3}}|{_COUNTED})\b|"
+    rf"\b(\d{{1,3}})(?:st|nd|rd|th) (day|week)\b|\b({'|'.join(_ORDINALS)}) (day|week)\b",
+    re.IGNORECASE)
+
+
+def _counted(m: re.Match[str]) -> tuple[str, int]:
+    """("day" or "week", n) of a count's match."""
+    unit = (m.group(1) or m.group(4) or m.group(6)).lower()
+    n = m.group(2) or m.group(3) or m.group(5)
+    if n.isdigit():
+        return unit, int(n)
+    if n.lower() in _ORDINALS:
+        return unit, _ORDINALS.index(n.lower()) + 1
+    return unit, _NUMBERS[n.lower()]
+
+
+def implied(text: str) -> set[int]:
+    """The day, month and year numbers of the dates that the dated lines of `text` imply
+    ("yesterday" in a line said on Sunday 17 September 2023: 16, 9, 2023; "three years
+    ago": 2020; "last week": each day of that week). A month or season named without its
+    year may be the one before or after the day said ("in January", said in September
+    2026, is January 2027): those years too; so is the day before a line that tells of a
+    night, and the day a count ("day 3", "week two") began. Pure: a model told to make
+    dates absolute writes these, and they are not made up."""
+    out: set[int] = set()
+    for line in text.splitlines():
+        said_on = _SAID_ON.search(line)
+        if said_on is None:
+            continue
+        try:
+            said = date(int(said_on.group(4)), _month_of(said_on.group(3)),
+                        int(said_on.group(2)))
+        except ValueError:
+            continue
+        rest = line[said_on.end():]
+        if _SEASON_OR_MONTH.search(rest):
+            out |= {said.year - 1, said.year + 1}
+        for name in _WEEKDAY.findall(rest):  # "on Friday": the one before or the coming
+            weekday = WEEKDAYS.index(name.lower())
+            for day in (_weekday_before(said, weekday), _weekday_after(said, weekday)):
+                out |= {day.day, day.month, day.year}
+        if _NIGHT.search(rest):
+            night = said - timedelta(days=1)
+            out |= {night.day, night.month, night.year}
+        for m in _COUNT.finditer(rest):
+            unit, n = _counted(m)
+            if n < 1:
+                continue
+            began = said - (timedelta(days=n - 1) if unit == "day" else timedelta(weeks=n - 1))
+            # a week's count began on some day of that calendar week
+            days = 1 if unit == "day" else 7
+            first = began if unit == "day" else began - timedelta(days=began.weekday())
+            for k in range(days):
+                day = first + timedelta(days=k)
+                out |= {day.day, day.month, day.year}
+        for period in periods(resolve(rest, said)):
+            if period.every_year:
+                continue
+            out |= {period.first.year, period.last.year, period.first.month,
+                    period.last.month}
+            if (period.last - period.first).days <= _LONGEST_SPAN:
+                # "last week" is the seven days before, or the calendar week before:
+                # a period of days grounds the whole weeks it touches, a day itself.
+                first, last = period.first, period.last
+                if first < last:
+                    first -= timedelta(days=first.weekday())
+                    last += timedelta(days=6 - last.weekday())
+                day = first
+                while day <= last:
+                    out.add(day.day)
+                    day += timedelta(days=1)
+    return out

@@ -89,6 +89,15 @@ def _last_pass(run: dict[str, Any] | None) -> Iterator[Any]:
     for job in run.get("jobs") or []:
         jobs.add_metric([job["job"]], float(job.get("seconds") or 0))
     yield jobs
+    answers = GaugeMetricFamily(
+        "dreamd_last_pass_answers", "What became of the model's answers in the last pass, "
+        "by job: asked, kept_first, asked_again, kept_again, refused, fell_back, "
+        "reask_tokens, refused_first:<check> and dropped:<check> (facts).",
+        labels=["job", "count"])
+    for job in run.get("jobs") or []:
+        for count, n in (job.get("answers") or {}).items():
+            answers.add_metric([job["job"], count], float(n))
+    yield answers
     tokens = GaugeMetricFamily("dreamd_last_pass_tokens", "LLM tokens of the last pass.",
                                labels=["direction"])
     tokens.add_metric(["in"], float(run.get("tokens_in") or 0))

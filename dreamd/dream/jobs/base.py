@@ -6,8 +6,10 @@ import contextlib
 import contextvars
 import dataclasses
 import hashlib
+import re
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,7 +21,7 @@ from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.llm_output import bounded, estimate_tokens
 from dreamd.backends.local import MODEL_ID
 from dreamd.backends.protocols import Completer, Embedder
-from dreamd.backends.validate import junk
+from dreamd.backends.validate import AGAIN, Refusal, refusal
 from dreamd.config import Config
 from dreamd.dream.jobs.budget import Budget, Tokens
 from dreamd.errors import (
@@ -55,6 +57,34 @@ class FellBack:
 
     value: Any
     why: str
+
+
+@dataclass
+class Ledger:
+    """What became of the model's answers this pass, by job: counts under the names of
+    ANSWER_COUNTS, and per check "refused_first:<check>" (an answer refused when first
+    asked) and "dropped:<check>" (a fact dropped from an answer otherwise kept). One for
+    the pass, shared by jobs side by side."""
+
+    counts: dict[str, Counter[str]] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def add(self, job: str, key: str, n: int = 1) -> None:
+        with self.lock:
+            self.counts.setdefault(job, Counter())[key] += n
+
+    def of(self, job: str) -> Counter[str]:
+        with self.lock:
+            return Counter(self.counts.get(job, Counter()))
+
+
+# asked: answers asked for the first time; kept_first: kept as first given; asked_again:
+# asked once more after a refusal that a second request can mend; kept_again: kept then;
+# refused: refused for good (twice, or once for what the same model would repeat);
+# fell_back: items the extractive producer built instead; reask_tokens: tokens (in and
+# out) the requests asked again cost.
+ANSWER_COUNTS = ("asked", "kept_first", "asked_again", "kept_again", "refused", "fell_back",
+                 "reask_tokens")
 
 
 @dataclass
@@ -119,6 +149,8 @@ class JobContext:
     reached: Callable[[], None] = lambda: None
     # The pass's row in dreamd_runs: the diary's lines name it (None outside a pass).
     run_id: int | None = None
+    # What became of the model's answers, by job (see Ledger).
+    answers: Ledger = field(default_factory=Ledger)
     _extractive: ExtractiveCompleter | None = None
 
     def now(self) -> datetime:
@@ -188,6 +220,7 @@ class JobContext:
         """Outside any write: an item the extractive fallback built, for the pass's notes
         and the log."""
         self.fell_back.append((job, item, why))
+        self.answers.add(job, "fell_back")
         self.log.warning("fell_back", job=job, item=item, why=why[:200])
 
     def extractive(self) -> ExtractiveCompleter:
@@ -267,11 +300,15 @@ class JobContext:
             self.tokens.reserved += estimate
         return estimate
 
-    def complete(self, prompt: Prompt) -> Completion:
+    def complete(self, prompt: Prompt, check: Callable[[str], Refusal | None] | None = None,
+                 again: Again | None = None) -> Completion:
         """Call the Completer: never inside a transaction, within the token budget, with
-        the sending job's model and output bound. An LLM's answer that is junk (see
-        backends.validate) is asked for once more, firmly; junk twice is an error, never
-        memory."""
+        the sending job's model and output bound. An LLM's answer that fails a check (see
+        backends.validate, `off_topic`, and the job's own `check`) is asked for once more
+        where that can mend it (with what was wrong said: `again` builds that request,
+        else the instructions get the check's AGAIN), never for what the same model would
+        write again; refused for good, it is an error, never memory. Each refusal is
+        logged with its reason and counted (see Ledger)."""
         if threading.get_ident() == self.owner and self.store.in_transaction:
             raise RuntimeError("internal: backend call inside a transaction")
         spec = self.tasks.get(prompt.task)
@@ -285,14 +322,43 @@ class JobContext:
         completion = self._call(prompt)
         if not self.llm:
             return completion
-        problem = junk(completion.text, prompt) or self.off_topic(completion.text, prompt)
-        if problem is None:
+        job = spec.name if spec is not None else prompt.task
+        self.answers.add(job, "asked")
+        first = self.judged(completion.text, prompt, check)
+        if first is None:
+            self.answers.add(job, "kept_first")
             return completion
-        completion = self._call(dataclasses.replace(prompt, system=prompt.system + FIRMER))
-        again = junk(completion.text, prompt) or self.off_topic(completion.text, prompt)
-        if again is not None:
-            raise OutputInvalid(f"{again} (asked twice; first: {problem})")
+        self.answers.add(job, f"refused_first:{first.check}")
+        self.log.info("answer_refused", job=job, task=prompt.task, check=first.check,
+                      why=first.why[:200], asked_again=first.mendable)
+        if not first.mendable:
+            self.answers.add(job, "refused")
+            raise Unusable(f"{first.why} (not asked again: the same model would answer "
+                           "the same)", first.check)
+        retry = again(prompt, first, completion.text) if again is not None else \
+            dataclasses.replace(prompt, system=f"{prompt.system} {AGAIN[first.check]}")
+        self.answers.add(job, "asked_again")
+        completion = self._call(retry)
+        self.answers.add(job, "reask_tokens", completion.tokens_in + completion.tokens_out)
+        second = self.judged(completion.text, prompt, check)
+        if second is not None:
+            self.answers.add(job, "refused")
+            self.log.warning("answer_refused", job=job, task=prompt.task, check=second.check,
+                             why=second.why[:200], asked_again=False)
+            raise Unusable(f"{second.why} (asked twice; first: {first.why})", second.check)
+        self.answers.add(job, "kept_again")
         return completion
+
+    def judged(self, text: str, prompt: Prompt,
+               check: Callable[[str], Refusal | None] | None = None) -> Refusal | None:
+        """The first check an answer fails: the guards, off-topic, then the job's own."""
+        found = refusal(text, prompt)
+        if found is None:
+            off = self.off_topic(text, prompt)
+            found = Refusal("off-topic", off) if off else None
+        if found is None and check is not None:
+            found = check(text)
+        return found
 
     def off_topic(self, answer: str, prompt: Prompt) -> str | None:
         """Why a text answer is not about its material, by the embedder (the one model
@@ -300,15 +366,7 @@ class JobContext:
         floor = ON_TOPIC.get(self.embedder.model)
         if floor is None or prompt.task in JSON_TASKS or not prompt.items:
             return None
-        items = list(prompt.items)
-        if prompt.vectors is not None and len(prompt.vectors) == len(items):
-            vectors = np.asarray(prompt.vectors, dtype=np.float32)
-        else:
-            step = max(1, len(items) // ON_TOPIC_ITEMS)  # an even sample of a long input
-            vectors = self.embedder.embed(items[::step][:ON_TOPIC_ITEMS])
-        centre = vectors.mean(axis=0)
-        centre /= max(float(np.linalg.norm(centre)), 1e-12)
-        cosine = float(self.embedder.embed([answer])[0] @ centre)
+        cosine = topic_cosine(self.embedder, answer, prompt.items)
         if cosine >= floor:
             return None
         return f"the answer is not about its input (cosine {cosine:.2f} with it, under {floor})"
@@ -351,30 +409,77 @@ class JobContext:
                                                             prompt.task))
 
 
-# The cosine an answer has at least with the centre of its material, by embedder model.
-# all-MiniLM-L6-v2 on LoCoMo's dev sessions: the annotators' session summaries 0.60-0.80
-# with their own turns; contentless answers a small model gave ("You're ready to
-# continue.", "I'll be happy to help you plan it.") 0.04-0.34.
-ON_TOPIC = {MODEL_ID: 0.4}
-ON_TOPIC_ITEMS = 64  # the material's lines embedded for the check, at most
+# The cosine an answer has at least with the centre of its material, by embedder model,
+# both embedded the same way (see topic_cosine). all-MiniLM-L6-v2, chosen on the answer
+# corpora (tests/data/answers_*.txt; `python -m bench.llm acceptance` chooses it again):
+# the cosine under which 98 % of the bad answers to the requests of one person's
+# conversations fall (answers about nothing, "You're ready to continue.", and the good
+# answers of another person's), chosen on the demo's sample and the LoCoMo fixture: 0.38.
+# On the second sample, which it was not chosen on, it keeps the 23 good answers (lowest
+# 0.42) and refuses the 48 bad (highest 0.37). Against the turns' stored vectors (their
+# retrieval keys) good answers scored 0.1-0.2 lower, and the floor of 0.4 refused some.
+ON_TOPIC = {MODEL_ID: 0.38}
+PASSAGE_CHARS = 1000  # the material embedded in passages of about this size (256 tokens)
+ON_TOPIC_PASSAGES = 16  # at most this many, evenly spread over a long input
+# What opens an item without being its content: a speaker ("user:", "Sam:") or the month
+# of an era line ("2026-07 | ").
+_LEAD = re.compile(r"^\s*(?:\d{4}-\d{2} \| |[\w .'’-]{1,40}:\s)")
 
-# Added to the instructions when an answer came back as junk.
-FIRMER = (" Answer with the text itself and nothing else: no markup or tags, no line twice,"
-          " do not repeat these instructions and do not copy the material line by line.")
+
+def passages(items: Sequence[str]) -> list[str]:
+    """The material's lines without their speakers, run together into passages of about
+    PASSAGE_CHARS, at most ON_TOPIC_PASSAGES of them evenly spread."""
+    out: list[str] = []
+    for item in items:
+        text = _LEAD.sub("", item, count=1).strip()
+        if out and len(out[-1]) + len(text) < PASSAGE_CHARS:
+            out[-1] += " " + text
+        elif text:
+            out.append(text)
+    step = max(1, -(-len(out) // ON_TOPIC_PASSAGES))
+    return out[::step]
+
+
+def topic_cosine(embedder: Embedder, answer: str, items: Sequence[str]) -> float:
+    """The answer's cosine with the centre of its material, each embedded as text of the
+    same kind: passages of what was said, not the turns' retrieval keys (which carry
+    dates, speakers and addressees, and put a good gist 0.1-0.2 lower)."""
+    chunks = passages(items)
+    if not chunks:
+        return 1.0
+    vectors = embedder.embed([*chunks, answer])
+    centre = vectors[:-1].mean(axis=0)
+    centre /= max(float(np.linalg.norm(centre)), 1e-12)
+    return float(vectors[-1] @ centre)
+
+
+# Builds the request asked once more: from the request, why its answer was refused, and
+# that answer.
+Again = Callable[[Prompt, Refusal, str], Prompt]
+
+
+class Unusable(OutputInvalid):
+    """An answer refused for good; `check` names the check that refused it (see
+    backends.validate.CHECKS, "off-topic", and the jobs' own)."""
+
+    def __init__(self, why: str, check: str) -> None:
+        super().__init__(why)
+        self.check = check
 
 
 def input_hash(prompt: Prompt) -> str:
     return hashlib.sha256(f"{prompt.task}\0{prompt.system}\0{prompt.user}".encode()).hexdigest()
 
 
-def complete_once(ctx: JobContext, prompt: Prompt, cached: tuple[str, str] | None
-                  ) -> tuple[Completion, str]:
+def complete_once(ctx: JobContext, prompt: Prompt, cached: tuple[str, str] | None,
+                  check: Callable[[str], Refusal | None] | None = None,
+                  again: Again | None = None) -> tuple[Completion, str]:
     """The answer for a prompt, reusing the stored one when the inputs are unchanged:
     an unchanged input costs no tokens. Returns the completion and the input hash."""
     digest = input_hash(prompt)
     if cached is not None and cached[0] == digest:
         return Completion(cached[1], "cache", "cache", extractive=not ctx.llm), digest
-    return ctx.complete(prompt), digest
+    return ctx.complete(prompt, check, again), digest
 
 
 def failed_items(ctx: JobContext, job: str) -> dict[str, str | None]:

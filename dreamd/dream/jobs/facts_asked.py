@@ -17,16 +17,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from dreamd.backends import write_gate
-from dreamd.backends.validate import Grounds, source_of, ungrounded
+from dreamd.backends.validate import Grounds, Refusal, source_of, ungrounded
 from dreamd.dream.dates import day_of, long_date
 from dreamd.dream.facts import MAX_CHARS, Candidate
-from dreamd.dream.jobs.base import JobContext
+from dreamd.dream.jobs.base import JobContext, Unusable
 from dreamd.dream.jobs.fitting import largest
 from dreamd.dream.jobs.pool import HEARTBEAT_SECONDS, StopClock
 from dreamd.dream.prompts import facts_prompt, facts_repair_prompt
 from dreamd.errors import InputRejected, OutputInvalid
 from dreamd.models import Fact, Prompt, Turn
 
+JOB = "facts"
 NOT_PEOPLE = frozenset({"assistant", "system", "tool", "function", "developer"})
 ABOUTS = frozenset({"job", "home", "partner"})
 PER_TURN = 3  # facts an LLM may draw from one turn
@@ -70,54 +71,88 @@ def long_day(timestamp: str) -> str:
     return f"{long_date(day)}. " if day else ""
 
 
-def parsed(raw: str, turn_ids: set[int], known: set[int], source: str = ""
-           ) -> list[tuple[Candidate, int, list[int]]]:
-    """An LLM's facts, checked against the schema and, given the prompt as `source`,
-    grounded in it: (candidate, its first turn, the known facts it replaces). Anything
-    off is OutputInvalid naming the problem."""
+# What each fact of an answer is checked for, beside the whole answer's shape ("json").
+ITEM_CHECKS = ("shape", "turns", "grounded")
+
+
+@dataclass(frozen=True)
+class Sifted:
+    """An answer's facts: those kept (candidate, its first turn, the known facts it
+    replaces) and those dropped, each with its reason."""
+
+    kept: list[tuple[Candidate, int, list[int]]]
+    dropped: list[Refusal]
+
+
+def fact_refusal(item: Any, where: str, turn_ids: set[int], known: set[int],
+                 grounds: Grounds | None) -> Refusal | None:
+    """Why one fact of an answer may not be kept, or None."""
+    if not isinstance(item, dict):
+        return Refusal("shape", f"{where} is not an object")
+    subject, statement = item.get("subject"), item.get("statement")
+    if not (isinstance(subject, str) and 0 < len(subject.strip()) <= 80):
+        return Refusal("shape", f"{where}: subject must be a name")
+    if not (isinstance(statement, str) and 0 < len(statement.strip()) <= MAX_CHARS):
+        return Refusal("shape", f"{where}: statement must be 1..{MAX_CHARS} characters")
+    about = item.get("about")
+    if about is not None and about not in ABOUTS:
+        return Refusal("shape", f"{where}: about must be one of {sorted(ABOUTS)} or null")
+    since = item.get("valid_from")
+    if since is not None and not (isinstance(since, str) and day_of(since) is not None):
+        return Refusal("shape", f"{where}: valid_from must be YYYY-MM-DD or null")
+    turns = item.get("turns")
+    if not (isinstance(turns, list) and turns and all(
+            isinstance(t, int) and t in turn_ids for t in turns)):
+        return Refusal("turns", f"{where}: turns must name the given [ids]")
+    replaces = item.get("replaces") or []
+    if not (isinstance(replaces, list) and all(isinstance(r, int) and r in known
+                                               for r in replaces)):
+        return Refusal("turns", f"{where}: replaces must name known #ids")
+    if grounds and subject.strip().lower() not in grounds.lowered:
+        return Refusal("grounded", f"{where} names what the turns do not: {subject.strip()}")
+    made_up = ungrounded(f"{subject}: {statement}", grounds) if grounds else []
+    if made_up:
+        return Refusal("grounded",
+                       f"{where} names what the turns do not: {', '.join(made_up[:4])}")
+    return None
+
+
+def sifted(raw: str, turn_ids: set[int], known: set[int], source: str = "") -> Sifted:
+    """An LLM's facts, each checked against the schema and, given the prompt as `source`,
+    grounded in it: the good ones kept, the others dropped with their reasons. One bad
+    fact costs that fact, not the batch. An answer that is no list of facts, or whose
+    every fact is dropped, is Unusable, naming the (first) problem."""
     try:
         data = json.loads(raw)
     except ValueError as exc:
-        raise OutputInvalid(f"not JSON ({exc})") from None
+        raise Unusable(f"not JSON ({exc})", "json") from None
     items = data.get("facts") if isinstance(data, dict) else None
     if not isinstance(items, list):
-        raise OutputInvalid('expected an object {"facts": [...]}')
+        raise Unusable('expected an object {"facts": [...]}', "json")
     if len(items) > PER_TURN * max(1, len(turn_ids)):
-        raise OutputInvalid(f"{len(items)} facts from {len(turn_ids)} turns")
-    out = []
+        raise Unusable(f"{len(items)} facts from {len(turn_ids)} turns", "loop")
     grounds = Grounds.of(source) if source else None
-    lowered = grounds.lowered if grounds else ""
+    kept, dropped = [], []
     for i, item in enumerate(items):
-        where = f"fact {i + 1}"
-        if not isinstance(item, dict):
-            raise OutputInvalid(f"{where} is not an object")
-        subject, statement = item.get("subject"), item.get("statement")
-        if not (isinstance(subject, str) and 0 < len(subject.strip()) <= 80):
-            raise OutputInvalid(f"{where}: subject must be a name")
-        if not (isinstance(statement, str) and 0 < len(statement.strip()) <= MAX_CHARS):
-            raise OutputInvalid(f"{where}: statement must be 1..{MAX_CHARS} characters")
-        if grounds and subject.strip().lower() not in lowered:
-            raise OutputInvalid(f"{where} names what the turns do not: {subject.strip()}")
-        made_up = ungrounded(f"{subject}: {statement}", grounds) if grounds else []
-        if made_up:
-            raise OutputInvalid(f"{where} names what the turns do not: {', '.join(made_up[:4])}")
-        about = item.get("about")
-        if about is not None and about not in ABOUTS:
-            raise OutputInvalid(f"{where}: about must be one of {sorted(ABOUTS)} or null")
-        since = item.get("valid_from")
-        if since is not None and not (isinstance(since, str) and day_of(since) is not None):
-            raise OutputInvalid(f"{where}: valid_from must be YYYY-MM-DD or null")
-        turns = item.get("turns")
-        if not (isinstance(turns, list) and turns and all(
-                isinstance(t, int) and t in turn_ids for t in turns)):
-            raise OutputInvalid(f"{where}: turns must name the given [ids]")
-        replaces = item.get("replaces") or []
-        if not (isinstance(replaces, list) and all(isinstance(r, int) and r in known
-                                                   for r in replaces)):
-            raise OutputInvalid(f"{where}: replaces must name known #ids")
-        out.append((Candidate(subject.strip(), statement.strip(), about, since, ""),
-                    min(turns), replaces))
-    return out
+        problem = fact_refusal(item, f"fact {i + 1}", turn_ids, known, grounds)
+        if problem is not None:
+            dropped.append(problem)
+            continue
+        turns, replaces = item["turns"], item.get("replaces") or []
+        kept.append((Candidate(item["subject"].strip(), item["statement"].strip(),
+                               item.get("about"), item.get("valid_from"), ""),
+                     min(turns), replaces))
+    if dropped and not kept:
+        first = dropped[0]
+        more = f" (and {len(dropped) - 1} more)" if len(dropped) > 1 else ""
+        raise Unusable(first.why + more, first.check)
+    return Sifted(kept, dropped)
+
+
+def parsed(raw: str, turn_ids: set[int], known: set[int], source: str = ""
+           ) -> list[tuple[Candidate, int, list[int]]]:
+    """The facts of an answer that may be kept (see sifted)."""
+    return sifted(raw, turn_ids, known, source).kept
 
 
 @dataclass(frozen=True)
@@ -155,29 +190,41 @@ def asks_for(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]],
 
 
 def ask(ctx: JobContext, request: Ask) -> list[tuple[str, int, Candidate, list[int]]]:
-    """The facts the LLM draws in one request; one repair of an invalid answer. A request
-    the server refuses as too long (it counts tokens its own way) is asked in halves."""
+    """The facts the LLM draws in one request: its good facts kept, the others dropped
+    (counted, with their reasons); an answer with none to keep is asked for once more,
+    saying what was wrong, where that can mend it. A request the server refuses as too
+    long (it counts tokens its own way) is asked in halves."""
     prompt = request.build(request.lines)
     part_ids = {int(ln[1 : ln.index("]")]) for ln in request.lines}
+    source = source_of(prompt)
+
+    def check(raw: str) -> Refusal | None:
+        try:
+            sifted(raw, part_ids, set(request.known), source)
+        except Unusable as exc:
+            return Refusal(exc.check, str(exc))
+        return None
+
     try:
-        raw = ctx.complete(prompt).text
+        raw = ctx.complete(prompt, check=check, again=lambda asked, why, _: facts_repair_prompt(
+            asked, why.why)).text
     except InputRejected:
         if len(request.lines) == 1:
             raise
         half = len(request.lines) // 2
         return (ask(ctx, dataclasses.replace(request, lines=request.lines[:half]))
                 + ask(ctx, dataclasses.replace(request, lines=request.lines[half:])))
-    source = source_of(prompt)
-    try:
-        found = parsed(raw, part_ids, set(request.known), source)
-    except OutputInvalid as exc:  # one repair, then the batch's failure
-        raw = ctx.complete(facts_repair_prompt(prompt, str(exc))).text
-        found = parsed(raw, part_ids, set(request.known), source)
+    found = sifted(raw, part_ids, set(request.known), source)
+    if found.dropped and ctx.asks_model:
+        for dropped in found.dropped:
+            ctx.answers.add(JOB, f"dropped:{dropped.check}")
+        ctx.log.info("facts_dropped", job=JOB, kept=len(found.kept),
+                     dropped=len(found.dropped), why=found.dropped[0].why[:200])
     said = request.said
     return [(request.user, turn_id, dataclasses.replace(
         candidate, said_at=said[turn_id].created_at,
         valid_from=candidate.valid_from or said[turn_id].created_at[:10]), replaces)
-        for candidate, turn_id, replaces in found]
+        for candidate, turn_id, replaces in found.kept]
 
 
 Drawn = list[Any] | OutputInvalid | None

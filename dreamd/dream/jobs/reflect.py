@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from dreamd.backends.validate import source_of, ungrounded
+from dreamd.backends.validate import Refusal, source_of, ungrounded
 from dreamd.config import Config
 from dreamd.dream.jobs.base import JobContext, complete_once
 from dreamd.dream.jobs.fitting import newest_that_fit
@@ -138,17 +138,21 @@ def think(ctx: JobContext, work: Work) -> tuple[dict[str, Any], str, str]:
 
     said = [turn_line(t.role, t.content) for t in work.turns if t.role == "user"]
     prompt = build(newest_that_fit(ctx, said, build))  # the latest turns, as many as fit
-    completion, digest = complete_once(ctx, prompt, work.cached)
-    raw = completion.text
     source = source_of(prompt) if ctx.asks_model else ""
-    try:
-        return validate(raw, source), digest, raw
-    except OutputInvalid as exc:
-        if not ctx.asks_model:
-            raise
-        # One repair attempt; if that fails too, the old self-state stays.
-        raw = ctx.complete(repair_prompt(raw, str(exc))).text
-        return validate(raw, source), digest, raw
+
+    def check(raw: str) -> Refusal | None:
+        try:
+            validate(raw, source)
+        except OutputInvalid as exc:
+            why = str(exc)
+            return Refusal("grounded" if "names what" in why else "shape", why)
+        return None
+
+    # One repair request where it can help; if that fails too, the old self-state stays.
+    completion, digest = complete_once(ctx, prompt, work.cached, check=check,
+                                       again=lambda _, why, raw: repair_prompt(raw, why.why))
+    raw = completion.text
+    return validate(raw, source), digest, raw
 
 
 def save(ctx: JobContext, conn: Conn, work: Work,

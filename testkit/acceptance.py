@@ -1,0 +1,187 @@
+"""The guards judged on both answer corpora: what each check keeps of the good answers
+(tests/data/answers_good.txt: what a capable model writes for dreamd's requests) and what
+it refuses of the bad (tests/data/answers_bad.txt, what weak models return and hand-made
+cases of each kind, and the cases made here from every text request).
+
+Each check is judged alone: on every good answer it applies to (a facts answer's checks
+apply to each of its facts), and on the bad answers made for it. `python -m bench.llm
+acceptance` prints the table; tests/test_guards.py holds its rates.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from dreamd.backends.protocols import Embedder
+from dreamd.backends.validate import CHECKS, FOR_JSON, Grounds, source_of
+from dreamd.dream.jobs.base import ON_TOPIC, topic_cosine
+from dreamd.dream.jobs.facts_asked import ITEM_CHECKS, PER_TURN, fact_refusal
+from dreamd.dream.jobs.reflect import validate as reflection
+from dreamd.errors import OutputInvalid
+from dreamd.models import JSON_TASKS, Prompt
+from testkit.requests import DATA, read_answers, requests
+
+TEXT_CHECKS = (*CHECKS, "off-topic")
+# Answers that say nothing about anything, as small models gave them.
+ABOUT_NOTHING = (
+    "You're ready to continue.", "I'll be happy to help you plan it.",
+    "The user and the assistant had a conversation.",
+    "Thank you for sharing. Let me know if you need anything else.",
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    """One answer to one request; `check`: for a bad one, the check that must refuse it."""
+
+    key: str
+    prompt: Prompt
+    answer: str
+    check: str = ""
+
+
+def good_cases() -> list[Case]:
+    answers = read_answers(DATA / "answers_good.txt")
+    asked = requests(answers)
+    return [Case(key, asked[key], answer) for key, answer in answers.items()]
+
+
+def bad_cases(good: list[Case]) -> list[Case]:
+    """The bad corpus file's cases (its "## id | check" heads are not unique, so it is
+    read in order), and cases made from every text request."""
+    asked = requests(read_answers(DATA / "answers_good.txt"))
+    out = [Case(key, asked[key], answer, check) for key, check, answer in bad_in_order()]
+    rng = random.Random(57)
+    texts = [c for c in good if c.prompt.task not in JSON_TASKS]
+    for case in texts:
+        p, lines = case.prompt, [ln for ln in case.prompt.items if len(ln) > 20]
+        out.append(Case(case.key, p, p.system, "echo"))
+        if len(lines) >= 3:
+            out.append(Case(case.key, p, "\n".join(f"- {ln}" for ln in lines[:6]), "copy"))
+        # The turns themselves, given back: a summary's material is turn lines.
+        if p.task == "summarize" and (p.items[0][0].islower() or case.key.startswith("locomo/")):
+            out.append(Case(case.key, p, "\n".join(p.items[:4]), "replay"))
+        first = re.split(r"(?<=[.!?])\s", case.answer.strip())[0]
+        out.append(Case(case.key, p, "\n".join([first] * 5), "loop"))
+        out.append(Case(case.key, p, f"<|im_start|>assistant\n{case.answer}", "markers"))
+        out.append(Case(case.key, p, rng.choice(ABOUT_NOTHING), "off-topic"))
+        others = [c for c in texts if c.prompt.task == p.task and person(c) != person(case)]
+        if others:
+            out.append(Case(case.key, p, rng.choice(others).answer, "off-topic"))
+    return out
+
+
+def bad_in_order() -> Iterator[tuple[str, str, str]]:
+    """The bad corpus file block by block (a request may have several bad answers)."""
+    key: str | None = None
+    lines: list[str] = []
+    text = (DATA / "answers_bad.txt").read_text("utf-8").splitlines()
+    for line in [*text, "## end | end"]:
+        if line.startswith("## "):
+            if key is not None:
+                request, check = (p.strip() for p in key.split("|"))
+                yield request, check, "\n".join(lines).strip("\n")
+            key, lines = line[3:], []
+        elif key is not None:
+            lines.append(line)
+
+
+def person(case: Case) -> str:
+    """Whose life a request is about: the demo's sample and the LoCoMo fixture both tell
+    of a Sam with a dog called Biscuit, so one's answers are no off-topic case for the
+    other's requests."""
+    return "jonah" if case.key.startswith("second/") else "sam"
+
+
+def turn_ids(prompt: Prompt) -> set[int]:
+    return {int(m) for m in re.findall(r"^\[(\d+)\]", prompt.user, re.MULTILINE)}
+
+
+def refused_by(check: str, case: Case, embedder: Embedder) -> list[bool]:
+    """Whether `check` alone refuses the answer: one verdict, or one per fact."""
+    text, p = case.answer.strip(), case.prompt
+    if check == "off-topic":
+        floor = ON_TOPIC.get(embedder.model)
+        return [floor is not None and topic_cosine(embedder, text, p.items) < floor]
+    if check in CHECKS and (p.task not in JSON_TASKS or check in FOR_JSON):
+        return [CHECKS[check](text, p) is not None]
+    if p.task == "reflect":
+        try:
+            reflection(text, source_of(p))
+        except OutputInvalid as exc:
+            return [("names what" in str(exc)) == (check == "grounded")]
+        return [False]
+    try:  # facts: the answer's shape, then each fact
+        data = json.loads(text)
+        items = data["facts"]
+        assert isinstance(items, list) and len(items) <= PER_TURN * len(turn_ids(p))
+    except (ValueError, KeyError, TypeError, AssertionError):
+        return [check == "json"]
+    if check == "json":
+        return [False]
+    grounds = Grounds.of(source_of(p))
+    out = []
+    for i, item in enumerate(items):
+        found = fact_refusal(item, f"fact {i + 1}", turn_ids(p), set(), grounds)
+        out.append(found is not None and found.check == check)
+    return out
+
+
+def checks_for(case: Case) -> tuple[str, ...]:
+    if case.prompt.task == "facts":
+        return (*FOR_JSON, "json", *ITEM_CHECKS)
+    if case.prompt.task == "reflect":
+        return (*FOR_JSON, "shape", "grounded")
+    return TEXT_CHECKS
+
+
+@dataclass
+class Tally:
+    kept: Counter[str] = field(default_factory=Counter)
+    good: Counter[str] = field(default_factory=Counter)
+    refused: Counter[str] = field(default_factory=Counter)
+    bad: Counter[str] = field(default_factory=Counter)
+    misses: list[str] = field(default_factory=list)  # what a check got wrong
+
+
+def acceptance(embedder: Embedder) -> tuple[Tally, Tally]:
+    """(per check, per job): good answers (or facts) kept, bad ones refused."""
+    checks, jobs = Tally(), Tally()
+    good = good_cases()
+    for case in good:
+        verdicts = [refused_by(c, case, embedder) for c in checks_for(case)]
+        for check, refused in zip(checks_for(case), verdicts, strict=True):
+            checks.good[check] += len(refused)
+            checks.kept[check] += refused.count(False)
+            if any(refused):
+                checks.misses.append(f"good {case.key} refused by {check}")
+        per_item = [not any(v[i] if i < len(v) else v[0] for v in verdicts)
+                    for i in range(max(len(v) for v in verdicts))]
+        jobs.good[case.prompt.task] += len(per_item)
+        jobs.kept[case.prompt.task] += sum(per_item)
+    for case in bad_cases(good):
+        refused = refused_by(case.check, case, embedder)
+        checks.bad[case.check] += len(refused)
+        checks.refused[case.check] += sum(refused)
+        # A job refuses what any of its checks refuses.
+        every = [refused_by(c, case, embedder) for c in checks_for(case)]
+        jobs.bad[case.prompt.task] += len(refused)
+        jobs.refused[case.prompt.task] += sum(
+            any(v[i] if i < len(v) else v[0] for v in every) for i in range(len(refused)))
+        if not all(refused):
+            checks.misses.append(f"bad {case.key} ({case.check}) kept: {case.answer[:60]!r}")
+    return checks, jobs
+
+
+def table(tally: Tally) -> list[str]:
+    """One line per check (or job): good kept and bad refused, counts and shares."""
+    def share(n: int, of: int) -> str:
+        return f"{n}/{of} ({100 * n / of:.1f} %)" if of else "-"
+    names = list(dict.fromkeys([*tally.good, *tally.bad]))
+    return [f"{name:<10} good kept {share(tally.kept[name], tally.good[name]):<18} "
+            f"bad refused {share(tally.refused[name], tally.bad[name])}" for name in names]

@@ -1,0 +1,228 @@
+"""The guards keep what a capable model writes and refuse what a weak one does: judged on
+both answer corpora (tests/data/answers_*.txt), and the cases the corpora showed wrong on
+99a8389, each pinned down."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from dreamd.backends.hashing import HashingEmbedder
+from dreamd.backends.local import LocalEmbedder
+from dreamd.backends.openai_backend import OpenAICompleter
+from dreamd.backends.validate import source_of, ungrounded
+from dreamd.cli import report
+from dreamd.cli.render import render_status
+from dreamd.config import Config, FactsConfig, JobsConfig
+from dreamd.dream.cycle import run_pass
+from dreamd.dream.jobs.base import JobContext
+from dreamd.dream.jobs.budget import Budget
+from dreamd.dream.jobs.facts_asked import parsed
+from dreamd.dream.keys import Said, vector_key
+from dreamd.dream.prompts import facts_prompt, summary_prompt
+from dreamd.errors import OutputInvalid
+from testkit.openai_server import FakeOpenAI
+from testkit.requests import DATA, chats, read_answers, said
+from tests.helpers import (
+    RecordingCompleter,
+    add_turns,
+    chat_texts,
+    completer_config,
+    config_for,
+    make_chat_file,
+    open_sqlite,
+)
+
+
+@pytest.fixture(scope="module")
+def minilm() -> LocalEmbedder:
+    return LocalEmbedder()
+
+
+# Short of the 98 % a check alone is held to, and why. Off-topic: another person's profile,
+# narrative or month reads close to this person's (cosine 0.40-0.43 against a floor of
+# 0.38, the lowest good answer at 0.44); each is refused by the names it holds (grounded),
+# and the job's checks together are held to 98 % below. Raising the floor to pass would fit
+# it to this corpus.
+ALONE = {"off-topic": 0.95}
+
+
+def test_each_check_keeps_the_good_corpus_and_refuses_the_bad(minilm: LocalEmbedder) -> None:
+    """At least 98 % of good answers (or facts) kept and 98 % of bad ones refused, by each
+    check alone; and by each job's checks together."""
+    from testkit.acceptance import acceptance
+
+    checks, jobs = acceptance(minilm)
+    assert set(checks.good) >= {"markers", "loop", "echo", "copy", "replay", "reader",
+                                "grounded", "off-topic", "json", "shape", "turns"}
+    for name in checks.good:
+        assert checks.kept[name] >= 0.98 * checks.good[name], (name, checks.misses)
+        assert checks.refused[name] >= ALONE.get(name, 0.98) * checks.bad[name], (
+            name, checks.misses)
+    for job in jobs.good:
+        assert jobs.kept[job] >= 0.98 * jobs.good[job], (job, checks.misses)
+        assert jobs.refused[job] >= 0.98 * jobs.bad[job], (job, checks.misses)
+
+
+def test_a_good_gist_is_measured_against_its_turns_text(minilm: LocalEmbedder) -> None:
+    """A good gist is about what the turns say, however the prompt comes: with the turns'
+    stored vectors (retrieval keys, as a first summary's prompt carries them) or without
+    (a summary folded into the previous gist, a merge): both ways it is kept. Measured
+    against the turns as single role-prefixed lines ("user: got the job"), the terse
+    second sample's good gists fell under the floor."""
+    chat = next(c for c in chats() if c.name == "second")
+    answers = read_answers(DATA / "answers_good.txt")
+    ctx = JobContext(None, Config(), minilm, RecordingCompleter(None), Budget())  # type: ignore[arg-type]
+    kept = []
+    for session in chat.sessions:
+        if session.key not in answers:
+            continue
+        people = {"user": chat.names["user"], "assistant": chat.names["agent"]}
+        keys = [vector_key(Said(people[role], content, at,
+                                people["assistant" if role == "user" else "user"]))
+                for role, content, at in session.turns]
+        for vectors in (minilm.embed(keys), None):
+            prompt = summary_prompt(chat.names, None, said(session), 8, vectors)
+            kept.append(ctx.off_topic(answers[session.key], prompt) is None)
+    assert kept == [True] * 16  # every whole-session gist of the second sample, both ways
+
+
+TURNS = ["[3] Sunday 17 September 2023. Sam: I went to the lake yesterday with Ana.",
+         "[4] Sunday 17 September 2023. Sam: Last year I ran my first marathon, and three "
+         "years ago I moved to Porto.",
+         "[5] Sunday 17 September 2023. Sam: The first of October is my sister's birthday."]
+PROMPT = facts_prompt({"user": "Sam", "agent": "Wren"}, TURNS, [])
+
+
+def fact(statement: str, turn: int, subject: str = "Sam") -> dict[str, object]:
+    return {"subject": subject, "statement": statement, "about": None, "valid_from": None,
+            "turns": [turn], "replaces": []}
+
+
+@pytest.mark.parametrize(("statement", "turn"), [
+    ("On 16 September 2023 Sam went to the lake with Ana.", 3),
+    ("Sam ran his first marathon in 2022.", 4),
+    ("Sam moved to Porto in 2020.", 4),
+    ("Sam's sister's birthday is on 1 October.", 5),
+])
+def test_a_date_the_turns_imply_is_grounded(statement: str, turn: int) -> None:
+    """The instructions ask for absolute dates: one resolved from the turn's own date
+    ("yesterday" said on 17 September 2023) is not made up."""
+    answer = json.dumps({"facts": [fact(statement, turn)]})
+    assert [c.statement for c, _, _ in parsed(answer, {3, 4, 5}, set(), source_of(PROMPT))] \
+        == [statement]
+
+
+NIGHT_AND_COUNT = [
+    "[6] Saturday 22 March 2025. Jonah: spent the night in a&e with my son",
+    "[7] Friday 2 May 2025. Jonah: quit coffee cold turkey. day 3. headache from hell",
+    "[8] Saturday 22 March 2025. Jonah: new job going well. week two, loads to learn"]
+
+
+@pytest.mark.parametrize(("statement", "turn"), [
+    # a night is named by the evening it begins: the one just gone began the day before
+    ("Jonah spent the night of 21 March 2025 in A&E with his son.", 6),
+    # "day 3" said on 2 May: the count's first day was 30 April
+    ("Jonah quit coffee cold turkey on 30 April 2025.", 7),
+    # "week two" said on Saturday 22 March: week one was the week of 10 March
+    ("Jonah started his new job in the week of 10 March 2025.", 8),
+])
+def test_a_night_or_a_count_of_days_implies_its_date(statement: str, turn: int) -> None:
+    prompt = facts_prompt({"user": "Jonah", "agent": "Wren"}, NIGHT_AND_COUNT, [])
+    answer = json.dumps({"facts": [fact(statement, turn, "Jonah")]})
+    assert [c.statement for c, _, _ in parsed(answer, {6, 7, 8}, set(), source_of(prompt))] \
+        == [statement]
+
+
+@pytest.mark.parametrize("statement", [
+    "Jonah spent the night of 19 March 2025 in A&E.",  # not the night before
+    "Jonah quit coffee on 26 April 2025.",  # not day 3's first day
+])
+def test_a_night_or_a_count_does_not_ground_other_days(statement: str) -> None:
+    prompt = facts_prompt({"user": "Jonah", "agent": "Wren"}, NIGHT_AND_COUNT, [])
+    answer = json.dumps({"facts": [fact(statement, 6, "Jonah")]})
+    with pytest.raises(OutputInvalid, match="names what the turns do not"):
+        parsed(answer, {6, 7, 8}, set(), source_of(prompt))
+
+
+SOURCE = ("user: we looked at houses near Todmorden and Hebden-Bridge. Mira's drawing "
+          "is on the cast. The Smiths came round. Jean helped.")
+
+
+@pytest.mark.parametrize(("answer", "made_up"), [
+    ("They saw the Todmorden-area houses near Hebden Bridge.", []),  # a hyphened part
+    ("The drawing is by Mira, and the Smith family came.", []),  # possessive, plural
+    ("He thanked the Smiths’ son and both Jeans.", []),
+    ("He met Jean-Luc and Anne-Marie.", ["Jean-Luc", "Anne-Marie"]),  # a new name
+    ("He met Priyanka at the Leeds-based firm.", ["Priyanka", "Leeds-based"]),
+])
+def test_a_name_is_grounded_in_any_of_its_english_forms(answer: str,
+                                                        made_up: list[str]) -> None:
+    assert ungrounded(answer, SOURCE) == made_up
+
+
+def test_a_date_nothing_implies_is_not() -> None:
+    answer = json.dumps({"facts": [fact("Sam went to the lake on 27 June 2023.", 3)]})
+    with pytest.raises(OutputInvalid, match="names what the turns do not: 27"):
+        parsed(answer, {3, 4, 5}, set(), source_of(PROMPT))
+
+
+def test_one_made_up_fact_costs_that_fact_not_the_batch() -> None:
+    answer = json.dumps({"facts": [
+        fact("Sam went to the lake with Ana.", 3),
+        fact("Sam went to the lake with Priyanka.", 3),
+        fact("Sam moved to Porto.", 4)]})
+    kept = parsed(answer, {3, 4, 5}, set(), source_of(PROMPT))
+    assert [c.statement for c, _, _ in kept] == ["Sam went to the lake with Ana.",
+                                                 "Sam moved to Porto."]
+
+
+def one_session(tmp_path: Path, server: FakeOpenAI, jobs: JobsConfig) -> Config:
+    db = tmp_path / "memory.db"
+    conn = make_chat_file(db)
+    add_turns(conn, "s1", chat_texts(0, 8))
+    conn.close()
+    return dataclasses.replace(config_for(db), completer=completer_config(server),
+                               facts=FactsConfig(producer="offline"), jobs=jobs)
+
+
+def summarize_pass(tmp_path: Path, *plan: str) -> tuple[dict[str, int], list[str], str]:
+    """A forced pass over one session, the test server answering `plan` first: what
+    became of summarize's answers (the pass record's), the tasks asked, and status."""
+    server = FakeOpenAI().start()
+    try:
+        config = one_session(tmp_path, server, JobsConfig())
+        server.plan(*plan)
+        store = open_sqlite(config)
+        with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"}) as completer:
+            run_pass(store, config, HashingEmbedder(), completer, trigger="test", force=True)
+
+        state = report.status(store, config, "hashing", datetime.now(UTC), 1)
+        store.close()
+    finally:
+        server.stop()
+    job = next(j for j in state["runs"][0]["jobs"] if j["job"] == "summarize")
+    return job.get("answers", {}), server.tasks(), render_status(state)
+
+
+def test_a_refusal_the_same_model_would_repeat_is_not_asked_again(tmp_path: Path) -> None:
+    """A name the turns never said: the model read them that way and would write it again.
+    One request, the fallback's gist, and the refusal counted in the pass record."""
+    answers, tasks, _ = summarize_pass(tmp_path, "say:Sam hiked with Priyanka Venkataraman.")
+    assert tasks.count("summarize") == 1
+    assert answers == {"asked": 1, "refused_first:grounded": 1, "refused": 1, "fell_back": 1}
+
+
+def test_the_first_refusal_is_counted_and_shown_when_the_second_answer_is_kept(
+        tmp_path: Path) -> None:
+    answers, tasks, shown = summarize_pass(tmp_path, "say:<<SYS>>")
+    assert tasks.count("summarize") == 2
+    assert answers["asked"] == 1 and answers["asked_again"] == 1
+    assert answers["kept_again"] == 1 and answers["refused_first:markers"] == 1
+    assert answers["reask_tokens"] > 0 and "kept_first" not in answers
+    assert "answers: asked 1, kept first time 0, asked again 1 (kept 1" in shown
+    assert "first refusals: markers 1" in shown
