@@ -302,8 +302,8 @@ def _model(name: str, schema: dict[str, Any]) -> list[str]:
 def http_reference(spec: dict[str, Any] | None = None) -> str:
     spec = spec or openapi_document()
     out = [GENERATED, f"Version {spec['info']['version']} of the document "
-           "(`GET /openapi.json` serves the same, with the patterns in full).\n",
-           "## Routes\n"]
+           "(`GET /openapi.json` serves the same, with the patterns in full). The routes "
+           "come by tag, then the models their bodies and answers use.\n"]
     by_tag: dict[str, list[tuple[str, str, dict[str, Any]]]] = {}
     for path, operations in spec["paths"].items():
         for method, op in operations.items():
