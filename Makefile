@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 DEMO_DB := demo/memory.db
 
-.PHONY: demo test lint suite soak install bench quality clean
+.PHONY: demo test lint suite soak install bench quality docs clean
 
 $(BIN)/dreamd: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,7 @@ test: install
 	$(MAKE) --no-print-directory --jobs=2 --output-sync=line lint suite
 
 lint: install
-	$(BIN)/ruff check dreamd tests bench testkit
+	$(BIN)/ruff check dreamd tests bench testkit docs
 	$(BIN)/mypy
 
 suite: install
@@ -50,5 +50,13 @@ bench: install
 quality: install
 	$(BIN)/python -m bench.quality
 
+# The documentation site, into site/: --strict fails on any warning (a broken link, a page
+# left out of the nav). The references are written from the code as it builds
+# (docs/gen_reference.py, mkdocs-click). Material for MkDocs prints a notice about its end
+# of life on every build, and mkdocs-gen-files one about MkDocs 2: the two variables keep
+# the output to the build's own lines.
+docs: install
+	NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) demo *.egg-info
+	rm -rf $(VENV) demo site *.egg-info

@@ -1,7 +1,7 @@
 """The error tree and exit codes: every failure dreamd reports to a person is one of these."""
 
-# Exit codes, as `dreamd --help` and the README list them.
-EXIT_OK = 0
+# Exit codes, as `dreamd --help` lists them (and docs/reference/exit-codes.md, from here).
+EXIT_OK = 0  # done
 EXIT_JOB_FAILED = 1  # a pass ran, and a job failed (see `dreamd status`)
 EXIT_BAD_INPUT = 2  # bad input or config: one line, nothing written
 EXIT_ALREADY_RUNNING = 3  # another dreamd holds the memory file

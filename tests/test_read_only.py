@@ -63,8 +63,9 @@ def test_a_file_dreamd_never_touched_stays_as_it_was(tmp_path: Path, args: list[
         assert result.output.splitlines() == [
             f"memory file  {db}",
             f"sqlite       {bundled} (bundled); the system's {system}" + (
-                ", which a Python app's sqlite3 runs, has the WAL-reset bug: see the README "
-                "for the app's side" if has_wal_reset_bug(sqlite_version(SYSTEM)) else ""),
+                ", which a Python app's sqlite3 runs, has the WAL-reset bug: see "
+                "docs/explanation/wal-guest.md for the app's side"
+                if has_wal_reset_bug(sqlite_version(SYSTEM)) else ""),
             "dreamd has not run on this file yet: 6 turns in 1 session wait for its first "
             f"pass (dreamd --db {db} --force)"]
     elif args == ["status", "--json"]:

@@ -228,8 +228,9 @@ def test_the_real_error_survives_when_sqlite_already_rolled_back(opened: Store) 
 
 
 def test_one_memory_shared_by_a_threaded_chat_server(db: Path) -> None:
-    """As the README's example does: one module-level Memory, four request threads, each
-    remembering, recalling and building context 300 times — no error, no lost turn."""
+    """As the chat-app example does (docs/how-to/python-app.md): one module-level Memory,
+    four request threads, each remembering, recalling and building context 300 times — no
+    error, no lost turn."""
     import threading
 
     from dreamd.backends.hashing import HashingEmbedder

@@ -405,7 +405,7 @@ def test_a_forget_killed_half_way_is_finished_by_the_next_pass(
                             ).fetchall() == []
         assert conn.execute("SELECT COUNT(*) FROM sessions").fetchone() == (2,)
     # Stale copies of rows can sit in unused parts of live pages, out of secure_delete's
-    # reach (README); --vacuum rewrites the file without them.
+    # reach (docs/how-to/privacy.md); --vacuum rewrites the file without them.
     half.dreamd("forget", "--user", "ana", "--vacuum")
     assert re.findall(rb"anaword\d+", file_bytes(half.db)) == []
 

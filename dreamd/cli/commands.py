@@ -75,7 +75,7 @@ def main(ctx: click.Context, db: str | None, config_path: str | None, force: boo
 
     \b
     Examples:
-      dreamd --db ~/chat/memory.db             the daemon (systemd, see README)
+      dreamd --db ~/chat/memory.db             the daemon (under systemd: docs/how-to/systemd.md)
       dreamd --db ~/chat/memory.db --force     one pass, every job with work, then exit
       dreamd --db ~/chat/memory.db --loop 600  a pass every ten minutes (tmux)
       dreamd --db ~/chat/memory.db status      backlog, drives, why jobs ran or did not

@@ -26,12 +26,12 @@ def _sqlite_line(sqlite: dict[str, Any]) -> str:
     """The SQLite dreamd runs, and what it knows of the app's (the system's library)."""
     line = f"sqlite       {sqlite['version']} ({sqlite.get('library', 'bundled')})"
     if sqlite["wal_reset_bug"]:
-        line += " — has the WAL-reset bug (README: SQLite's WAL-reset bug)"
+        line += " — has the WAL-reset bug (docs/explanation/wal-guest.md)"
     system = sqlite.get("system")
     if system and sqlite.get("library") != "system":
         line += f"; the system's {system['version']}" + (
-            ", which a Python app's sqlite3 runs, has the WAL-reset bug: see the README for "
-            "the app's side" if system["wal_reset_bug"] else "")
+            ", which a Python app's sqlite3 runs, has the WAL-reset bug: see "
+            "docs/explanation/wal-guest.md for the app's side" if system["wal_reset_bug"] else "")
     return line
 
 

@@ -104,7 +104,8 @@ class Memory(Steering):
         `sqlite3`, which the app's own connections run: two copies of SQLite in one
         process would not see each other's locks) or "bundled" (dreamd's, without the
         WAL-reset bug: for an app that writes only through this Memory, or whose own
-        connections run dreamd's library too). See the README, "SQLite's WAL-reset bug"."""
+        connections run dreamd's library too). See "SQLite's WAL-reset bug" in
+        docs/explanation/wal-guest.md."""
         # Without a config, the same one the daemon and the CLI read: $DREAMD_CONFIG,
         # then DREAMD_* variables; `path` names the file.
         self.config = config or load_config(None, db=str(path))

@@ -32,7 +32,7 @@ def token_of(config: Config) -> str | None:
     if token is None and not is_loopback(config.serve.host):
         raise ConfigError(f"serve.host {config.serve.host!r} is beyond this machine, and no "
                           f"API token is set: set {TOKEN_VARIABLE}, serve.token_file or the "
-                          f"credential {config.serve.credential!r} (see README, dreamd serve)")
+                          f"credential {config.serve.credential!r} (see docs/how-to/http.md)")
     if token is not None and len(token) < 16:
         raise ConfigError("the API token is shorter than 16 characters: too easy to guess")
     return token

@@ -43,7 +43,8 @@ def check_sqlite(log: Logger) -> None:
             "sqlite_wal_reset_bug",
             version=driver.library_version(),
             detail="this SQLite can corrupt a WAL file when two processes write and "
-            "checkpoint at once; run on 3.51.3+, 3.50.7+ or 3.44.6+ (see README)",
+            "checkpoint at once; run on 3.51.3+, 3.50.7+ or 3.44.6+ "
+            "(see docs/explanation/wal-guest.md)",
         )
 
 

@@ -11,9 +11,9 @@ words, and live here:
   import, a session moved to another user) and an exclusive advisory lock per key it
   names (`ids.user_key`: one user's memory), in one order, so two writes cannot wait on
   each other in a ring. What users share is written by single statements that check
-  and change a row at once (see `Store.write` and the README's "What protects each
-  write"). The locks end with the transaction: a pooler or a reconnect cannot leave one
-  behind, and the chat app's transactions never take them.
+  and change a row at once (see `Store.write`, and "What protects each write" in
+  docs/how-to/postgresql.md). The locks end with the transaction: a pooler or a reconnect
+  cannot leave one behind, and the chat app's transactions never take them.
 - **Which turns are final.** SQLite hands out ids under its write lock, so every id
   below the newest one a reader sees is already committed. PostgreSQL hands them out
   from a sequence before the inserting transaction commits: id 100 may commit after 101.
