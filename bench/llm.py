@@ -270,7 +270,7 @@ def bench_acceptance() -> None:
     import math
 
     from dreamd.backends.local import LocalEmbedder
-    from dreamd.dream.jobs.base import ON_TOPIC, topic_cosine
+    from dreamd.dream.jobs.topic import ON_TOPIC, topic_cosine
     from testkit.acceptance import acceptance, bad_cases, good_cases, person, table
 
     embedder = LocalEmbedder()

@@ -19,9 +19,9 @@ from dataclasses import dataclass, field
 
 from dreamd.backends.protocols import Embedder
 from dreamd.backends.validate import CHECKS, FOR_JSON, Grounds, source_of
-from dreamd.dream.jobs.base import ON_TOPIC, topic_cosine
 from dreamd.dream.jobs.facts_asked import ITEM_CHECKS, PER_TURN, fact_refusal
 from dreamd.dream.jobs.reflect import validate as reflection
+from dreamd.dream.jobs.topic import ON_TOPIC, topic_cosine
 from dreamd.errors import OutputInvalid
 from dreamd.models import JSON_TASKS, Prompt
 from testkit.requests import DATA, read_answers, requests
