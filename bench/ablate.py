@@ -19,10 +19,11 @@ from typing import Any
 
 from bench.quality import DATA, Backend, locomo_scores
 from dreamd.backends.local import LocalEmbedder
-from dreamd.dream import dates, keys
+from dreamd.dream import keys
 from dreamd.dream.jobs import embed
 from dreamd.memory import recall
 from dreamd.runtime.log import configure
+from dreamd.text import dates
 
 
 @contextlib.contextmanager

@@ -54,12 +54,12 @@ from dreamd.memory.api import Memory
 from dreamd.memory.export import export_user
 from dreamd.memory.importers import parse_locomo, parse_longmemeval, write_sessions
 from dreamd.runtime.log import configure
-from dreamd.speech import STOPWORDS
 from dreamd.store import app_file
 from dreamd.store.facts import facts_of
 from dreamd.store.opening import open_store
 from dreamd.store.tiers import profile_row
 from dreamd.store.turns import turns_by_id
+from dreamd.text.speech import STOPWORDS
 from testkit.openai_server import FakeOpenAI
 from testkit.remembered import MATCH, SAM, from_file, judged
 

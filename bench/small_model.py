@@ -192,7 +192,6 @@ def report(db: Path, config: Path, env: dict[str, str], passes: list[dict[str, A
 def prompts_by_kind() -> dict[str, list[Any]]:
     """Prompts of every kind a pass sends, built from the shipped sample conversations."""
     from dreamd.cli.demo import sample_sessions
-    from dreamd.dream.dates import day_of, long_date
     from dreamd.dream.prompts import (
         era_prompt,
         facts_prompt,
@@ -203,6 +202,7 @@ def prompts_by_kind() -> dict[str, list[Any]]:
         summary_prompt,
         turn_line,
     )
+    from dreamd.text.dates import day_of, long_date
 
     names = {"user": "Sam", "agent": "Wren"}
     out: dict[str, list[Any]] = collections.defaultdict(list)

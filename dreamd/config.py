@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from dreamd.errors import ConfigError
-from dreamd.store.url import is_url, shown
+from dreamd.url import is_url, shown
 
 DEFAULT_DB = "~/.local/share/dreamd/memory.db"
 

@@ -22,7 +22,6 @@ from pathlib import Path
 
 from dreamd.cli.demo import parse_samples
 from dreamd.config import Config
-from dreamd.dream.dates import day_of, long_date
 from dreamd.dream.jobs.facts_asked import NOT_PEOPLE, PER_TURN
 from dreamd.dream.prompts import (
     era_lines,
@@ -36,6 +35,7 @@ from dreamd.dream.prompts import (
     turn_line,
 )
 from dreamd.models import Prompt
+from dreamd.text.dates import day_of, long_date
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "tests" / "data"

@@ -9,7 +9,7 @@ from typing import Any
 
 from dreamd.store.pg_schema import CORE_TABLES as PG_CORE_TABLES
 from dreamd.store.postgres import translate
-from dreamd.store.url import is_url
+from dreamd.url import is_url
 
 
 class App:

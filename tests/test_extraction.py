@@ -22,7 +22,7 @@ from dreamd.cli.demo import SampleSession, parse_samples, sample_sessions
 from dreamd.dream.facts import bare, extract, people_named
 from dreamd.dream.prompts import summary_prompt
 from dreamd.dream.selector import EXAMPLES, WEIGHTS, examples, learned, proposals
-from dreamd.speech import in_third_person
+from dreamd.text.speech import in_third_person
 from tests.helpers import kept
 
 DATA = Path(__file__).parent / "data"

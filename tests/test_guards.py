@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from dreamd import report
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.local import LocalEmbedder
 from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.backends.validate import source_of, ungrounded
-from dreamd.cli import report
 from dreamd.cli.render import render_status
 from dreamd.config import Config, FactsConfig, JobsConfig
 from dreamd.dream.cycle import run_pass

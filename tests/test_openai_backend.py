@@ -361,7 +361,7 @@ def test_api_key_never_reaches_logs_status_or_the_database(tmp_path: Path,
 
 
 def test_status_says_degraded_while_the_breaker_is_open(db: Path, server: FakeOpenAI) -> None:
-    from dreamd.cli import report
+    from dreamd import report
     from dreamd.cli.render import render_status
 
     chat_file(db, sessions=4)
@@ -408,7 +408,7 @@ def test_a_server_that_is_down_is_named_with_its_cause(db: Path) -> None:
     never the key."""
     from structlog.testing import capture_logs
 
-    from dreamd.cli.report import status
+    from dreamd.report import status
 
     down = FakeOpenAI()
     down.server.server_close()  # never started; its port now refuses connections
@@ -449,7 +449,7 @@ def test_the_sdks_base_url_variable_is_honoured_when_base_url_is_unset(
         db: Path, server: FakeOpenAI) -> None:
     """$OPENAI_BASE_URL points the completer at the server when [completer] base_url is
     "" (the default); status names the server in use."""
-    from dreamd.cli.report import backends
+    from dreamd.report import backends
 
     config = dataclasses.replace(completer_config(server), base_url="")
     environ = {"OPENAI_API_KEY": KEY, "OPENAI_BASE_URL": server.base_url}

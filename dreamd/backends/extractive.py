@@ -16,7 +16,7 @@ import numpy as np
 
 from dreamd.backends.protocols import Embedder
 from dreamd.models import Completion, Prompt
-from dreamd.speech import (
+from dreamd.text.speech import (
     CALENDAR,
     CHATTER,
     could_name,

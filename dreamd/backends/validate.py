@@ -16,8 +16,8 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dreamd.dream.dates import implied
 from dreamd.models import JSON_TASKS, Prompt
+from dreamd.text.dates import implied
 
 # Chat-template and prompt markers no answer should contain: Llama 2, ChatML, Gemma,
 # Mistral/Llama 3 headers, and any tag-like markup (a data block's tag copied with its

@@ -9,11 +9,10 @@ from typing import Any
 import click
 
 from dreamd.cli.boundary import fail, file_options, load_config
-from dreamd.cli.commands import main
 from dreamd.errors import EXIT_JOB_FAILED
 
 
-@main.command("check-llm")
+@click.command("check-llm")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @file_options
 @click.pass_obj

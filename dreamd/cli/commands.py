@@ -118,8 +118,8 @@ def status(obj: dict[str, Any], as_json: bool, runs: int) -> None:
     """
     from datetime import UTC, datetime
 
+    from dreamd import report
     from dreamd.backends.factory import embedder_model_name
-    from dreamd.cli import report
     from dreamd.cli.render import render_before_first_pass, render_status
     from dreamd.errors import NotMigrated
 
@@ -148,7 +148,7 @@ def show(obj: dict[str, Any], as_json: bool, gists: int, user: str | None) -> No
     Example:
       dreamd --db ~/chat/memory.db show --gists 3
     """
-    from dreamd.cli import report
+    from dreamd import report
     from dreamd.cli.render import render_memory
 
     data = read_existing(obj, lambda store, config: report.memory(store, config, gists, user))

@@ -11,7 +11,6 @@ from typing import Any
 import click
 
 from dreamd.cli.boundary import file_options, load_config
-from dreamd.cli.commands import main
 from dreamd.models import Correction, Fact
 from dreamd.runtime import log as logging_
 
@@ -71,7 +70,7 @@ _version = click.option("--version", "expected_version", type=click.IntRange(1),
                         help="The fact's version as you read it: refused if it changed since.")
 
 
-@main.group(invoke_without_command=True)
+@click.group(invoke_without_command=True)
 @_user
 @click.option("--all", "everything", is_flag=True,
               help="Replaced and withdrawn facts too (history).")

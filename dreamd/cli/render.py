@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from dreamd.report import diary_lines
+
 
 def _n(count: int, noun: str) -> str:
     return f"{count} {noun}" + ("" if count == 1 else "s")
@@ -137,7 +139,7 @@ def render_status(data: dict[str, Any]) -> str:
                 out.append(f"             ! {err}")
         if run.get("error"):
             out.append(f"  error: {run['error']}")
-    out += changes(data.get("last_pass_changes"))
+    out += diary_lines(data.get("last_pass_changes"))
     for title, key in (("failing (will retry)", "failures"), ("quarantined", "quarantined")):
         if data[key]:
             out.append("")
@@ -176,40 +178,6 @@ def render_memory(data: dict[str, Any]) -> str:
     for reflection in state.get("reflections", [])[-3:]:
         out.append(f"reflection: {reflection}")
     return "\n".join(out)
-
-
-def changes(diary: dict[str, Any] | None) -> list[str]:
-    """The dream diary of the last pass that changed something, per user: what it did to
-    the facts, the corrections it kept, the gists it wrote, and the profile as a diff."""
-    if not diary:
-        return []
-    out = ["", f"what changed in the last pass (pass {diary['run']}):"]
-    for user, c in diary["users"].items():
-        said = []
-        if c["facts_added"]:
-            said.append(f"{_n(len(c['facts_added']), 'fact')} added ("
-                        + " ".join(f"#{d['fact']}" for d in c["facts_added"][:8])
-                        + (" …" if len(c["facts_added"]) > 8 else "") + ")")
-        if c["facts_replaced"]:
-            said.append(f"{len(c['facts_replaced'])} replaced (" + ", ".join(
-                f"#{d['fact']} by #{d['by']}" for d in c["facts_replaced"][:5]) + ")")
-        if c["honoured"]:
-            said.append(f"{_n(len(c['honoured']), 'correction')} kept (" + ", ".join(
-                _honoured(d) for d in c["honoured"][:5]) + ")")
-        if c["gists"]:
-            said.append(f"{_n(len(c['gists']), 'gist')} written")
-        out.append(f"  {user}: " + ("; ".join(said) or "the profile changed"))
-        if c["profile_added"] or c["profile_dropped"]:
-            out.append("    profile:")
-            out += [f"    - {line.removeprefix('- ')}" for line in c["profile_dropped"]]
-            out += [f"    + {line.removeprefix('- ')}" for line in c["profile_added"]]
-    return out
-
-
-def _honoured(detail: dict[str, Any]) -> str:
-    if "correction" in detail:
-        return f"#{detail['correction']} {detail['action']} of fact #{detail['fact']}"
-    return f"fact #{detail['fact']} not made again from turn {detail['turn']}"
 
 
 def answers_line(counts: dict[str, int]) -> str:

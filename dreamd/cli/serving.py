@@ -9,7 +9,6 @@ import click
 
 from dreamd import config as cfg
 from dreamd.cli.boundary import fail, file_options, load_config
-from dreamd.cli.commands import main
 from dreamd.runtime import log as logging_
 
 
@@ -33,7 +32,7 @@ def _server_config(obj: dict[str, Any], host: str | None, port: int | None) -> c
     return dataclasses.replace(config, serve=serve)
 
 
-@main.command()
+@click.command()
 @click.option("--host", help="Address to listen on (default serve.host: 127.0.0.1).")
 @click.option("--port", type=click.IntRange(0, 65535),
               help="Port (default serve.port: 8765; 0 picks a free one).")
@@ -58,7 +57,7 @@ def serve(obj: dict[str, Any], host: str | None, port: int | None, create: bool)
     sys.exit(run_server(config, logging_.get_logger(), create=create))
 
 
-@main.command()
+@click.command()
 @file_options
 @click.pass_obj
 def mcp(obj: dict[str, Any]) -> None:

@@ -9,11 +9,10 @@ from typing import Any
 import click
 
 from dreamd.cli.boundary import fail, file_options, read_existing
-from dreamd.cli.commands import main
 from dreamd.memory import tokens as tokens_
 
 
-@main.group()
+@click.group()
 def tokens() -> None:
     """API tokens for `dreamd serve`, each limited to some users and to read, write
     (turns) or erase. The operator's token ($DREAMD_API_TOKEN) opens everything; give an

@@ -17,9 +17,9 @@ import re
 from dataclasses import dataclass
 from datetime import date
 
-from dreamd import speech
-from dreamd.dream.dates import day_of, resolve
-from dreamd.speech import CALENDAR, STOPWORDS
+from dreamd.text import speech
+from dreamd.text.dates import day_of, resolve
+from dreamd.text.speech import CALENDAR, STOPWORDS
 
 MAX_CHARS = 300  # a fact is a sentence, not a paragraph
 

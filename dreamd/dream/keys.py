@@ -22,7 +22,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from dreamd.dream.dates import day_of, long_date, resolve
+from dreamd.text.dates import day_of, long_date, resolve
 
 SCHEME = 3  # 1: "role: content"; 2: the day said in front of the vector key too
 

@@ -19,10 +19,10 @@ import httpx
 from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.backends.validate import junk, source_of
 from dreamd.config import Config, server_url
-from dreamd.dream.dates import day_of, long_date
 from dreamd.dream.jobs.facts_asked import PER_TURN, parsed
 from dreamd.dream.prompts import facts_prompt, summary_prompt, turn_line
 from dreamd.errors import BackendError, BackendUnavailable, DreamdError, OutputInvalid
+from dreamd.text.dates import day_of, long_date
 
 EXIT_UNREACHABLE = 69  # EX_UNAVAILABLE: the server cannot be reached at all
 

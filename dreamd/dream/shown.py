@@ -11,11 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from dreamd import speech
-from dreamd.dream.dates import day_of, long_date
 from dreamd.dream.facts import MONTHS, NUMBER, PROPER
 from dreamd.models import Fact
-from dreamd.speech import CALENDAR
+from dreamd.text import speech
+from dreamd.text.dates import day_of, long_date
+from dreamd.text.speech import CALENDAR
 
 # Topics of a profile, in order: the areas of a life, in general English (not any one
 # conversation's words). A fact goes under the first whose words it has.

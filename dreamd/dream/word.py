@@ -15,10 +15,10 @@ from datetime import UTC, datetime
 
 from dreamd.dream.shown import TOPICS, since, topic
 from dreamd.models import Correction, Fact
-from dreamd.speech import STOPWORDS
 from dreamd.store.corrections import word_parts
 from dreamd.store.facts import facts_of
 from dreamd.store.interface import Conn
+from dreamd.text.speech import STOPWORDS
 
 _WORDS = re.compile(r"[a-z0-9]+")
 _RESOLVED = re.compile(r"\([^)]*\)")  # "(Saturday 11 July 2026)": dates dreamd added

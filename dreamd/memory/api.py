@@ -21,7 +21,6 @@ from dreamd.backends.factory import make_embedder, release
 from dreamd.backends.protocols import Embedder
 from dreamd.config import Config
 from dreamd.config import load as load_config
-from dreamd.dream.dates import asked_period
 from dreamd.dream.keys import Said, in_names, space, vector_key
 from dreamd.dream.shown import asks_about_the_past, fact_line
 from dreamd.dream.word import Word, profile_kept, scrubbed
@@ -74,6 +73,7 @@ from dreamd.store.turns import (
     turns_by_id,
 )
 from dreamd.store.vectors import put_turn_vector, search_words, vector_of
+from dreamd.text.dates import asked_period
 
 T = TypeVar("T")
 

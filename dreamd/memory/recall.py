@@ -34,15 +34,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dreamd.dream.dates import DATE_WORDS, Period, day_of, long_date, periods
 from dreamd.dream.keys import dated
 from dreamd.memory.evidence import FactIndex, GistIndex
 from dreamd.models import Turn
-from dreamd.speech import STOPWORDS
 from dreamd.store.interface import Store
 from dreamd.store.state import get_state
 from dreamd.store.turns import newest_turn_id
 from dreamd.store.vectors import embed_watermark, turn_vector_rows
+from dreamd.text.dates import DATE_WORDS, Period, day_of, long_date, periods
+from dreamd.text.speech import STOPWORDS
 
 VECTOR_WEIGHT, LEXICAL_WEIGHT = 0.65, 0.35
 CONTEXT_WEIGHT = 1.0

@@ -20,9 +20,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
-from dreamd import __version__
+from dreamd import __version__, report
 from dreamd.backends.factory import embedder_model_name
-from dreamd.cli import report
 from dreamd.config import Config
 from dreamd.errors import DreamdError
 from dreamd.logger import Logger

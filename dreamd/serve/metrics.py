@@ -13,8 +13,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
+from dreamd import report
 from dreamd.backends.factory import embedder_model_name
-from dreamd.cli import report
 from dreamd.config import Config
 from dreamd.serve.pool import Pool
 

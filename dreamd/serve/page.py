@@ -8,10 +8,10 @@ from html import escape
 from typing import Any
 from urllib.parse import quote
 
-from dreamd.cli.render import changes
 from dreamd.config import Config
 from dreamd.dream.jobs.registry import JOBS
 from dreamd.models import DRIVE_NAMES
+from dreamd.report import diary_lines
 
 RUNS = 30  # passes on the chart
 SESSION_TURNS = 2000  # turns shown of one session
@@ -78,7 +78,7 @@ def index(listing: dict[str, Any], state: dict[str, Any], config: Config,
 
 def _diary(diary: dict[str, Any] | None) -> str:
     """What the last pass that changed anything changed, as `dreamd status` says it."""
-    lines = changes(diary)
+    lines = diary_lines(diary)
     if not lines:
         return ""
     return (f"<h2>{escape(lines[1].rstrip(':').capitalize())}</h2>"

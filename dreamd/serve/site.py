@@ -18,8 +18,8 @@ from fastapi import FastAPI, Path, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from dreamd import report
 from dreamd.backends.factory import embedder_model_name
-from dreamd.cli import report
 from dreamd.config import Config
 from dreamd.errors import DreamdError
 from dreamd.memory import users as users_

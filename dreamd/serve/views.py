@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from dreamd.cli import report
+from dreamd import report
 from dreamd.config import Config
 from dreamd.memory.api import Memory
 from dreamd.memory.context import Context

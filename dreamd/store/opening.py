@@ -25,7 +25,7 @@ from dreamd.store.migrations import migrate, require_current
 from dreamd.store.postgres import PgStore
 from dreamd.store.postgres import connect as pg_connect
 from dreamd.store.sqlite_driver import BUNDLED, LIBRARIES
-from dreamd.store.url import is_url
+from dreamd.url import is_url
 
 _warned = False
 

@@ -1,4 +1,7 @@
-"""What `dreamd status` and `dreamd show` read: plain dicts, rendered by the CLI."""
+"""What dreamd tells a person about a memory store, as plain dicts: `status` (backlog,
+drives, the last passes and why each job ran, workers, failures, the last pass's diary)
+and `show` (what it keeps about a user). Below the command line and the server, which
+both render it."""
 
 from __future__ import annotations
 
@@ -31,7 +34,7 @@ from dreamd.store.tiers import (
     tier_sources,
 )
 from dreamd.store.turns import backlog_by_user, newest_turn_id, raw_counts, tally_watermark
-from dreamd.store.url import shown
+from dreamd.url import shown
 
 
 def status(store: Store, config: Config, embed_model: str, now: datetime,
@@ -159,3 +162,41 @@ def memory(store: Store, config: Config, gists: int = 5, user: str | None = None
         "narrative_source": made_by.get(("narrative", narrative_id(user))),
         "self_state": state[0] if state else None,
     }
+
+
+def diary_lines(diary: dict[str, Any] | None) -> list[str]:
+    """The dream diary of the last pass that changed something, per user: what it did to
+    the facts, the corrections it kept, the gists it wrote, and the profile as a diff."""
+    if not diary:
+        return []
+    out = ["", f"what changed in the last pass (pass {diary['run']}):"]
+    for user, c in diary["users"].items():
+        said = []
+        if c["facts_added"]:
+            said.append(f"{_count(len(c['facts_added']), 'fact')} added ("
+                        + " ".join(f"#{d['fact']}" for d in c["facts_added"][:8])
+                        + (" …" if len(c["facts_added"]) > 8 else "") + ")")
+        if c["facts_replaced"]:
+            said.append(f"{len(c['facts_replaced'])} replaced (" + ", ".join(
+                f"#{d['fact']} by #{d['by']}" for d in c["facts_replaced"][:5]) + ")")
+        if c["honoured"]:
+            said.append(f"{_count(len(c['honoured']), 'correction')} kept (" + ", ".join(
+                _honoured(d) for d in c["honoured"][:5]) + ")")
+        if c["gists"]:
+            said.append(f"{_count(len(c['gists']), 'gist')} written")
+        out.append(f"  {user}: " + ("; ".join(said) or "the profile changed"))
+        if c["profile_added"] or c["profile_dropped"]:
+            out.append("    profile:")
+            out += [f"    - {line.removeprefix('- ')}" for line in c["profile_dropped"]]
+            out += [f"    + {line.removeprefix('- ')}" for line in c["profile_added"]]
+    return out
+
+
+def _honoured(detail: dict[str, Any]) -> str:
+    if "correction" in detail:
+        return f"#{detail['correction']} {detail['action']} of fact #{detail['fact']}"
+    return f"fact #{detail['fact']} not made again from turn {detail['turn']}"
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
