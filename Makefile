@@ -30,6 +30,7 @@ test: install
 lint: install
 	$(BIN)/ruff check dreamd tests bench testkit docs
 	$(BIN)/mypy
+	$(BIN)/mypy --strict dreamd  # the package itself: strict (tests and benches: the config's)
 
 suite: install
 	$(BIN)/python -m pytest -n 4 --dist worksteal --durations=10 -m 'not soak'

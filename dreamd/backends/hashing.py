@@ -48,4 +48,5 @@ class HashingEmbedder:
         empty = norms == 0.0
         out[empty, 0] = 1.0  # a text without a word
         norms[empty] = 1.0
-        return out / norms[:, None]
+        result: np.ndarray = out / norms[:, None]
+        return result

@@ -209,7 +209,8 @@ class LocalEmbedder:
         mask = feeds["attention_mask"][..., None].astype(np.float32)
         pooled = (hidden * mask).sum(axis=1) / np.maximum(mask.sum(axis=1), 1e-9)
         norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+        result: np.ndarray = (pooled / np.maximum(norms, 1e-12)).astype(np.float32)
+        return result
 
     def glance(self, texts: list[str]) -> np.ndarray:
         """What each text is about at a glance, without a model run: the mean of its word

@@ -395,4 +395,5 @@ class OpenAIEmbedder(_Connected):
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors = vectors / np.maximum(norms, 1e-12)
         self._dim = self._dim or int(vectors.shape[1])
-        return vectors
+        result: np.ndarray = vectors
+        return result

@@ -21,7 +21,8 @@ def fail(message: str, exit_code: int = EXIT_BAD_INPUT) -> click.ClickException:
     """One line on stderr and its exit code (by default 2: bad input or config, nothing
     written)."""
     kind = type("Failure", (click.ClickException,), {"exit_code": exit_code})
-    return kind(message)
+    result: click.ClickException = kind(message)
+    return result
 
 
 def one_line(exc: click.UsageError) -> str:

@@ -21,6 +21,7 @@ from dreamd.cli.boundary import (
     plural,
     read_existing,
 )
+from dreamd.errors import ConfigError
 from dreamd.runtime import log as logging_
 
 
@@ -388,7 +389,7 @@ def demo(obj: dict[str, Any], replace: bool) -> None:
 
     config = load_config(obj)
     if config.store_url is not None:
-        raise cfg.ConfigError("demo writes a SQLite file as a chat app would; --db names a "
+        raise ConfigError("demo writes a SQLite file as a chat app would; --db names a "
                               "PostgreSQL database (give it a file path)")
     path = Path(config.db_path)
     count = build_demo(path, replace=replace, default=config.db == cfg.DEFAULT_DB)

@@ -54,7 +54,9 @@ _SAID_AT = "2024-05-15T10:00:00+00:00"
 
 
 def _chance(vectors: np.ndarray, weights: np.ndarray, bias: float) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-(np.asarray(vectors, dtype=np.float64) @ weights + bias)))
+    logits = np.asarray(vectors, dtype=np.float64) @ weights + bias
+    result: np.ndarray = 1.0 / (1.0 + np.exp(-logits))
+    return result
 
 
 @dataclass(frozen=True)

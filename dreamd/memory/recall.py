@@ -221,7 +221,8 @@ class VectorIndex:
         if self._extra:
             block = np.frombuffer(b"".join(r[1] for r in self._extra), dtype=np.float32)
             score = np.concatenate([score, 2 * (block.reshape(len(self._extra), -1) @ query)])
-        return score
+        result: np.ndarray = score
+        return result
 
     def session_best(self, score: np.ndarray) -> np.ndarray:
         """The best score in each session (by session code)."""
@@ -249,7 +250,8 @@ class VectorIndex:
                 + (days - days.astype("datetime64[M]")).astype(np.int64) + 1
             first, last = (period.first.month * 100 + period.first.day,
                            period.last.month * 100 + period.last.day)
-            return (month_day >= first) & (month_day <= last) & ~np.isnat(days)
+            result: np.ndarray = (month_day >= first) & (month_day <= last) & ~np.isnat(days)
+            return result
         return (days >= np.datetime64(period.first)) & (days <= np.datetime64(period.last))
 
     def mask(self, allowed: Callable[[str], bool]) -> np.ndarray:

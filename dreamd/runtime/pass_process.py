@@ -102,7 +102,8 @@ class PassProcess:
             self.mark_crashed()
             raise PassProcessError(f"the pass's process (pid {self.proc.pid}) ended "
                                    f"{ended_by(code)} before it finished")
-        return outcome
+        result: PassResult = outcome
+        return result
 
     def mark_crashed(self) -> None:
         """Its run, left running, is over: say so (the daemon lives on to the next)."""

@@ -19,7 +19,7 @@ def retry_delay(tries: int, stability: float, schedule: ScheduleConfig) -> float
     server away): `store_retry_seconds`, doubling with each, up to
     `store_retry_max_seconds`, and never later than the schedule would wake."""
     backoff = schedule.store_retry_seconds * 2 ** max(0, tries - 1)
-    return min(backoff, schedule.store_retry_max_seconds, next_delay(stability, schedule))
+    return float(min(backoff, schedule.store_retry_max_seconds, next_delay(stability, schedule)))
 
 
 def in_quiet_hours(now: datetime, spec: str) -> bool:

@@ -191,7 +191,7 @@ class SqliteStore:
         finally:
             self.conn.execute(f"PRAGMA busy_timeout = {int(timeout)}")
         self._checkpointed = time.monotonic()
-        return busy == 0
+        return bool(busy == 0)
 
     def facts(self) -> dict[str, object]:
         return {"version": driver.library_version(self.library), "library": self.library,

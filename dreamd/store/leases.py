@@ -99,7 +99,8 @@ def claim(store: Store, worker: str, keys: list[str], limit: int, seconds: float
 
 def server_now(store: Store) -> datetime:
     """The database server's clock: what `claim`'s `since` is read against."""
-    return _tx(store, "SELECT now()", ())[0][0]
+    result: datetime = _tx(store, "SELECT now()", ())[0][0]
+    return result
 
 
 def others_hold(store: Store, worker: str, prefix: str) -> int:

@@ -458,7 +458,8 @@ def failed_items(ctx: JobContext, job: str) -> dict[str, str | None]:
 
 
 def backoff_seconds(config: Config, attempts: int) -> float:
-    return min(config.jobs.backoff_max_seconds, config.jobs.backoff_seconds * 2 ** (attempts - 1))
+    doubled = config.jobs.backoff_seconds * 2 ** (attempts - 1)
+    return float(min(config.jobs.backoff_max_seconds, doubled))
 
 
 def note_failure(ctx: JobContext, job: str, item: str, error: BaseException) -> str:

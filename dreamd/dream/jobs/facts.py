@@ -90,7 +90,8 @@ class Known:
         """Cosines of `vector` (the batch's candidate `i`) with every fact held."""
         n = len(self.facts)
         if i is None or self._batch is None or i >= self._batch.shape[1]:
-            return self._matrix[:n] @ vector
+            result: np.ndarray = self._matrix[:n] @ vector
+            return result
         known = self._batch[:, i]
         if n == self._base:
             return known

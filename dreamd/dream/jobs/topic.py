@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from dreamd.backends.local import MODEL_ID
+from dreamd.backends.model_files import MODEL_ID
 from dreamd.backends.protocols import Embedder
 
 # The cosine an answer has at least with the centre of its material, by embedder model,
