@@ -289,8 +289,11 @@ def test_the_fleet_survives(pg_server: Any, tmp_path: Path, fault: str, times: i
     # Each pass says how it ended: none is left running, none failed or erred.
     outcomes = dict(query(url, "SELECT outcome, COUNT(*) FROM dreamd_runs GROUP BY outcome"))
     assert set(outcomes) <= {"ok", "partial", "store_away", "interrupted"}, (
-        outcomes, query(url, "SELECT error, jobs FROM dreamd_runs WHERE outcome NOT IN "
-                        "('ok', 'partial', 'store_away', 'interrupted')"))
+        outcomes, [(error, [(j["job"], j.get("errors")) for j in json.loads(jobs or "[]")
+                            if j.get("failed")])
+                   for error, jobs in query(url, "SELECT error, jobs FROM dreamd_runs WHERE "
+                                            "outcome NOT IN ('ok', 'partial', 'store_away', "
+                                            "'interrupted')")])
     print(f"{fault} x{times}: recovered in {', '.join(f'{s:.1f}' for s in recovered)} s; "
           f"passes {outcomes}; app wrote {len(written['ids'])} turns, "
           f"{len(written['in_doubt'])} in doubt")
