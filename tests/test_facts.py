@@ -102,9 +102,9 @@ def test_an_era_leaves_out_lines_that_point_back_at_their_conversation() -> None
                   "that it rewrites the whole table.", None, said),
              Fact(3, "u", "Sam", None, "Sam asked each of them to write one page.", None, said),
              Fact(4, "u", "Sam", "half marathon", "Sam ran it in 1 hour 57 minutes.", None, said)]
-    assert era_from(facts, "2026-08", 10).splitlines() == [
-        "- 3 Aug: Our main database went down during a release and Sam was the one on call.",
-        "- 3 Aug: Sam ran it in 1 hour 57 minutes."]
+    assert era_from(facts, "2026-08", 10).splitlines() == [  # a thing held at a time first
+        "- 3 Aug: Sam ran it in 1 hour 57 minutes.",
+        "- 3 Aug: Our main database went down during a release and Sam was the one on call."]
 
 
 def test_a_sentence_without_its_subject_is_the_speaker_s_own_news() -> None:
