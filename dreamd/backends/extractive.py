@@ -253,7 +253,7 @@ class ExtractiveCompleter:
             [w.strip() for t in prompt.items[:before] if t.startswith(ABOUT)
              for w in t[len(ABOUT):].split(",") if w.strip()]
             + topics(new, 6, people + speakers)))[:6]
-        told = self._telling_turns(told)
+        told, telling = self._telling_turns(told)
         lines = kept + [t.line for t in told]
         if not lines:  # nothing told: the session's own words, without stage directions
             lines = [readable(unstaged(t)) for t in new if has_words(unstaged(t))]
@@ -267,31 +267,41 @@ class ExtractiveCompleter:
         vectors = np.stack([np.asarray(prompt.vectors[before + t.turn], dtype=np.float32)
                             for t in told]) if aligned else \
             self._vectors(dataclasses.replace(prompt, vectors=None), lines)
-        picked = select(vectors, self._telling(lines), k)
+        weights = np.concatenate([self._telling(kept), telling]) \
+            if telling is not None and told else self._telling(lines)
+        picked = select(vectors, weights, k)
         return "\n".join(([ABOUT + ", ".join(about)] if about else [])
                          + [lines[i] for i in picked])
 
     _merge = _summarize
 
-    def _telling_turns(self, told: list[Told]) -> list[Told]:
-        """The turns not sure to be chit-chat: those whose statements the facts selector
-        would not pass over at a glance (a shown image counts), or all of them where it
-        has no glance here."""
+    def _telling_turns(self, told: list[Told]) -> tuple[list[Told], np.ndarray | None]:
+        """The turns not sure to be chit-chat, with how much each tells: each statement the
+        facts selector would pass over at a glance is left out (a turn left with none, and
+        no image, is no line), and a turn tells as much as its most telling statement.
+        Without a glance here: every turn, and no weights."""
         selector = for_model(self.embedder.model)
-        statements = [s for t in told for s in t.statements]
+        statements = list(dict.fromkeys(s for t in told for s in t.statements))
         if selector is None or selector.glance is None or not statements \
                 or not isinstance(self.embedder, Glancer):
-            return told
-        worth = dict(zip(statements, selector.glance.worth_a_run(
-            self.embedder.glance(statements)), strict=True))
-        kept = [dataclasses.replace(t, statements=tuple(s for s in t.statements if worth[s]))
-                for t in told]
-        return [t for t in kept if t.statements or t.image] or told
+            return told, None
+        chances = selector.glance.chances(self.embedder.glance(statements))
+        chance = dict(zip(statements, chances, strict=True))
+        floor = selector.glance.floor
+        kept = [dataclasses.replace(t, statements=tuple(
+                    s for s in t.statements if chance[s] >= floor)) for t in told]
+        kept = [t for t in kept if t.statements or t.image]
+        if not kept:
+            return told, None
+        return kept, np.array([0.2 + max((chance[s] for s in t.statements), default=0.0)
+                               for t in kept], dtype=np.float32)
 
     def _telling(self, lines: list[str]) -> np.ndarray:
         """How much each gist line tells: the facts selector's first look at it, learned
         from the project's own examples, where there is one for this embedder; else by
         its words (informativeness)."""
+        if not lines:
+            return np.zeros(0, dtype=np.float32)
         selector = for_model(self.embedder.model)
         if selector is not None and selector.glance is not None \
                 and isinstance(self.embedder, Glancer):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dreamd.dream.facts import extract
+from dreamd.dream.facts import extracted
 from dreamd.speech import INTERJECTIONS, sentences
 
 MAX_LINE = 320  # a gist line is a turn's news, not its every word
@@ -54,7 +54,7 @@ def told(speaker: str, content: str, said_at: str, addressee: str | None,
          previous: str = "") -> tuple[str, ...]:
     """A turn's statements about someone, told as the facts job tells them; not a greeting
     the facts job leaves to its selector (`"Hi Auntie Margaret!"`)."""
-    return tuple(c.statement for c in extract(speaker, content, said_at, addressee, previous)
+    return tuple(c.statement for c in extracted(speaker, content, said_at, addressee, previous)
                  if not greets(c.statement))
 
 

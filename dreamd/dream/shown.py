@@ -13,7 +13,6 @@ from typing import Any
 import numpy as np
 
 from dreamd import speech
-from dreamd.dream.areas import MOMENT
 from dreamd.dream.dates import day_of, long_date
 from dreamd.dream.facts import MONTHS, NUMBER, PROPER
 from dreamd.models import Fact
@@ -129,14 +128,14 @@ def _leans_on_the_talk(text: str) -> bool:
 SAYS_THE_SAME = 0.8
 
 
-# Who a person is, before what they do: the areas of what they have one of at a time.
+# Who a person is, before what they do: the topics of what they have one of at a time.
 WHO = ("Work", "Home", "Family")
+HELD = {"job": "Work", "home": "Home", "partner": "Family"}
 
 
 def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,
                  listeners: tuple[str, ...] = (), sureness: Mapping[int, float] | None = None,
-                 vectors: Mapping[int, np.ndarray] | None = None,
-                 areas: Mapping[int, str] | None = None) -> str:
+                 vectors: Mapping[int, np.ndarray] | None = None) -> str:
     """The current facts that read on their own, grouped by person and topic, the weightiest
     and newest first within a topic; replaced facts are not part of a profile. At most
     `per_person` facts of each person; with more than one person, "About <name>:" heads
@@ -144,15 +143,14 @@ def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,
     the selector's chance that it is worth keeping (dreamd.dream.selector), weighs a fact
     where it is known, in place of the names and numbers it holds. With the facts'
     `vectors` (the selector's embedder's), a fact that says much what a weightier one of
-    its person says is left out, and the next one takes its place. `areas`, fact id -> the
-    area of a life nearest it in meaning (dreamd.dream.areas), groups the facts in place
-    of their words; a fact nearest "Moment" (what happened once) is no profile line.
-    Each person's areas run from who they are (work, home, family) to their main
-    pursuits: the areas they have most facts in first."""
+    its person says is left out, and the next one takes its place. A thing held at a time
+    goes under its own topic (a job under Work). Each person's topics run from who they
+    are (work, home, family) to their main pursuits: the topics they have most facts in
+    first."""
     def area(f: Fact) -> str:
-        return areas.get(f.id, topic(f.statement)) if areas is not None else topic(f.statement)
+        return HELD.get(f.about or "", "") or topic(f.statement)
 
-    current = [f for f in facts if f.current and stands_alone(f) and area(f) != MOMENT]
+    current = [f for f in facts if f.current and stands_alone(f)]
     subjects = list(dict.fromkeys(f.subject for f in current))
     # A line about one person that names another they talk with ("Mia would love to see
     # Leo's painting") is about their talk, not about a life.

@@ -11,7 +11,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from dreamd.config import Config
-from dreamd.dream.areas import for_model as for_areas
 from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.fitting import answer
 from dreamd.dream.jobs.pool import run_keyed
@@ -110,17 +109,6 @@ def sureness_of(ctx: JobContext, vectors: dict[int, np.ndarray]) -> dict[int, fl
     return {i: float(s) for i, s in zip(ids, scores, strict=True)}
 
 
-def areas_of(ctx: JobContext, vectors: dict[int, np.ndarray]) -> dict[int, str] | None:
-    """The area of a life each fact is nearest to in meaning (dreamd.dream.areas); None
-    without areas made in this embedder's space."""
-    areas = for_areas(ctx.embedder.model)
-    if areas is None:
-        return None
-    ids = list(vectors)
-    return dict(zip(ids, areas.of(np.stack([vectors[i] for i in ids])) if ids else [],
-                    strict=True))
-
-
 def think(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
     """The profile as the person's word has it: nothing they withdrew, all they stand
     behind (a change of their word alone needs no model: the profile is kept to it)."""
@@ -140,8 +128,7 @@ def drafted(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
         work.facts, ctx.config.profile.max_facts,
         listeners=(ctx.names_for(work.user_id)["agent"],), sureness=work.sureness,
         # What says the same is judged on the scale of the selector's model only.
-        vectors=work.vectors if work.sureness is not None else None,
-        areas=areas_of(ctx, work.vectors))
+        vectors=work.vectors if work.sureness is not None else None)
     if content:
         return content, Completion(content, ctx.source, "facts", extractive=True), ""
     lines = [ln for g in work.new_gists for ln in g.content.splitlines() if ln.strip()]
