@@ -322,7 +322,7 @@ def requests_per_gist() -> tuple[tuple[int, int], int]:
                         user=UserConfig(name="Sam"), agent=AgentConfig(name="Wren"),
                         facts=FactsConfig(producer="offline"))
         store = open_store(config)
-        from dreamd.backends.factory import make_embedder
+        from dreamd.dream.factory import make_embedder
 
         with OpenAICompleter(config.completer, environ={}) as completer:
             run_pass(store, config, make_embedder(config), completer, trigger="bench",

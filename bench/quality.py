@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from dreamd.backends.extractive import ExtractiveCompleter
+from bench import fresh_set, reader
 from dreamd.backends.local import LocalEmbedder
 from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.backends.protocols import Completer
@@ -48,6 +48,7 @@ from dreamd.cli.demo import parse_samples, sample_sessions
 from dreamd.cli.demo import write_sessions as write_sample
 from dreamd.config import CompleterConfig, Config, UserConfig
 from dreamd.dream.cycle import run_pass
+from dreamd.dream.extractive import ExtractiveCompleter
 from dreamd.dream.keys import dated
 from dreamd.ids import DEFAULT_USER, profile_id
 from dreamd.memory.api import Memory
@@ -151,6 +152,7 @@ def longmemeval(path: Path, embedder: LocalEmbedder, backend: Backend) -> None:
     results: dict[str, dict[str, list[float]]] = {"hybrid": defaultdict(list),
                                                   "vector": defaultdict(list)}
     facts: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    in_tiers: dict[str, list[float]] = defaultdict(list)
     for question in questions:
         relevant = {f"lme:{s}" for s in question.get("answer_session_ids", [])}
         if not relevant:
@@ -165,6 +167,12 @@ def longmemeval(path: Path, embedder: LocalEmbedder, backend: Backend) -> None:
                     row[f"{key}|r5"].append(float(bool(relevant & set(ranked[:5]))))
                     row[f"{key}|r10"].append(float(bool(relevant & set(ranked[:10]))))
                     row[f"{key}|ndcg10"].append(ndcg(ranked, relevant, 10))
+            tiers = set(_WORDS.findall(memory.context(
+                f"question:{question['question_id']}", query=question["question"], budget=1000,
+                raw_turns=False).text.lower()))
+            answer = set(_WORDS.findall(str(question["answer"]).lower())) - STOPWORDS
+            for key in ("all", question["question_type"]):
+                in_tiers[key].append(len(answer & tiers) / len(answer) if answer else 1.0)
             if question["question_type"] in ("knowledge-update", "single-session-user"):
                 facts[question["question_type"]].append(in_facts(memory, question))
             memory.close()
@@ -173,6 +181,10 @@ def longmemeval(path: Path, embedder: LocalEmbedder, backend: Backend) -> None:
         print(f"longmemeval facts  {kind:<26} n={n:<3} answer in the current facts or profile "
               f"{100 * sum(now for now, _ in found) / n:5.1f}; answer only in a replaced fact "
               f"{100 * sum(old for _, old in found) / n:5.1f}")
+    for key in sorted(in_tiers, key=lambda k: (k != "all", k)):
+        n = len(in_tiers[key])
+        print(f"longmemeval tiers  {key:<26} n={n:<3} answer words in the consolidated tiers "
+              f"alone (1000-token context) {100 * sum(in_tiers[key]) / n:5.1f}")
     for mode, row in results.items():
         keys = sorted({k.split("|")[0] for k in row}, key=lambda k: (k != "all", k))
         for key in keys:
@@ -354,12 +366,19 @@ def traced(profile: str, statements: dict[str, int]) -> list[tuple[str, int | No
 
 def facts(path: Path, embedder: LocalEmbedder, backend: Backend) -> None:
     """Facts and profile against LoCoMo's observations, each conversation alone."""
-    data = json.loads(path.read_text())
+    facts_of_conversations(json.loads(path.read_text()), path.name, embedder, backend)
+
+
+def facts_of_conversations(data: list[dict[str, Any]], label: str, embedder: LocalEmbedder,
+                           backend: Backend) -> None:
+    """Facts and profile against the annotators' observations, and the reader checks
+    (bench/reader.py), each conversation in a file of its own."""
     totals: dict[str, Tally] = defaultdict(Tally)
+    reading = reader.Totals()
     for conv in data:
         sample = conv["sample_id"]
         with tempfile.TemporaryDirectory() as tmp:
-            memory = consolidated(Path(tmp) / "m.db", parse_locomo([conv], str(path)), embedder,
+            memory = consolidated(Path(tmp) / "m.db", parse_locomo([conv], label), embedder,
                                   backend)
             ids = dia_ids(memory, conv)
             export = export_user(memory.store, DEFAULT_USER, memory.config.agent.id)
@@ -394,6 +413,10 @@ def facts(path: Path, embedder: LocalEmbedder, backend: Backend) -> None:
         odd = interjections([t.content for t in turns.values()])
         words = topic_words(export)
         bad = [w for w in words if w in odd or w.lower() in _CAPTION]
+        speakers = {conv["conversation"].get("speaker_a", ""),
+                    conv["conversation"].get("speaker_b", "")}
+        checks = reader.checked(export, turns.values(), speakers, odd, embedder)
+        reading.add(checks)
         rows = {"recall": found, "precision": good,
                 "profile": [i is not None and good[i] for _, i in lines],
                 "every recall": every_found, "every precision": every_good,
@@ -405,7 +428,9 @@ def facts(path: Path, embedder: LocalEmbedder, backend: Backend) -> None:
               f"every turn: recall {tally(every_found)}, precision {tally(every_good)}; "
               f"interjections or caption words among About/topic words: {len(bad)} of "
               f"{len(words)} {sorted(set(bad))[:8]}")
-    print(f"facts {'all':<8} recall {totals['recall']}, precision {totals['precision']}; "
+        print(reader.detail(sample, checks))
+    print(reading.line(label))
+    print(f"facts {label:<8} recall {totals['recall']}, precision {totals['precision']}; "
           f"profile precision {totals['profile']}; every turn: recall "
           f"{totals['every recall']}, precision {totals['every precision']}; About/topic "
           f"words clean {totals['topic words clean']}")
@@ -416,7 +441,7 @@ def tally(hits: list[bool]) -> Tally:
 
 
 USAGE = ("usage: python -m bench.quality [--completer extractive|openai] [demo] "
-         "[longmemeval PATH] [locomo PATH] [facts PATH]")
+         "[longmemeval PATH] [locomo PATH] [facts PATH] [fresh]")
 
 
 def main() -> None:
@@ -429,17 +454,21 @@ def main() -> None:
         backend_name, args = args[1], args[2:]
     if not args:
         args = ["demo", "longmemeval", str(DATA / "longmemeval_s_dev.json"),
-                "locomo", str(DATA / "locomo_dev.json"), "facts", str(DATA / "locomo_dev.json")]
+                "locomo", str(DATA / "locomo_dev.json"), "facts", str(DATA / "locomo_dev.json"),
+                "fresh"]
     targets: list[tuple[str, Path | None]] = []
     while args:
         name = args.pop(0)
         if name == "demo":
             targets.append((name, None))
+        elif name == "fresh":
+            targets.append((name, fresh_set.HERE))
         elif name in ("longmemeval", "locomo", "facts") and args:
             targets.append((name, Path(args.pop(0))))
         else:
             sys.exit(USAGE)
-    missing = [str(path) for _, path in targets if path is not None and not path.is_file()]
+    missing = [str(path) for name, path in targets
+               if path is not None and name != "fresh" and not path.is_file()]
     if missing:
         sys.exit(f"bench.quality: {missing[0]} not found; the dev slices live in "
                  "../shared/data beside the repository, or name the public files "
@@ -450,6 +479,8 @@ def main() -> None:
         for name, path in targets:
             if path is None:
                 demo(embedder, backend)
+            elif name == "fresh":
+                facts_of_conversations(fresh_set.load(path), "fresh", embedder, backend)
             else:
                 run = {"longmemeval": longmemeval, "locomo": locomo, "facts": facts}[name]
                 run(path, embedder, backend)

@@ -176,9 +176,9 @@ def live_pass(db: Path, seconds: float, share: float) -> dict[str, dict[str, int
     job's work done and left."""
     import dataclasses
 
-    from dreamd.backends.extractive import ExtractiveCompleter
     from dreamd.config import Config, EmbedConfig, PassConfig
     from dreamd.dream import cycle
+    from dreamd.dream.extractive import ExtractiveCompleter
     from dreamd.store.opening import open_store
 
     stop, report = db.with_suffix(".stop"), db.with_suffix(".writer.json")

@@ -18,11 +18,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.backends.protocols import Embedder
 from dreamd.config import CompleterConfig, Config, EmbedConfig
+from dreamd.dream.extractive import ExtractiveCompleter
 from dreamd.dream.prompts import summary_prompt
 from dreamd.models import Completion, Prompt
 from dreamd.store.connect import SqliteStore

@@ -14,12 +14,12 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.cli import main
 from dreamd.cli.demo import parse_samples, write_sessions
 from dreamd.config import Config, EmbedConfig, UserConfig
 from dreamd.dream.cycle import run_pass
+from dreamd.dream.extractive import ExtractiveCompleter
 from dreamd.errors import NotCorrectable, StaleVersion, UnknownCorrection, UnknownFact
 from dreamd.memory.api import Memory
 from dreamd.models import Completion, Fact, Prompt

@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from dreamd.backends.factory import make_backends
 from dreamd.config import Config, EmbedConfig, StoreConfig
 from dreamd.dream.cycle import run_pass
+from dreamd.dream.factory import make_backends
 from dreamd.memory.api import Memory
 from dreamd.store.postgres import PgStore
 from dreamd.url import is_url

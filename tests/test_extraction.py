@@ -17,8 +17,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from dreamd.backends.extractive import ExtractiveCompleter, topics
 from dreamd.cli.demo import SampleSession, parse_samples, sample_sessions
+from dreamd.dream.extractive import ExtractiveCompleter, topics
 from dreamd.dream.facts import bare, extract, people_named
 from dreamd.dream.prompts import summary_prompt
 from dreamd.dream.selector import EXAMPLES, WEIGHTS, examples, learned, proposals
@@ -133,6 +133,12 @@ def test_an_opening_word_that_also_describes_is_no_verb_of_the_speakers(said: st
     ("I study law and I watch birds.", "Mia studies law and Mia watches birds."),
     ("I told you about my sister.", "Mia told Leo about Mia's sister."),
     ("You were right, I can't sing.", "Leo was right, Mia can't sing."),
+    # An object before a bare verb stays bare; an adverb that is also a verb is no verb.
+    ("I wanted to let you know I joined a choir.", "Mia wanted to let Leo know Mia joined"),
+    ("My jokes made you laugh.", "Mia's jokes made Leo laugh."),
+    ("I even got a signed copy.", "Mia even got a signed copy."),
+    ("I still go there on Fridays.", "Mia still goes there on Fridays."),
+    ("I always walk to work.", "Mia always walks to work."),
     # Words in quotation marks are kept as said: a title, a name, someone's words.
     ('My favourite book is "Becoming" by Michelle Obama.',
      'Mia\'s favourite book is "Becoming" by Michelle Obama.'),

@@ -102,9 +102,9 @@ def test_an_era_leaves_out_lines_that_point_back_at_their_conversation() -> None
                   "that it rewrites the whole table.", None, said),
              Fact(3, "u", "Sam", None, "Sam asked each of them to write one page.", None, said),
              Fact(4, "u", "Sam", "half marathon", "Sam ran it in 1 hour 57 minutes.", None, said)]
-    assert era_from(facts, "2026-08", 10).splitlines() == [
-        "- 3 Aug: Our main database went down during a release and Sam was the one on call.",
-        "- 3 Aug: Sam ran it in 1 hour 57 minutes."]
+    assert era_from(facts, "2026-08", 10).splitlines() == [  # a thing held at a time first
+        "- 3 Aug: Sam ran it in 1 hour 57 minutes.",
+        "- 3 Aug: Our main database went down during a release and Sam was the one on call."]
 
 
 def test_a_sentence_without_its_subject_is_the_speaker_s_own_news() -> None:
@@ -192,7 +192,7 @@ def test_forget_erases_the_facts_of_its_turns_and_keeps_the_rest(tmp_path: Path)
 def sample_memory(tmp_path: Path, embedder: Any, sessions: list[Any], name: str
                   ) -> tuple[str, str]:
     """One offline pass over a sample, as `dreamd demo` runs it: (profile, narrative)."""
-    from dreamd.backends.extractive import ExtractiveCompleter
+    from dreamd.dream.extractive import ExtractiveCompleter
 
     db = tmp_path / "m.db"
     config = Config(db=str(db), user=UserConfig(name=name))
@@ -649,9 +649,9 @@ def test_chit_chat_is_passed_over_at_a_glance_without_a_model_run(tmp_path: Path
     conversation, a third of the pass). The selector first glances at each statement (its
     words' input vectors, no run) and passes over what is surely chit-chat: only the rest
     is embedded, each fact kept once. Through the daemon's embedder too."""
-    from dreamd.backends.extractive import ExtractiveCompleter
     from dreamd.backends.local import LocalEmbedder
     from dreamd.config import AgentConfig
+    from dreamd.dream.extractive import ExtractiveCompleter
     from dreamd.runtime.daemon import Health, WatchedEmbedder
 
     db = tmp_path / "m.db"

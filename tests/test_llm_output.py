@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.llm_output import clean, estimate_tokens
+from dreamd.dream.extractive import ExtractiveCompleter
 from dreamd.dream.prompts import profile_prompt, reflect_prompt, summary_prompt
 from dreamd.errors import OutputInvalid
 from dreamd.models import Prompt

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.local import MODEL_SHA256, LocalEmbedder, model_file, verified
+from dreamd.dream.extractive import ExtractiveCompleter
 from dreamd.errors import ModelFileError
 
 

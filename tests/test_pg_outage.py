@@ -18,10 +18,10 @@ from typing import Any
 import psycopg
 import pytest
 
-from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.config import Config, EmbedConfig, WorkersConfig
 from dreamd.dream.cycle import run_pass
+from dreamd.dream.extractive import ExtractiveCompleter
 from dreamd.dream.workers import Claims
 from dreamd.memory.api import Memory
 from dreamd.models import Completion, Prompt

@@ -8,9 +8,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from dreamd.backends.factory import make_backends
 from dreamd.config import Config, EmbedConfig, StoreConfig
 from dreamd.dream.cycle import run_pass
+from dreamd.dream.factory import make_backends
 from dreamd.memory.api import Memory
 from tests.engines import App
 

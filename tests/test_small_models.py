@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 
 from dreamd import report
-from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.openai_backend import OpenAICompleter, OpenAIEmbedder
 from dreamd.cli.render import render_status
 from dreamd.config import CompleterConfig, Config, EmbedConfig, FactsConfig, PassConfig, UserConfig
 from dreamd.dream.cycle import PassResult, run_pass
+from dreamd.dream.extractive import ExtractiveCompleter
 from dreamd.dream.prompts import FACTS_SCHEMA, REFLECT_SCHEMA
 from testkit.openai_server import FakeOpenAI, task_of
 from tests.helpers import (

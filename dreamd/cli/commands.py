@@ -120,8 +120,8 @@ def status(obj: dict[str, Any], as_json: bool, runs: int) -> None:
     from datetime import UTC, datetime
 
     from dreamd import report
-    from dreamd.backends.factory import embedder_model_name
     from dreamd.cli.render import render_before_first_pass, render_status
+    from dreamd.dream.factory import embedder_model_name
     from dreamd.errors import NotMigrated
 
     try:

@@ -13,6 +13,7 @@ keeping is dreamd.dream.selector's to say. Pure: no clock, no model.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from datetime import date
@@ -319,3 +320,11 @@ def extract(speaker: str, content: str, said_at: str, addressee: str | None,
                              None if someone_else else about(statement, speaker),
                              became_true(statement, said), said_at))
     return out
+
+
+@functools.lru_cache(maxsize=16384)
+def extracted(speaker: str, content: str, said_at: str, addressee: str | None,
+              previous: str = "") -> tuple[Candidate, ...]:
+    """extract(), remembered: the facts job and an offline gist read the same turns in one
+    pass, and reading a turn costs more than anything else either does with it."""
+    return tuple(extract(speaker, content, said_at, addressee, previous))

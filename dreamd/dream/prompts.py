@@ -155,9 +155,10 @@ def turn_line(role: str, content: str) -> str:
 
 def summary_prompt(
     names: dict[str, str], previous: str | None, new_lines: list[str], lines: int,
-    vectors: Any = None,
+    vectors: Any = None, said_at: list[str] | None = None,
 ) -> Prompt:
-    """Incremental: the previous gist plus only the new turns."""
+    """Incremental: the previous gist plus only the new turns. `said_at`, each new turn's
+    time, lets an extractive gist make its relative dates absolute."""
     prev = [ln for ln in (previous or "").splitlines() if ln.strip()]
     user = "Previous gist:\n" + _data(prev) + "\n\n" if prev else ""
     user += "New turns:\n" + _data(new_lines)
@@ -168,7 +169,8 @@ def summary_prompt(
         items=tuple(prev + new_lines),
         max_items=lines,
         vectors=None if prev else vectors,
-        context={"people": (names["user"], names["agent"])},
+        context={"people": (names["user"], names["agent"]), "previous": len(prev),
+                 "said_at": tuple(said_at or ())},
     )
 
 

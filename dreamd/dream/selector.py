@@ -67,8 +67,12 @@ class Glance:
     bias: float
     floor: float  # below it, a proposal is passed over without a model run
 
+    def chances(self, glances: np.ndarray) -> np.ndarray:
+        """The chance, at a glance, that each statement is worth keeping."""
+        return _chance(glances, self.weights, self.bias)
+
     def worth_a_run(self, glances: np.ndarray) -> np.ndarray:
-        return _chance(glances, self.weights, self.bias) >= self.floor
+        return self.chances(glances) >= self.floor
 
 
 @dataclass(frozen=True)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
+from datetime import date
 from typing import Any
 
 import numpy as np
@@ -127,6 +128,11 @@ def _leans_on_the_talk(text: str) -> bool:
 SAYS_THE_SAME = 0.8
 
 
+# Who a person is, before what they do: the topics of what they have one of at a time.
+WHO = ("Work", "Home", "Family")
+HELD = {"job": "Work", "home": "Home", "partner": "Family"}
+
+
 def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,
                  listeners: tuple[str, ...] = (), sureness: Mapping[int, float] | None = None,
                  vectors: Mapping[int, np.ndarray] | None = None) -> str:
@@ -137,7 +143,13 @@ def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,
     the selector's chance that it is worth keeping (dreamd.dream.selector), weighs a fact
     where it is known, in place of the names and numbers it holds. With the facts'
     `vectors` (the selector's embedder's), a fact that says much what a weightier one of
-    its person says is left out, and the next one takes its place."""
+    its person says is left out, and the next one takes its place. A thing held at a time
+    goes under its own topic (a job under Work). Each person's topics run from who they
+    are (work, home, family) to their main pursuits: the topics they have most facts in
+    first."""
+    def area(f: Fact) -> str:
+        return HELD.get(f.about or "", "") or topic(f.statement)
+
     current = [f for f in facts if f.current and stands_alone(f)]
     subjects = list(dict.fromkeys(f.subject for f in current))
     # A line about one person that names another they talk with ("Mia would love to see
@@ -156,11 +168,14 @@ def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,
         return weighed, f.valid_from or f.learned_at, f.id
 
     for fact in sorted(current, key=rank, reverse=True):
-        groups.setdefault((fact.subject, topic(fact.statement)), []).append(fact)
-    order = [name for name, _ in TOPICS] + [OTHER]
+        groups.setdefault((fact.subject, area(fact)), []).append(fact)
+    known = [name for name, _ in TOPICS] + [OTHER]
     lines: list[str] = []
     indent = "  " if len(subjects) > 1 else ""
     for subject in subjects:
+        rest = sorted((n for n in known if n not in WHO and n != OTHER),
+                      key=lambda n: -len(groups.get((subject, n), [])))  # stable: ties keep
+        order = [*WHO, *rest, OTHER]
         mine = {name: list(groups.get((subject, name), [])) for name in order}
         taken = chosen(mine, order, per_person, per_topic)
         # A line that says much what a weightier shown line says gives way to the next.
@@ -240,18 +255,33 @@ def when(fact: Fact) -> str:
 _POINTS_BACK = re.compile(r"\b(?:it(?!['’])|them|they)\b", re.IGNORECASE)
 
 
-def era_from(facts: list[Fact], month: str, max_lines: int) -> str:
-    """A month's dated events: the facts that became true in it (or were told in it), in
-    order, replaced ones too — they were true then; not the ones that point back at their
-    conversation ("it", "them"), unless they are about a thing held at a time."""
+def era_from(facts: list[Fact], month: str, max_lines: int,
+             sureness: Mapping[int, float] | None = None) -> str:
+    """A month's dated events: the facts that became true in it (or were told in it),
+    replaced ones too — they were true then; not the ones that point back at their
+    conversation ("it", "them"), unless they are about a thing held at a time. A month
+    talked about on many days is drawn from all of them: each day's weightiest fact first
+    (a thing held at a time, then the selector's surest, `sureness`, or without it the
+    names and numbers a fact holds), then each day's next; the weightiest first."""
     chosen = [f for f in facts if when(f)[:7] == month
-              and (f.about is not None or not _POINTS_BACK.search(f.statement))]
-    chosen.sort(key=lambda f: (when(f), f.id))
-    if len(chosen) > max_lines:  # keep what a person has one of, then the first told
-        keep = sorted(chosen, key=lambda f: (f.about is None, when(f), f.id))[:max_lines]
-        chosen = [f for f in chosen if f in keep]
+              and (f.about is not None or not _POINTS_BACK.search(f.statement))
+              and not points_at_the_talk(f.statement)]
+
+    def rank(f: Fact) -> tuple[float, str, int]:
+        weighed = weight(f) if sureness is None else \
+            4 * (f.about is not None) + sureness.get(f.id, 0.0)
+        return -weighed, when(f), f.id
+
+    by_day: dict[str, list[Fact]] = {}
+    for f in sorted(chosen, key=rank):
+        by_day.setdefault(f.learned_at[:10], []).append(f)
+    drawn: list[Fact] = []
+    depth = 0
+    while len(drawn) < max_lines and any(len(day) > depth for day in by_day.values()):
+        drawn += sorted((day[depth] for day in by_day.values() if len(day) > depth), key=rank)
+        depth += 1
     lines = []
-    for f in chosen:
+    for f in drawn[:max_lines]:
         day = day_of(when(f))
         mark = f"{day.day} {MONTHS[day.month - 1][:3]}" if day else when(f)
         lines.append(f"- {mark}: {f.statement}")
@@ -271,15 +301,43 @@ def reminder(statement: str, most: int = 70) -> str:
     return clause[:most].rsplit(" ", 1)[0] + " …"
 
 
+# A plan said this long before the latest conversation, with no day of its own, is
+# taken as past: a season, not a benchmark's figure (what "next month" or "this summer"
+# reaches).
+PLAN_DAYS = 92
+
+
 def narrative_from(facts: list[Fact], since: str, max_lines: int) -> str:
     """What changed since `since` (an ISO date) and the threads still open: what replaced
-    what, with its day, then recent plans and goals."""
+    what, with its day, then the plans and goals not yet past — by the days they name, or,
+    naming none, said within PLAN_DAYS of the latest conversation — that read on their
+    own."""
     by_id = {f.id: f for f in facts}
     changes = []
     for old in facts:
         new = by_id.get(old.replaced_by) if old.replaced_by is not None else None
         if new is not None and when(new) >= since:
             changes.append(f"- {old.about}: {new.statement} (before: {reminder(old.statement)})")
+    present = max((f.learned_at[:10] for f in facts), default="")
     threads = [f"- open: {f.statement}" for f in facts
-               if f.current and when(f) >= since and _PLAN.search(f.statement)]
+               if f.current and when(f) >= since and _PLAN.search(f.statement)
+               and stands_alone(f) and not past(f, present)]
     return "\n".join((changes + threads)[:max_lines])
+
+
+_DAY = re.compile(r"\b(\d{1,2}) (" + "|".join(MONTHS) + r") (\d{4})\b")
+
+
+def past(fact: Fact, present: str) -> bool:
+    """Whether a plan is behind `present` (an ISO date, the latest conversation's): every
+    day it names is, or it names none and was said more than PLAN_DAYS before."""
+    days = []
+    for d, month, year in _DAY.findall(fact.statement):
+        try:
+            days.append(date(int(year), MONTHS.index(month) + 1, int(d)).isoformat())
+        except ValueError:
+            continue
+    if days:
+        return max(days) < present
+    said, now = day_of(fact.learned_at), day_of(present) if present else None
+    return bool(said and now and (now - said).days > PLAN_DAYS)

@@ -17,10 +17,11 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from dreamd.backends.factory import make_embedder, release
+from dreamd.backends.llm_output import estimate_tokens
 from dreamd.backends.protocols import Embedder
 from dreamd.config import Config
 from dreamd.config import load as load_config
+from dreamd.dream.factory import make_embedder, release
 from dreamd.dream.keys import Said, in_names, space, vector_key
 from dreamd.dream.shown import asks_about_the_past, fact_line
 from dreamd.dream.word import Word, profile_kept, scrubbed
@@ -343,7 +344,7 @@ class Memory(Steering):
             return []
         with self.store.read() as conn:
             rows = gist_texts(conn, best)
-        return [_shortened(" / ".join(_lines(scrubbed(rows[s], word))), GIST_CHARS)
+        return [_within_tokens(" / ".join(_lines(scrubbed(rows[s], word))))
                 for s in best if s in rows]
 
     def _allowed(self, users: list[str], session: str | None) -> Callable[[str], bool]:
@@ -396,6 +397,22 @@ def scope_of(users: list[str]) -> Owners:
 
 
 GIST_CHARS = 320  # of a gist in the context block: its opening lines
+# ... and at most these tokens, so that one fits in what a 1,000-token block gives the
+# gists (9 %): a gist told in the third person, with quotes and dates, has more of them
+# to a character than turns kept verbatim.
+GIST_TOKENS = 80
+# An era's point likewise fits in what a 1,000-token block gives the eras (4 %).
+ERA_TOKENS = 34
+
+
+def _within_tokens(text: str, tokens: int = GIST_TOKENS, chars: int = GIST_CHARS) -> str:
+    """`text` shortened to `chars`, and further until it is `tokens` at most."""
+    limit = chars
+    cut = _shortened(text, limit)
+    while estimate_tokens(cut) > tokens and limit > 40:
+        limit = limit * 9 // 10
+        cut = _shortened(text, limit)
+    return cut
 
 
 def _shortened(text: str, limit: int) -> str:
@@ -430,7 +447,7 @@ def _best_eras(eras: dict[str, str], vectors: dict[str, bytes], query: np.ndarra
     if not months:
         return []
     scores = np.stack([np.frombuffer(vectors[m], dtype=np.float32) for m in months]) @ query
-    return [f"{months[i]}: {line}" for i in top_k(scores, k)
+    return [_within_tokens(f"{months[i]}: {line}", ERA_TOKENS) for i in top_k(scores, k)
             for line in _era_points(months[i], eras[months[i]])]
 
 

@@ -156,12 +156,12 @@ class Runner:
 
     def set_backends(self, config: cfg.Config) -> None:
         if self.apart:  # each pass's process makes its own; what they load is checked
-            from dreamd.backends.factory import check_backends
+            from dreamd.dream.factory import check_backends
 
             check_backends(config)
             return
-        from dreamd.backends.factory import make_backends
         from dreamd.backends.local import LocalEmbedder
+        from dreamd.dream.factory import make_backends
 
         embedder, self.completer = make_backends(config, self.flags.stop)
         # Closed when the runner closes. Those a reload replaces are left to the collector:
@@ -198,7 +198,7 @@ class Runner:
         if self.lock is not None:
             self.lock.release()
         if self.backends:
-            from dreamd.backends.factory import release
+            from dreamd.dream.factory import release
 
             release(*self.backends)
 

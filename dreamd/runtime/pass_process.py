@@ -239,9 +239,9 @@ def portable(exc: Exception) -> Exception:
 
 
 def run_one(request: PassRequest, beats: Beats, stop: threading.Event) -> PassResult:
-    from dreamd.backends.factory import make_backends, release
     from dreamd.backends.local import LocalEmbedder
     from dreamd.dream.cycle import run_pass
+    from dreamd.dream.factory import make_backends, release
     from dreamd.dream.workers import Claims
     from dreamd.runtime import log as logging_
     from dreamd.runtime.health import WatchedEmbedder

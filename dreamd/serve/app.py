@@ -21,8 +21,8 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException
 
 from dreamd import __version__, report
-from dreamd.backends.factory import embedder_model_name
 from dreamd.config import Config
+from dreamd.dream.factory import embedder_model_name
 from dreamd.errors import DreamdError
 from dreamd.logger import Logger
 from dreamd.memory import users as users_

@@ -14,8 +14,8 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from prometheus_client.registry import Collector
 
 from dreamd import report
-from dreamd.backends.factory import embedder_model_name
 from dreamd.config import Config
+from dreamd.dream.factory import embedder_model_name
 from dreamd.serve.pool import Pool
 
 THRESHOLDS = ("continuity", "coherence", "curiosity")

@@ -11,8 +11,8 @@ import threading
 import zlib
 from collections.abc import Iterator
 
-from dreamd.backends.factory import make_embedder, release
 from dreamd.config import Config
+from dreamd.dream.factory import make_embedder, release
 from dreamd.errors import DreamdError, StoreBusy
 from dreamd.memory.api import Memory
 

@@ -19,8 +19,8 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from dreamd import report
-from dreamd.backends.factory import embedder_model_name
 from dreamd.config import Config
+from dreamd.dream.factory import embedder_model_name
 from dreamd.errors import DreamdError
 from dreamd.memory import users as users_
 from dreamd.memory.tokens import Grant, permit, permit_all

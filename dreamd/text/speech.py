@@ -45,6 +45,12 @@ CHATTER = STOPWORDS | frozenset(
     always every""".split()
 )
 
+# What greets, thanks or reacts when it opens a sentence: general English, never a name,
+# a topic or a gist's news ("Hi Auntie Margaret!", "Aw thanks").
+INTERJECTIONS = frozenset("""hi hey heya hiya hello howdy yo greetings thanks thank thx
+    congrats congratulations cheers bye goodbye wow whoa woah omg haha hahaha hehe lol lmao
+    aw aww awww yay ooh oops yikes phew ugh oh ah hmm um uh yep yup yeah nope nah""".split())
+
 # Day and month names: words that date something, never what it is about.
 CALENDAR = frozenset("""monday tuesday wednesday thursday friday saturday sunday january
     february march april may june july august september october november december""".split())
@@ -287,7 +293,7 @@ def opens_with_name(sentence: str, known: tuple[str, ...] = ()) -> bool:
     first = words[0].lower()
     if words[0] in known:
         return True
-    if first in STOPWORDS or first in CALENDAR or _senses(first):
+    if first in STOPWORDS or first in CALENDAR or first in INTERJECTIONS or _senses(first):
         return False  # a word English knows ("Lights out", "Crumbs everywhere")
     rest = sentence[len(words[0]):]
     return rest[:1] == " " and told_verb(words[1])
@@ -333,6 +339,33 @@ def third_verb(verb: str) -> str | None:
 _NEXT_WORD = re.compile(r" ([A-Za-z]+(?:['’]t)?)(?![\w'’])")
 
 
+# Of those, the adverbs: the verb after them agrees ("I still go" -> "Sam still goes").
+_ADVERBS_BEFORE_A_VERB = frozenset("just also still never always".split())
+# Verbs whose object is followed by a bare verb: "let you know", "made you laugh".
+_BARE_AFTER = re.compile(r"\b(?:let|lets|make|makes|made|help|helps|helped|watch|watched|"
+                         r"see|saw|hear|heard)\s+$", re.IGNORECASE)
+
+
+def _finite(word: str) -> bool:
+    """Whether a word is a verb's past or -s form, or a modal: what follows a subject."""
+    low = word.lower()
+    if low in _SAME_AFTER_ANYONE or low in _THIRD.values():
+        return True
+    verbs = _verb_lemmas(low)
+    return any(low != v and (low in (inflection(v, "VBD") or ()) or
+                             low in (inflection(v, "VBZ") or ())) for v in verbs)
+
+
+def _adverb_here(word: str, following: str) -> bool:
+    """Whether a word after a subject is an adverb before its verb: one English knows only
+    as an adverb ("really"), one of _ADVERBS_BEFORE_A_VERB, or one it knows as an adverb
+    too when a verb's past or -s form follows ("even got")."""
+    low = word.lower()
+    if (adverb(word) and low not in _verb_lemmas(low)) or low in _ADVERBS_BEFORE_A_VERB:
+        return True
+    return "ADV" in _senses(low) and bool(following) and _finite(following)
+
+
 class _Unsure(Exception):
     """A verb whose form after "she" the words cannot tell."""
 
@@ -345,17 +378,23 @@ def _agreeing(text: str, subject: str, name: str, object_too: bool) -> str:
     at = 0
     for m in re.finditer(rf"\b{subject}\b", text):
         out.append(text[at:m.start()])
+        if object_too and _BARE_AFTER.search(text[:m.start()]):
+            out.append(name)  # "let you know": an object, and its verb stays bare
+            at = m.end()
+            continue
         rest = text[m.end():]
-        words = _NEXT_WORD.finditer(rest)  # read only as far as the verb
+        words = list(_NEXT_WORD.finditer(rest))  # read only as far as the verb
         said = name
         taken = 0
-        for w in words:
+        for i, w in enumerate(words):
             if w.start() != taken:
                 break  # punctuation: no verb follows
             word = w.group(1)
             taken = w.end()
-            if adverb(word) and word.lower() not in _verb_lemmas(word.lower()):
-                said += f" {word}"
+            following = words[i + 1].group(1) if i + 1 < len(words) \
+                and words[i + 1].start() == taken else ""
+            if _adverb_here(word, following):
+                said += f" {word}"  # "I really love", "I even got" (not "evens")
                 continue
             third = third_verb(word)
             if third is None and (object_too and not _verb_lemmas(word)):

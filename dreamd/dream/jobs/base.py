@@ -14,11 +14,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dreamd.backends import write_gate
-from dreamd.backends.extractive import ExtractiveCompleter
 from dreamd.backends.llm_output import bounded, estimate_tokens
 from dreamd.backends.protocols import Completer, Embedder
 from dreamd.backends.validate import AGAIN, Refusal, refusal
 from dreamd.config import Config
+from dreamd.dream.extractive import ExtractiveCompleter
 from dreamd.dream.jobs.budget import Budget, Tokens
 from dreamd.dream.jobs.topic import ON_TOPIC, topic_cosine
 from dreamd.errors import (

@@ -10,9 +10,10 @@ from dreamd.config import Config
 from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.fitting import answer
 from dreamd.dream.jobs.pool import run_keyed
+from dreamd.dream.jobs.profile import sureness_of, vectors_of
 from dreamd.dream.keys import space
 from dreamd.dream.prompts import era_prompt
-from dreamd.dream.shown import era_from
+from dreamd.dream.shown import era_from, when
 from dreamd.dream.word import EMPTIED, Word, read_word, scrubbed
 from dreamd.errors import OutputInvalid
 from dreamd.ids import era_key
@@ -45,6 +46,7 @@ class Work:
     cached: tuple[str, str] | None
     facts: list[Fact]
     word: Word  # the person's word when the inputs were read: the write checks it
+    sureness: dict[int, float] | None = None  # the month's facts: the selector's scores
 
     @property
     def key(self) -> str:
@@ -59,11 +61,15 @@ def prepare(ctx: JobContext, user_month: tuple[str, str]) -> Work | None:
         cached = cached_output(conn, JOB, era_key(user, month))
         facts = facts_of(conn, user)
         word = read_word(conn, user, [f for f in facts if f.current])
-    return Work(user, month, gists, current, cached, facts, word) if gists else None
+        vectors = {} if ctx.asks_model else vectors_of(
+            ctx, conn, [f for f in facts if when(f)[:7] == month])
+    return Work(user, month, gists, current, cached, facts, word,
+                sureness_of(ctx, vectors)) if gists else None
 
 
 def think(ctx: JobContext, work: Work) -> tuple[str, str, str, np.ndarray]:
-    body = "" if ctx.asks_model else era_from(work.facts, work.month, ctx.config.eras.lines)
+    body = "" if ctx.asks_model else era_from(work.facts, work.month, ctx.config.eras.lines,
+                                              work.sureness)
     digest = raw = ""
     if not body:  # with an LLM, or a month without dated facts: from the gists
         lines = [ln for g in work.gists for ln in g.content.splitlines() if ln.strip()]

@@ -22,7 +22,7 @@ import numpy as np
 
 from dreamd.backends import write_gate
 from dreamd.config import Config
-from dreamd.dream.facts import CHANGE, Candidate, extract
+from dreamd.dream.facts import CHANGE, Candidate, extracted
 from dreamd.dream.jobs.base import JobContext, failed_items, note_failure, note_success
 from dreamd.dream.jobs.embed import horizon
 from dreamd.dream.jobs.facts_asked import (
@@ -202,8 +202,8 @@ def candidates(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]
                           after.role if after else None)
         if other is not None:
             other = speaker_name(ctx, other, user) or ctx.names_for(user)["agent"]
-        out += [(user, turn.id, c) for c in extract(name, turn.content, turn.created_at, other,
-                                                    before.content if before else "")]
+        out += [(user, turn.id, c) for c in extracted(name, turn.content, turn.created_at,
+                                                      other, before.content if before else "")]
     return out
 
 

@@ -136,7 +136,10 @@ def think(ctx: JobContext, work: Work) -> tuple[dict[str, Any], str, str]:
             ctx.names_for(work.user_id), work.previous, lines,
             {"new_turns": work.new_turns, "sessions": work.sessions, "now": ctx.now_text()})
 
-    said = [turn_line(t.role, t.content) for t in work.turns if t.role == "user"]
+    # What the people said, whoever they are ("user", or the names an imported chat
+    # keeps): not the agent's own replies.
+    agent = {"assistant", ctx.names_for(work.user_id)["agent"].strip().lower()}
+    said = [turn_line(t.role, t.content) for t in work.turns if t.role.lower() not in agent]
     prompt = build(newest_that_fit(ctx, said, build))  # the latest turns, as many as fit
     source = source_of(prompt) if ctx.asks_model else ""
 

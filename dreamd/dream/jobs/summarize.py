@@ -13,6 +13,7 @@ from datetime import timedelta
 import numpy as np
 
 from dreamd.config import Config
+from dreamd.dream.gist import readable
 from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.fitting import fold, largest
 from dreamd.dream.jobs.pool import run_keyed
@@ -30,6 +31,9 @@ from dreamd.store.turns import DirtySession, dirty_sessions, session_turns
 from dreamd.store.vectors import turn_vectors
 
 JOB = "summarize"
+# The gist of a session whose every turn greeted, thanked or reacted: it says so, and
+# holds none of their words.
+CHIT_CHAT = "(greetings and small talk: nothing to keep)"
 
 
 def candidates(ctx: JobContext) -> list[DirtySession]:
@@ -75,12 +79,12 @@ def gist_for(ctx: JobContext, user_id: str, previous: str | None, turns: list[Tu
     if len(blocks) == 1:
         block = blocks[0]
         prompt = summary_prompt(names, previous, said[: len(block)], lines,
-                                block_vectors(block))
+                                block_vectors(block), [t.created_at for t in block])
         return validate(ctx.complete(prompt).text)
     partials = []
     for block in blocks:
         prompt = summary_prompt(names, None, [turn_line(t.role, t.content) for t in block],
-                                lines, block_vectors(block))
+                                lines, block_vectors(block), [t.created_at for t in block])
         partials.append(validate(ctx.complete(prompt).text))
     if previous:
         partials.insert(0, previous)
@@ -131,6 +135,12 @@ def think(ctx: JobContext, work: Work) -> tuple[str, bytes] | None:
             size = max(2, min(len(work.turns), ctx.config.summarize.chunk_turns) // 2)
             gist = gist_for(ctx, work.session.user_id, work.previous, work.turns, work.vectors,
                             chunk=size)
+    # What a reader stumbles on is cut, whoever wrote it (a model that copies a stage
+    # direction or a greeting into a gist); a gist that was nothing else is no gist.
+    gist = readable(gist)
+    if not gist.strip() and ctx.asks_model:
+        raise OutputInvalid("the gist held only greetings, reactions or stage directions")
+    gist = gist or CHIT_CHAT  # offline: a session that told nothing says so
     # Nothing a person withdrew: a gist made again from the same turns does not say it.
     gist = scrubbed(gist, work.word) or EMPTIED
     return gist, to_blob(ctx.embedder.embed([gist])[0])

@@ -42,7 +42,7 @@ def make_backends(config: Config, stop: threading.Event | None = None
         from dreamd.backends.openai_backend import OpenAICompleter
 
         return embedder, OpenAICompleter(config.completer, stop=stop)
-    from dreamd.backends.extractive import ExtractiveCompleter
+    from dreamd.dream.extractive import ExtractiveCompleter
 
     return embedder, ExtractiveCompleter(embedder)
 

@@ -1,7 +1,9 @@
-"""The offline Completer: picks representative lines verbatim, chosen with the embedder.
+"""The offline Completer: picks what was said, chosen with the embedder.
 
-It writes nothing of its own but connective labels, so everything it returns can be
-traced to what the user and agent said. Deterministic: same input, same output.
+A gist tells a session's turns as a friend's notes (dreamd.dream.gist); the other tasks
+pick lines as given. It writes nothing of its own but connective labels and the third
+person, so everything it returns can be traced to what the user and agent said.
+Deterministic: same input, same output.
 """
 
 from __future__ import annotations
@@ -14,11 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from dreamd.backends.protocols import Embedder
+from dreamd.backends.protocols import Embedder, Glancer
+from dreamd.dream.gist import Told, has_words, readable, speaker_name, told_turns
+from dreamd.dream.selector import for_model
 from dreamd.models import Completion, Prompt
 from dreamd.text.speech import (
     CALENDAR,
     CHATTER,
+    INTERJECTIONS,
     could_name,
     opens_with_name,
     sentences,
@@ -27,6 +32,7 @@ from dreamd.text.speech import (
 )
 
 _WORD = re.compile(r"[A-Za-z][A-Za-z'-]{2,}")
+_CONTRACTED = re.compile(r"['’](?:s|d|ll|re|ve|m)$")  # "Gareth's", "She's": Gareth, she
 _SELF_DISCLOSURE = re.compile(
     r"\b(i am|i'm|i was|i've|i have|i had|i work|i live|i moved|i love|i like|i hate|"
     r"i prefer|i want|i need|i feel|i think|my|me and|we're|we are|i'll|i will|i study|"
@@ -88,20 +94,24 @@ def keywords(texts: list[str], n: int) -> list[str]:
     "Portuguese", "band"); only words said inside a sentence somewhere, not only at
     its start, where calls and reactions ("Haha", "Wow", "Definitely") stand, and, in
     lower case, only words English knows as the name of a thing ("band", not "haha",
-    "lovely" or "nine")."""
+    "lovely" or "nine") and that the texts use as one, after a determiner somewhere ("the
+    band", "my runs"; not "sign up", "need" or "anything")."""
     counts: Counter[str] = Counter()
     spellings: dict[str, Counter[str]] = {}
     inside: set[str] = set()
+    named: set[str] = set()  # lower-case words said after a determiner
     for text in texts:
         words: set[str] = set()
         for sentence in sentences(text):
-            found = [w.strip("'-") for w in _WORD.findall(sentence)]
+            found = [_CONTRACTED.sub("", w.strip("'-")) for w in _WORD.findall(sentence)]
             inside.update(w.lower() for w in found[1:])
             words.update(found)
+            named.update(m.group(1).lower() for m in _AFTER_DETERMINER.finditer(sentence))
         for word in words:
             key = word.lower()
             if key in CHATTER or not 3 < len(key) <= 30 or not (
-                    thing_word(key) or (word[:1].isupper() and could_name(key))):
+                    (thing_word(key) and key in named)
+                    or (word[:1].isupper() and could_name(key))):
                 continue
             spellings.setdefault(key, Counter())[word] += 1
         counts.update({w.lower() for w in words} & set(spellings))
@@ -110,9 +120,13 @@ def keywords(texts: list[str], n: int) -> list[str]:
     return [spellings[w].most_common(1)[0][0] for w in best]
 
 
+_AFTER_DETERMINER = re.compile(
+    r"\b(?:a|an|the|my|your|his|her|our|their|its|this|that|these|those|some|every|each|"
+    r"no|\d+|two|three|four|five|several|many|new|old|first|last)\s+([a-z][a-z'-]{2,})\b",
+    re.IGNORECASE)
 ABOUT = "About: "
 # A name may join its words with a particle: "Campo de Ourique", "Rio de Janeiro".
-_NAME = re.compile(r"(?<!^)\b[A-Z][a-zà-ÿ]{2,}"
+_NAME = re.compile(r"(?<!^)\b[A-Z][a-zà-ÿ]{2,}(?:[A-Z][a-zà-ÿ]+)*"
                    r"(?:\s(?:(?:de|da|do|dos|das|del|la|von|van|der)\s)?[A-Z][a-zà-ÿ]+)*")
 
 
@@ -135,9 +149,14 @@ def topics(lines: list[str], n: int, people: tuple[str, ...] = ()) -> list[str]:
                 names[first.strip(",;:!.")] += 1
             for name in _NAME.findall(sentence):
                 names[name] += 1
+    for name in list(names):  # "Gareth's" is Gareth; "He's", "She'd" are no one
+        bare = _CONTRACTED.sub("", name)
+        if bare != name:
+            names[bare] += names.pop(name)
     for name in list(names):
         key = name.lower()
-        if key in CHATTER or key.rstrip("s") in CALENDAR or key in speakers \
+        if key in CHATTER or key in INTERJECTIONS or key.rstrip("s") in CALENDAR \
+                or key in speakers \
                 or not could_name(key):
             del names[name]
     chosen = [name for name, _ in sorted(names.items(), key=lambda nc: (-nc[1], nc[0]))]
@@ -218,15 +237,77 @@ class ExtractiveCompleter:
         return [items[i] for i in select(vectors, weights, k)]
 
     def _summarize(self, prompt: Prompt) -> str:
-        """A line of what the conversation was about, then its most telling lines."""
-        items = [t for t in prompt.items if not t.startswith(ABOUT)]
-        if len(items) != len(prompt.items):  # a previous gist's line: topics are redone
-            prompt = dataclasses.replace(prompt, vectors=None)
-        about = topics(items, 6, tuple(prompt.context.get("people", ())))
-        picked = self._pick(prompt, items, max(1, prompt.max_items - bool(about)))
-        return "\n".join(([ABOUT + ", ".join(about)] if about else []) + picked)
+        """A line of what the session was about (the people, places and things it names),
+        then what its turns said, told as a friend's notes (dreamd.dream.gist): the
+        most telling turns, in the order said. A previous gist's lines stay candidates
+        beside the new turns' (the incremental update), and its About words come first."""
+        people = tuple(str(p) for p in prompt.context.get("people", ()))
+        before = len(prompt.items) if prompt.task == "merge" else \
+            int(prompt.context.get("previous", 0))
+        kept = [t for t in prompt.items[:before] if not t.startswith(ABOUT)]
+        new = list(prompt.items[before:])
+        told = told_turns(new, list(prompt.context.get("said_at", ())), people)
+        speakers = tuple(dict.fromkeys(speaker_name(t.partition(": ")[0], people)
+                                       for t in new))
+        about = list(dict.fromkeys(
+            [w.strip() for t in prompt.items[:before] if t.startswith(ABOUT)
+             for w in t[len(ABOUT):].split(",") if w.strip()]
+            + topics(new, 6, people + speakers)))[:6]
+        told, telling = self._telling_turns(told)
+        lines = kept + [t.line for t in told]
+        if not lines:  # nothing told: the session's own words, without stage directions
+            lines = [readable(unstaged(t)) for t in new if has_words(unstaged(t))]
+            lines = [t for t in lines if t]
+            told = []
+        if not lines:
+            return ABOUT + ", ".join(about) if about else ""
+        k = max(1, prompt.max_items - bool(about))
+        aligned = prompt.vectors is not None and len(prompt.vectors) == len(prompt.items) \
+            and not kept and told
+        vectors = np.stack([np.asarray(prompt.vectors[before + t.turn], dtype=np.float32)
+                            for t in told]) if aligned else \
+            self._vectors(dataclasses.replace(prompt, vectors=None), lines)
+        weights = np.concatenate([self._telling(kept), telling]) \
+            if telling is not None and told else self._telling(lines)
+        picked = select(vectors, weights, k)
+        return "\n".join(([ABOUT + ", ".join(about)] if about else [])
+                         + [lines[i] for i in picked])
 
     _merge = _summarize
+
+    def _telling_turns(self, told: list[Told]) -> tuple[list[Told], np.ndarray | None]:
+        """The turns not sure to be chit-chat, with how much each tells: each statement the
+        facts selector would pass over at a glance is left out (a turn left with none, and
+        no image, is no line), and a turn tells as much as its most telling statement.
+        Without a glance here: every turn, and no weights."""
+        selector = for_model(self.embedder.model)
+        statements = list(dict.fromkeys(s for t in told for s in t.statements))
+        if selector is None or selector.glance is None or not statements \
+                or not isinstance(self.embedder, Glancer):
+            return told, None
+        chances = selector.glance.chances(self.embedder.glance(statements))
+        chance = dict(zip(statements, chances, strict=True))
+        floor = selector.glance.floor
+        kept = [dataclasses.replace(t, statements=tuple(
+                    s for s in t.statements if chance[s] >= floor)) for t in told]
+        kept = [t for t in kept if t.statements or t.image]
+        if not kept:
+            return told, None
+        return kept, np.array([0.2 + max((chance[s] for s in t.statements), default=0.0)
+                               for t in kept], dtype=np.float32)
+
+    def _telling(self, lines: list[str]) -> np.ndarray:
+        """How much each gist line tells: the facts selector's first look at it, learned
+        from the project's own examples, where there is one for this embedder; else by
+        its words (informativeness)."""
+        if not lines:
+            return np.zeros(0, dtype=np.float32)
+        selector = for_model(self.embedder.model)
+        if selector is not None and selector.glance is not None \
+                and isinstance(self.embedder, Glancer):
+            chance = selector.glance.chances(self.embedder.glance(lines))
+            return (0.2 + chance).astype(np.float32)
+        return np.array([informativeness(t) for t in lines], dtype=np.float32)
 
     def _profile(self, prompt: Prompt) -> str:
         user_role = str(prompt.context.get("user_role", "user"))
@@ -256,9 +337,12 @@ class ExtractiveCompleter:
         sessions = int(ctx.get("sessions", 0))
         user = str(ctx.get("user_name", "the user"))
         energy = round(min(1.0, 0.3 + new_turns / 200), 2)
-        about = f", mostly about {', '.join(named[:3])}" if named else ""
+        shown = named[:3]
+        listed = ", ".join(shown[:-1]) + f" and {shown[-1]}" if len(shown) > 1 else "".join(shown)
+        about = f" about {listed}" if named else ""
         reflection = (
-            f"{ctx.get('now', '')[:10]}: {new_turns} new turns with {user}{about}; "
+            f"{ctx.get('now', '')[:10]}: {new_turns} new turns with {user}"
+            f"{', mostly' + about if about else ''}; "
             f"the tone read as {label}."
         )
         narrative = (
