@@ -11,6 +11,14 @@ from typing import Any
 from dreamd.errors import ImportFormatError
 from dreamd.memory.history import ImportSession, ImportTurn, as_object, iso
 
+
+def named(where: str, kind: str, title: Any, index: int) -> str:
+    """Where a problem is: the file and the conversation, by its title if it has one,
+    else by its place in the file."""
+    return (f"{where}: {kind} {title!r}" if isinstance(title, str) and title
+            else f"{where}: {kind} {index + 1}")
+
+
 # ------------------------------------------------------------------------- ChatGPT
 
 
@@ -57,8 +65,7 @@ def parse_chatgpt(data: Any, where: str) -> list[ImportSession]:
     sessions = []
     for index, conv in enumerate(data):
         title = as_object(conv).get("title")
-        place = (f"{where}: conversation {title!r}" if isinstance(title, str) and title
-                 else f"{where}: conversation {index + 1}")
+        place = named(where, "conversation", title, index)
         if not isinstance(conv, dict) or not isinstance(conv.get("mapping"), dict):
             raise ImportFormatError(f"{place}: no 'mapping' of messages")
         mapping = conv["mapping"]
@@ -169,8 +176,7 @@ def parse_claude(data: Any, where: str) -> list[ImportSession]:
     sessions = []
     for index, conv in enumerate(data):
         name = as_object(conv).get("name")
-        place = (f"{where}: conversation {name!r}" if isinstance(name, str) and name
-                 else f"{where}: conversation {index + 1}")
+        place = named(where, "conversation", name, index)
         if not isinstance(conv, dict) or not isinstance(conv.get("chat_messages"), list):
             raise ImportFormatError(f"{place}: no 'chat_messages'")
         turns = []
@@ -248,8 +254,7 @@ def parse_openwebui(data: Any, where: str) -> list[ImportSession]:
             raise ImportFormatError(f"{where}: chat {index + 1} is not an object")
         chat = as_object(entry.get("chat")) if "chat" in entry else entry
         title = entry.get("title") or chat.get("title")
-        place = (f"{where}: chat {title!r}" if isinstance(title, str) and title
-                 else f"{where}: chat {index + 1}")
+        place = named(where, "chat", title, index)
         fallback = entry.get("created_at") or chat.get("timestamp")
         turns = []
         for number, message in enumerate(_openwebui_branch(chat, place), 1):
