@@ -61,10 +61,10 @@ def save_drives(store: Store, agent_id: str, drives: Drives, now: str) -> bool:
 
 def outcome_of(results: list[JobResult], stopped: bool, budget: Budget,
                after: BacklogStats) -> str:
+    if stopped:  # asked to stop: calls refused then are the stop's, not failures
+        return "interrupted"
     if any(r.failed for r in results):
         return "failed"
-    if stopped:
-        return "interrupted"
     pending = (after.dirty or after.unembedded_turns or after.gists_newer_than_profile
                or after.stale_months or after.narrative_stale)
     if budget.exhausted() and pending:
