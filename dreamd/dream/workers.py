@@ -53,8 +53,13 @@ class Claims:
         # Keys a pass could not hand back (the server was away): handed back when the next
         # pass begins, if they have not run out by then; never extended.
         self._unreleased: set[str] = set()
+        self._told = True  # the beats' failures logged (see start)
 
-    def start(self) -> None:
+    def start(self, told: bool = True) -> None:
+        """Beat from now on; `told`: say when the beats fail and come back (the daemon
+        does; a pass in a process of its own beats beside it, silently, and its pass says
+        when the store is away)."""
+        self._told = told
         self._beat = leases.own_connection(self.store, self.config.store.busy_timeout_ms)
         self._heartbeat()
         self._thread = threading.Thread(target=self._run, name="dreamd-heartbeat",
@@ -75,12 +80,12 @@ class Claims:
             try:
                 self._heartbeat()
             except Exception as exc:  # the next beat may get through; leases expire if not
-                if not failing:  # once while the server is away, not at every beat
+                if not failing and self._told:  # once while the server is away
                     self.log.warning("heartbeat_failed", error=str(exc)[:200],
                                      detail=f"tried again every {wait:g} s")
                 failing = True
                 continue
-            if failing:
+            if failing and self._told:
                 self.log.info("heartbeat_resumed")
             failing = False
 

@@ -267,7 +267,7 @@ def run_one(request: PassRequest, beats: Beats, stop: threading.Event) -> PassRe
         claims = None
         if request.worker is not None:
             claims = Claims(store, config, log, worker=request.worker)
-            claims.start()  # beats for the leases this pass holds, while it works
+            claims.start(told=False)  # beats for the leases this pass holds, while it works
             if isinstance(embedder, LocalEmbedder):
                 embedder.share(request.neighbours)
         deadline = (config.completer.call_deadline_seconds
