@@ -11,7 +11,7 @@ from dreamd.models import BacklogStats
 from dreamd.store import tiers
 from dreamd.store import turns as turns_sql
 from dreamd.store.interface import Conn, Store
-from dreamd.store.pending import count_unembedded
+from dreamd.store.pending import count_unembedded, count_unindexed
 from dreamd.store.queues import owner_changes, tier_queue, unqueue_owners
 from dreamd.store.state import iso_utc
 from dreamd.store.tiers import gists_past_profile, reflection_marks, rehome_session
@@ -23,7 +23,7 @@ from dreamd.store.turns import (
     session_totals,
     tally_rows,
 )
-from dreamd.store.vectors import embed_watermark
+from dreamd.store.vectors import embed_watermark, fts_watermark
 
 
 def is_idle(last_at: str, cutoff: datetime) -> bool:
@@ -107,16 +107,18 @@ def tier_backlog(conn: Conn, users: list[str] | None) -> tuple[int, int, int]:
     return newer_than_profile, stale, narratives
 
 
-def since_reflection(conn: Conn, config: Config, embedded: int | None = None
+def since_reflection(conn: Conn, config: Config, done: tuple[int, int] | None = None
                      ) -> dict[str, Any]:
     """What the agent has not reflected on yet, over every user (reflect is the agent's),
-    and with an embed watermark, how many turns wait past it: one count for all."""
+    and with the embed and words-index watermarks (`done`), how many turns wait past
+    each: one round trip for all."""
     marks = reflection_marks(conn, config.agent.id)
-    after = [marks.exchange_id] if embedded is None else [marks.exchange_id, embedded]
-    turns, gists = counts_after(conn, after, marks.seq)
+    turns, gists = counts_after(conn, [marks.exchange_id, *(done or ())], marks.seq)
     found = {"turns_since_reflection": turns[0], "gists_since_reflection": gists,
              "last_reflection_at": marks.at}
-    return found if embedded is None else {**found, "unembedded_turns": turns[1]}
+    if done is None:
+        return found
+    return {**found, "unembedded_turns": turns[1], "unindexed_turns": turns[2]}
 
 
 def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
@@ -156,7 +158,7 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,
             narrative_stale=narratives > 0,
-            **since_reflection(conn, config, marks.embedded),
+            **since_reflection(conn, config, (marks.embedded, marks.indexed)),
             max_exchange_id=max_id,
         )
 
@@ -183,6 +185,7 @@ def scoped_backlog(store: Store, config: Config, now: datetime, embed_model: str
             idle_ripe_turns=dirty.idle_ripe_turns,
             unembedded_turns=count_unembedded(conn, model, embed_watermark(conn, model),
                                                 limit, users),
+            unindexed_turns=count_unindexed(conn, fts_watermark(conn), limit, users),
             turns_without_facts=totals.unread,
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,

@@ -114,20 +114,22 @@ class Marks:
     newest: int  # the newest turn dreamd may read (see max_exchange_id)
     tallied: int  # the tally's watermark
     embedded: int  # the embed watermark of the model's space
+    indexed: int  # the words index's watermark
 
 
 def marks(conn: Conn, space: str | None = None) -> Marks:
-    """Where the turns, the tally and (for a vector space) the embedding stand, in one
-    round trip."""
+    """Where the turns, the tally, (for a vector space) the embedding and the words index
+    stand, in one round trip."""
     row = conn.execute(
         "SELECT (SELECT COALESCE(MAX(id), 0) FROM exchanges), "
         "(SELECT value FROM dreamd_state WHERE key = 'tally_id'), "
-        "(SELECT last_exchange_id FROM dreamd_embed_state WHERE model = ?)",
+        "(SELECT last_exchange_id FROM dreamd_embed_state WHERE model = ?), "
+        "(SELECT value FROM dreamd_state WHERE key = 'fts_id')",
         (space,)).fetchone()
     newest = int(row[0])
     settled = getattr(conn, "settled", None)
     return Marks(newest if settled is None else min(newest, int(settled)),
-                 int(row[1] or 0), int(row[2] or 0))
+                 int(row[1] or 0), int(row[2] or 0), int(row[3] or 0))
 
 
 def counts_after(conn: Conn, turn_marks: list[int], gist_mark: int) -> tuple[list[int], int]:
