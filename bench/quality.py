@@ -55,9 +55,9 @@ from dreamd.memory.api import Memory
 from dreamd.memory.export import export_user
 from dreamd.memory.importers import parse_locomo, parse_longmemeval, write_sessions
 from dreamd.runtime.log import configure
-from dreamd.store import app_file
 from dreamd.store.facts import facts_of
 from dreamd.store.opening import open_store
+from dreamd.store.sqlite import app_file
 from dreamd.store.tiers import profile_row
 from dreamd.store.turns import turns_by_id
 from dreamd.text.speech import STOPWORDS

@@ -418,7 +418,7 @@ def fresh_schema() -> dict[str, Any]:
     new one in a temporary directory; and the prior-art layout's own columns."""
     from dreamd.config import Config, EmbedConfig
     from dreamd.memory import Memory
-    from dreamd.store.migrations import CORE_TABLES, MIGRATIONS
+    from dreamd.store.sqlite.schema import CORE_TABLES, MIGRATIONS
 
     prior = sqlite3.connect(":memory:")
     prior.executescript(CORE_TABLES)

@@ -25,10 +25,10 @@ from dreamd.config import CompleterConfig, Config, EmbedConfig
 from dreamd.dream.extractive import ExtractiveCompleter
 from dreamd.dream.prompts import summary_prompt
 from dreamd.models import Completion, Prompt
-from dreamd.store.connect import SqliteStore
 from dreamd.store.interface import Store
-from dreamd.store.migrations import CORE_TABLES
 from dreamd.store.opening import open_store
+from dreamd.store.sqlite.schema import CORE_TABLES
+from dreamd.store.sqlite.store import SqliteStore
 from testkit.openai_server import FakeOpenAI
 from testkit.served import env_for
 

@@ -25,11 +25,11 @@ from dreamd.config import (
 from dreamd.dream.cycle import run_pass
 from dreamd.dream.keys import space
 from dreamd.models import Completion, Prompt
-from dreamd.store.connect import SqliteStore as Store
 from dreamd.store.interface import Conn
 from dreamd.store.interface import Store as AnyStore
 from dreamd.store.opening import open_store
 from dreamd.store.runbook import recent_runs
+from dreamd.store.sqlite.store import SqliteStore as Store
 from tests.engines import App
 from tests.helpers import (
     T0,

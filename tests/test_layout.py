@@ -11,18 +11,22 @@ from tests.helpers import ROOT
 
 PACKAGE = ROOT / "dreamd"
 ABOVE_STORE = [p for p in PACKAGE.rglob("*.py") if "store" not in p.relative_to(PACKAGE).parts]
+# The demo plays the chat app, which makes and writes an SQLite file of its own: the one
+# line above the store that names an engine.
+PLAYS_THE_APP = "dreamd/cli/demo.py: from dreamd.store.sqlite import app_file"
 # What only an engine would say, or code that asks which engine it holds: an engine's
 # store class, module or driver. (Above the store, code asks a Store what it can do.)
 ENGINE_WORDS = re.compile(r"\bimport sqlite3\b|sqlite3\.|\.execute(many)?\(|\bMATCH\b|"
                           r"\bbm25\b|\browid\b|PRAGMA|\bPgStore\b|\bSqliteStore\b|"
-                          r"\bapsw\b|\bpsycopg\b|store\.(postgres|connect|sqlite_driver)\b")
+                          r"\bapsw\b|\bpsycopg\b|store\.(postgres|sqlite)\b")
 
 
 def test_nothing_above_the_store_knows_the_engine() -> None:
     offenders = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
                  for p in ABOVE_STORE
                  for n, line in enumerate(p.read_text().splitlines(), 1)
-                 if ENGINE_WORDS.search(line)]
+                 if ENGINE_WORDS.search(line)
+                 and f"{p.relative_to(ROOT)}: {line.strip()}" != PLAYS_THE_APP]
     assert offenders == []
     assert len(ABOVE_STORE) > 30  # the walk found the package
 
@@ -113,7 +117,8 @@ def imports_of_any(path: Path) -> set[str]:
 
 
 # The store's modules that hold queries both engines run; each engine's own SQL lives
-# with it (connect, sqlite_sql, migrations; postgres, pg_sql, pg_schema, leases).
+# in its package (store/sqlite/, store/postgres/), and the leases only a shared engine
+# takes in leases.py.
 SHARED_QUERIES = ["turns", "tiers", "vectors", "facts", "pending", "queues", "runbook",
                   "state", "tally", "provenance", "erasure"]
 ASKS_THE_ENGINE = re.compile(r"\.engine\b|engine_of|\"(postgresql|sqlite)\"|"

@@ -29,7 +29,7 @@ from dreamd.errors import (
     OutputInvalid,
 )
 from dreamd.runtime.log import get_logger
-from dreamd.store.connect import SqliteStore as Store
+from dreamd.store.sqlite.store import SqliteStore as Store
 from testkit.openai_server import FakeOpenAI
 from tests.helpers import (
     KEY,

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from dreamd.memory import Memory
-from dreamd.store import sqlite_driver as driver
-from dreamd.store.connect import has_wal_reset_bug
 from dreamd.store.interface import Store
 from dreamd.store.opening import open_readonly, open_store
+from dreamd.store.sqlite import driver
+from dreamd.store.sqlite.store import has_wal_reset_bug
 from tests.helpers import ROOT, add_turns, config_for, dreamd_env, make_chat_file
 
 

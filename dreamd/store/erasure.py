@@ -12,10 +12,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from dreamd.store.connect import MERGE_PAGES
 from dreamd.store.corrections import drop_diary, drop_user_word
 from dreamd.store.facts import drop_facts_of_turns
 from dreamd.store.interface import Conn, Store
+from dreamd.store.sqlite.store import MERGE_PAGES
 from dreamd.store.state import bump_vector_epoch, get_state, iso_utc, set_state
 from dreamd.store.tiers import drop_gist, drop_tiers, era_seqs
 from dreamd.store.turns import recount_session, session_months, sessions_of

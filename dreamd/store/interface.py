@@ -147,7 +147,7 @@ def engine_errors() -> tuple[type[Exception], ...]:
     """The engines' own exception classes, for code that must tell a store fault from a
     bug (`except engine_errors():`). psycopg's once it is loaded: no PostgreSQL error can
     come before, and a SQLite user's command never pays for importing it."""
-    from dreamd.store.sqlite_driver import Error
+    from dreamd.store.sqlite.driver import Error
 
     psycopg = sys.modules.get("psycopg")
     return (*Error, psycopg.Error) if psycopg is not None else tuple(Error)

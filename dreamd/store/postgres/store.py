@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from dreamd.errors import StoreAway, StoreBusy, StoreError
 from dreamd.store.interface import WriteLockTimes
-from dreamd.store.pg_sql import POSTGRESQL
+from dreamd.store.postgres.dialect import POSTGRESQL
 from dreamd.url import shown
 
 if TYPE_CHECKING:

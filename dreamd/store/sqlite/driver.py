@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 import apsw
 
-from dreamd.store.sqlite_sql import SQLITE
+from dreamd.store.sqlite.dialect import SQLITE
 
 BUNDLED = "bundled"
 SYSTEM = "system"

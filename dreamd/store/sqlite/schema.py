@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 
 from dreamd.errors import NotMigrated, StoreError
 from dreamd.ids import DEFAULT_USER
-from dreamd.store import sqlite_driver as driver
-from dreamd.store.connect import SqliteStore
 from dreamd.store.interface import Conn
+from dreamd.store.sqlite import driver
+from dreamd.store.sqlite.store import SqliteStore
 
 CORE_TABLES = """
 CREATE TABLE IF NOT EXISTS exchanges (

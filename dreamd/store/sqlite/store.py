@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from dreamd.errors import StoreBusy, StoreError
-from dreamd.store import sqlite_driver as driver
 from dreamd.store.interface import WriteLockTimes
-from dreamd.store.sqlite_driver import BUNDLED, SYSTEM, Raw
+from dreamd.store.sqlite import driver
+from dreamd.store.sqlite.driver import BUNDLED, SYSTEM, Raw
 
 AUTOCHECKPOINT_PAGES = 1000  # SQLite's default wal_autocheckpoint
 
