@@ -52,7 +52,8 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
         fell_back = fallback_counts(conn)
         diary_run = last_diary_run(conn)
         diary = diary_of_run(conn, diary_run) if diary_run is not None else []
-    holder = holder_of(Path(store.where)) if store.engine == "sqlite" else None
+    # One dreamd at a time holds a store that is not shared: the instance lock on its file.
+    holder = None if store.shared else holder_of(Path(store.where))
     workers = ([w.__dict__ for w in lease_workers(store, 3 * config.workers.lease_seconds)]
                if store.shared else None)
     return {

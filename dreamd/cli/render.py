@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from dreamd.report import diary_lines
@@ -18,10 +19,11 @@ def _drives(drives: dict[str, float] | None) -> str:
 
 
 def _store_lines(data: dict[str, Any]) -> tuple[str, str]:
-    """Where memory lives, and the engine that keeps it."""
-    if "sqlite" in data:
-        return f"memory file  {data['db']}", _sqlite_line(data["sqlite"])
-    return (f"memory       {data['db']}", f"postgresql   {data['postgresql']['version']}")
+    """Where memory lives, and the engine that keeps it: the report files what the engine
+    says of itself under the engine's name (`Store.engine`), each shown its own way."""
+    section = next(name for name in _ENGINE_LINES if name in data)
+    where, line = _ENGINE_LINES[section]
+    return f"{where:<13}{data['db']}", line(data[section])
 
 
 def _sqlite_line(sqlite: dict[str, Any]) -> str:
@@ -35,6 +37,14 @@ def _sqlite_line(sqlite: dict[str, Any]) -> str:
             ", which a Python app's sqlite3 runs, has the WAL-reset bug: see "
             "docs/explanation/wal-guest.md for the app's side" if system["wal_reset_bug"] else "")
     return line
+
+
+def _postgresql_line(postgresql: dict[str, Any]) -> str:
+    return f"postgresql   {postgresql['version']}"
+
+
+_ENGINE_LINES: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
+    "sqlite": ("memory file", _sqlite_line), "postgresql": ("memory", _postgresql_line)}
 
 
 def render_before_first_pass(data: dict[str, Any]) -> str:
@@ -58,7 +68,7 @@ def render_status(data: dict[str, Any]) -> str:
         running = f"pid {daemon['pid']} holds this file"
         if daemon.get("next_pass_at"):
             running += f"; next pass due {daemon['next_pass_at']} (sooner on new turns)"
-    elif "sqlite" in data:
+    elif data.get("workers") is None:  # not a shared store: one dreamd, on its file
         running = "no dreamd is running on this file"
     elif data.get("workers"):
         running = f"{_n(len(data['workers']), 'worker')}: " + ", ".join(

@@ -15,14 +15,13 @@ from typing import Any
 from dreamd.store.corrections import drop_diary, drop_user_word
 from dreamd.store.facts import drop_facts_of_turns
 from dreamd.store.interface import Conn, Store
-from dreamd.store.sqlite.store import MERGE_PAGES
 from dreamd.store.state import bump_vector_epoch, get_state, iso_utc, set_state
 from dreamd.store.tiers import drop_gist, drop_tiers, era_seqs
 from dreamd.store.turns import recount_session, session_months, sessions_of
 from dreamd.store.vectors import redo_words_of, vector_models, with_neighbours, words_key
 
 STEP = 500  # turns looked at per deleting transaction: ~35-55 us a turn of write lock
-__all__ = ["MERGE_PAGES", "STEP", "finish_pending", "vacuum"]
+__all__ = ["STEP", "finish_pending", "vacuum"]
 JOURNAL, JOURNAL_SESSIONS = "forget_pending", "forget_sessions"
 
 

@@ -168,6 +168,9 @@ class Dialect(Protocol):
                        idle_before: str, ripe_after: int) -> tuple[int, list[int], int]: ...
     def next_seq(self, conn: Any) -> int:
         """The next number of the counter that orders derived rows (inside a write)."""
+    def readable(self, conn: Any, newest: int) -> int:
+        """Of the turns up to `newest`, the newest dreamd may read: those whose ids are
+        final (see `Store.settle_turns`)."""
 
 
 def dialect(conn: Conn) -> Dialect:

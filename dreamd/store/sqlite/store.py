@@ -87,9 +87,8 @@ class SqliteStore:
         self._writer = threading.Lock()
         self.quiet: Callable[[], contextlib.AbstractContextManager[object]] = \
             contextlib.nullcontext
-        raw = getattr(conn, "raw", None)  # dreamd's own library (apsw): see `_committed`
-        if raw is not None and self.checkpoints:
-            raw.set_wal_hook(self._committed)
+        if self.checkpoints:  # dreamd's own library (apsw) has the hook: see `_committed`
+            conn.on_commit(self._committed)
 
     @property
     def in_transaction(self) -> bool:
