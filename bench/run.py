@@ -75,7 +75,7 @@ def steady_state(db: Path) -> None:
         top = conn.execute("SELECT MAX(id) FROM exchanges").fetchone()[0]
         # Embedded and reflected up to the last few hundred turns.
         # (The model "m" under the key scheme's vector space, as sensing reads it.)
-        from dreamd.dream.keys import space
+        from dreamd.text.keys import space
 
         conn.execute("INSERT INTO dreamd_embed_state VALUES (?, 384, ?)", (space("m"), top - 300))
         marks = {"dreamd": {"reflected_exchange_id": top - 500, "reflected_seq": len(rows) - 40,

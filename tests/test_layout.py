@@ -119,7 +119,7 @@ def imports_of_any(path: Path) -> set[str]:
 # The store's modules that hold queries both engines run; each engine's own SQL lives
 # in its package (store/sqlite/, store/postgres/), and the leases only a shared engine
 # takes in leases.py.
-SHARED_QUERIES = ["turns", "tiers", "vectors", "facts", "pending", "queues", "runbook",
+SHARED_QUERIES = ["turns", "tiers", "vectors", "facts", "pending", "queues", "runs",
                   "state", "tally", "provenance", "erasure"]
 ASKS_THE_ENGINE = re.compile(r"\.engine\b|engine_of|\"(postgresql|sqlite)\"|"
                              r"isinstance\([^)]*(Pg|Sqlite)\w*\)|\bPRAGMA\b|\bMATCH\b")

@@ -42,7 +42,7 @@ def test_the_store_and_the_read_only_store_run_a_fixed_sqlite(db: Path) -> None:
         try:
             version = library_of(store)
             assert not has_wal_reset_bug(version), version
-            facts = store.facts()
+            facts = store.engine_info()
             assert facts["version"] == ".".join(map(str, version))
             assert facts["library"] == "bundled" and facts["wal_reset_bug"] is False
             assert facts["system"]["version"] == sqlite3.sqlite_version

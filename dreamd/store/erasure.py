@@ -99,7 +99,7 @@ def _delete_ids(conn: Conn, ids: list[int], models: list[str]) -> None:
     if not ids:
         return
     gone = set(ids)
-    # A turn's indexed words hold its neighbours' (dreamd.dream.keys.context_text): the
+    # A turn's indexed words hold its neighbours' (dreamd.text.keys.context_text): the
     # survivors beside an erased turn are taken out of the index and indexed again.
     beside = {i for turn, before, after in with_neighbours(conn, ids)
               for i in (before.id if before else None, after.id if after else None)

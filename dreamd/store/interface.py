@@ -3,7 +3,7 @@
 Above `dreamd.store`, code opens a `Store`, takes a `Conn` from `read()` or `write()` and
 hands it to the named functions of the module that owns the query (`store.turns` the
 app's tables and the tally, `store.tiers` the derived tiers, `store.vectors` vectors and
-the words index, `store.facts`, `store.pending`, `store.queues`, `store.runbook`,
+the words index, `store.facts`, `store.pending`, `store.queues`, `store.runs`,
 `store.state`); it never runs a statement of its own, never sees an engine's row type,
 never names an engine's exceptions (it asks `store.failure.engine_failure`) and never
 asks which engine it holds (a `Store` says what it can do). SQLite (`connect.SqliteStore`)
@@ -116,12 +116,12 @@ class Store(Protocol):
         (jobs side by side, dreamd.dream.lanes): its writes count in this one's
         `lock_times`, and it reads the turns this one has settled; the caller closes it.
         None where no second connection can be opened."""
-    def settle(self) -> None:
+    def checkpoint_log(self) -> None:
         """After a batch of writes: fold the write-ahead log into the store without
         waiting for anyone (SQLite: a passive checkpoint)."""
     def purge_log(self, wait: bool = True) -> bool:
         """Leave no copy of erased rows in the write-ahead log; True when none is left."""
-    def facts(self) -> dict[str, Any]:
+    def engine_info(self) -> dict[str, Any]:
         """The engine's version and known faults, for `status`."""
     def merge_words(self) -> bool:
         """Inside a write: merge a step of the words index, so no old part of it keeps an

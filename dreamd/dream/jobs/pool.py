@@ -20,7 +20,7 @@ from dreamd.errors import OutputInvalid
 from dreamd.ids import user_key
 from dreamd.models import JobResult
 from dreamd.store.interface import Conn
-from dreamd.store.runbook import clear_failure, drop_outputs
+from dreamd.store.runs import clear_failure, drop_outputs
 
 Save = Callable[[Conn, Any, Any], bool]
 

@@ -123,7 +123,7 @@ class SqliteStore:
                 self.lock_times.add((self._released or time.perf_counter()) - locked,
                                     self.conn.total_changes - before)
         if time.monotonic() - self._checkpointed >= self.CHECKPOINT_EVERY:
-            self.settle()
+            self.checkpoint_log()
 
     def take(self, conn: Any, key: str) -> bool:
         return True  # the one writer: nobody else holds it
@@ -167,7 +167,7 @@ class SqliteStore:
         return int(self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM exchanges")
                    .fetchone()[0])
 
-    def settle(self) -> None:
+    def checkpoint_log(self) -> None:
         """Copy what it can of the WAL into the database without waiting for anyone:
         keeps the WAL bounded and never blocks the chat app's writes. (Not on an affected
         library: see `checkpoints`.)"""
@@ -192,7 +192,7 @@ class SqliteStore:
         self._checkpointed = time.monotonic()
         return bool(busy == 0)
 
-    def facts(self) -> dict[str, object]:
+    def engine_info(self) -> dict[str, object]:
         return {"version": driver.library_version(self.library), "library": self.library,
                 "wal_reset_bug": has_wal_reset_bug(sqlite_version(self.library)),
                 "system": {"version": driver.library_version(SYSTEM),
