@@ -33,8 +33,8 @@ from dreamd.serve import page, site, steering, views
 from dreamd.serve.answers import GUARDED, Granted, answers, status_of
 from dreamd.serve.guard import Guard, is_loopback, is_page
 from dreamd.serve.keyring import Keyring
+from dreamd.serve.memories import Memories
 from dreamd.serve.metrics import Metrics
-from dreamd.serve.pool import Pool
 from dreamd.serve.schema import (
     ID,
     MEANING,
@@ -57,7 +57,7 @@ from dreamd.store.failure import engine_failure
 from dreamd.store.turns import newest_turn_id
 
 
-def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
+def build(config: Config, memories: Memories, *, keyring: Keyring, log: Logger,
           mcp_routes: list[Any] | None = None,
           lifespan: Any = None) -> Any:
     """The ASGI app: the API behind the guard (and CORS when origins are configured)."""
@@ -67,7 +67,7 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
                   docs_url=None, redoc_url=None,
                   description="Memory a chat companion slept on: recall, the context "
                   "block, what dreamd made of each user, and why it dreamed.")
-    metrics = Metrics(pool, config)
+    metrics = Metrics(memories, config)
 
     def fail(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": message}, status_code=status)
@@ -132,7 +132,7 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
     @api.get("/readyz", tags=["health"], response_model=Ready, responses=answers(*GUARDED))
     def readyz(grant: Granted) -> dict[str, Any]:
         """The store answers."""
-        with pool.memory() as memory, memory.store.read() as conn:
+        with memories.memory() as memory, memory.store.read() as conn:
             newest = newest_turn_id(conn)
         return {"ready": True, "newest_turn": newest}
 
@@ -149,7 +149,7 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
                                 f"{s.max_batch} (serve.max_batch)")
         turns = [NewTurn(t.session, t.role, t.content, t.created_at, t.user)
                  for t in given]
-        with pool.memory() as memory:
+        with memories.memory() as memory:
             permit_turns(memory, grant, turns)
             return Stored(ids=memory.remember_all(turns, embed=embed))
 
@@ -161,7 +161,7 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
         """The k turns most relevant to q among one user's sessions."""
         who = user or config.user.id
         permit(grant, "read", who)
-        with pool.memory(who) as memory:
+        with memories.memory(who) as memory:
             if user is not None:
                 _known(memory, user, session)
             hits = memory.recall(q, k=k, session=session, users=[who])
@@ -177,7 +177,7 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
         own user's memory and recent turns), or for `user` between conversations. A
         session no one has spoken in yet is a new conversation of `user` (no one's
         memory without `user`); a user with no turns yet has an empty block."""
-        with pool.memory(user or session or config.user.id) as memory:
+        with memories.memory(user or session or config.user.id) as memory:
             permit(grant, "read", user)
             who, block = views.context_block(memory, session, user, q, budget)
             permit(grant, "read", who)
@@ -190,7 +190,7 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
         """Users with their sessions, turns and turns not yet in a gist, by id: `limit`
         of them after `after` (the answer's `next`, while there are more)."""
         permit_all(grant)
-        with pool.memory() as memory:
+        with memories.memory() as memory:
             return users_.users(memory.store, after=after, limit=limit)
 
     @api.get("/v1/users/{user:path}/sessions", tags=["users"], response_model=Sessions,
@@ -200,7 +200,7 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
         """The user's sessions, by id, with their turns and backlog: `limit` of them
         after `after` (the answer's `next`, while there are more)."""
         permit(grant, "read", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             return users_.sessions(memory.store, user, after=after, limit=limit)
 
     @api.get("/v1/users/{user:path}/memory", tags=["users"], response_model=UserMemory,
@@ -210,7 +210,7 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
         """Profile, facts (current and replaced, with days and source turns), eras,
         narrative, self-state and the latest gists."""
         permit(grant, "read", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             return views.user_memory(memory.store, config, user, gists)
 
     @api.get("/v1/users/{user:path}/export", tags=["users"], response_model=Export,
@@ -218,7 +218,7 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
     def export(grant: Granted, user: User) -> dict[str, Any]:
         """Everything stored about the user (the `dreamd export` document)."""
         permit(grant, "read", user)
-        with pool.memory() as memory:
+        with memories.memory() as memory:
             return export_user(memory.store, user, config.agent.id)
 
     @api.delete("/v1/users/{user:path}", tags=["users"], response_model=Forgotten,
@@ -229,7 +229,7 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
         """Erase the user's turns (all, one session, or those before a date) and what
         dreamd built from them: what `dreamd forget` erases."""
         permit(grant, "erase", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             return memory.forget(user, session=session, before=before,
                                  dry_run=dry_run).as_dict()
 
@@ -240,7 +240,7 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
         """Backlog, drives, the last passes and why each job ran, workers, failures and
         quarantine (`dreamd status --json`)."""
         permit_all(grant)
-        with pool.memory() as memory:
+        with memories.memory() as memory:
             return report.status(memory.store, config, embedder_model_name(config),
                                  datetime.now(UTC), runs)
 
@@ -254,8 +254,8 @@ def build(config: Config, pool: Pool, *, keyring: Keyring, log: Logger,
 
     open_note = None if keyring.required else (
         "No API token is set: any program on this machine can read and change this memory.")
-    site.add_routes(api, pool, config, open_note)
-    steering.add_routes(api, pool)
+    site.add_routes(api, memories, config, open_note)
+    steering.add_routes(api, memories)
     for route in mcp_routes or []:
         api.router.routes.append(route)
     api.openapi = lambda: contract(api)  # type: ignore[method-assign]

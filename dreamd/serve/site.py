@@ -27,7 +27,7 @@ from dreamd.memory.tokens import Grant, permit, permit_all
 from dreamd.serve import page, views
 from dreamd.serve.answers import Granted, status_of
 from dreamd.serve.guard import PAGE_POLICY
-from dreamd.serve.pool import Pool
+from dreamd.serve.memories import Memories
 from dreamd.serve.schema import ID
 from dreamd.serve.steering import correction_out
 
@@ -78,7 +78,7 @@ def number(text: str | None) -> int | None:
     return int(text) if text is not None and text.isdigit() and len(text) < 19 else None
 
 
-def add_routes(api: FastAPI, pool: Pool, config: Config, note: str | None) -> None:
+def add_routes(api: FastAPI, memories: Memories, config: Config, note: str | None) -> None:
     """The pages and the forms' POSTs. A user id may hold "/" (sent as %2F, which the
     server reads as "/"): the user's page takes the rest of the path, so it comes last."""
     forms = Forms()
@@ -94,7 +94,7 @@ def add_routes(api: FastAPI, pool: Pool, config: Config, note: str | None) -> No
             permit(grant, "write", user)
 
             def run() -> object:
-                with pool.memory(user) as memory:
+                with memories.memory(user) as memory:
                     return act(memory, form, grant)
 
             await run_in_threadpool(run)
@@ -145,7 +145,7 @@ def add_routes(api: FastAPI, pool: Pool, config: Config, note: str | None) -> No
     @api.get("/users/{user:path}/facts/{fact_id}/retract", include_in_schema=False)
     def confirm(request: Request, user: str, fact_id: int) -> HTMLResponse:
         permit(request.state.grant, "write", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             found = [f for f in memory.facts(user, after_id=fact_id - 1, limit=1)
                      if f.id == fact_id]
         if not found:
@@ -160,7 +160,7 @@ def add_routes(api: FastAPI, pool: Pool, config: Config, note: str | None) -> No
     def history(request: Request, user: str, fact_id: int) -> HTMLResponse:
         grant: Grant = request.state.grant
         permit(grant, "read", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             rows = [correction_out(c).model_dump() for c in memory.history(user, fact_id)]
         known, new = page_id(request)
         csrf = forms.token(known) if grant.sees(user) and grant.may("write") else None
@@ -171,7 +171,7 @@ def add_routes(api: FastAPI, pool: Pool, config: Config, note: str | None) -> No
     def index(grant: Granted, after: Annotated[str | None, Query(
             pattern=ID, max_length=200)] = None) -> HTMLResponse:
         permit_all(grant)
-        with pool.memory() as memory:
+        with memories.memory() as memory:
             listing = users_.users(memory.store, after=after, limit=page.USERS_SHOWN)
             state = report.status(memory.store, config, embedder_model_name(config),
                                   datetime.now(UTC), page.RUNS)
@@ -182,7 +182,7 @@ def add_routes(api: FastAPI, pool: Pool, config: Config, note: str | None) -> No
     def session_page(grant: Granted, user: User,
                      session: Annotated[str, Path(max_length=200)]) -> HTMLResponse:
         permit(grant, "read", user)
-        with pool.memory() as memory:
+        with memories.memory() as memory:
             with memory.store.read() as conn:
                 users_.require_user(conn, user, session)
             turns = views.session(memory.store, session, page.SESSION_TURNS)
@@ -191,7 +191,7 @@ def add_routes(api: FastAPI, pool: Pool, config: Config, note: str | None) -> No
     @api.get("/users/{user:path}", response_class=HTMLResponse, include_in_schema=False)
     def user_page(request: Request, grant: Granted, user: User) -> HTMLResponse:
         permit(grant, "read", user)
-        with pool.memory() as memory:
+        with memories.memory() as memory:
             data = views.user_memory(memory.store, config, user, gists=20)
         known, new = page_id(request)
         csrf = forms.token(known) if grant.may("write") else None
