@@ -82,6 +82,21 @@ def add_routes(api: FastAPI, memories: Memories, config: Config, note: str | Non
     """The pages and the forms' POSTs. A user id may hold "/" (sent as %2F, which the
     server reads as "/"): the user's page takes the rest of the path, so it comes last."""
     forms = Forms()
+    _form_routes(api, memories, forms, note)
+    _page_routes(api, memories, config, forms, note)
+
+
+def _at(user: str, fact: int | None = None) -> str:
+    where = f"/users/{quote(user, safe='')}"
+    return where + (f"#fact-{fact}" if fact is not None else "")
+
+
+def _by(grant: Grant) -> str:
+    return f"{grant.name} (page)"
+
+
+def _form_routes(api: FastAPI, memories: Memories, forms: Forms, note: str | None) -> None:
+    """The forms' POSTs: each changes a user's facts, then sends the browser back."""
 
     async def change(request: Request, user: str, back: str,
                      act: Callable[[Any, dict[str, str], Grant], object]) -> Response:
@@ -102,46 +117,43 @@ def add_routes(api: FastAPI, memories: Memories, config: Config, note: str | Non
             return html(page.refused(str(exc), back, note), status_of(exc))
         return RedirectResponse(back, status_code=303)
 
-    def at(user: str, fact: int | None = None) -> str:
-        where = f"/users/{quote(user, safe='')}"
-        return where + (f"#fact-{fact}" if fact is not None else "")
-
-    def by(grant: Grant) -> str:
-        return f"{grant.name} (page)"
-
     @api.post("/users/{user:path}/facts/{fact_id}/correct", include_in_schema=False)
     async def correct(request: Request, user: str, fact_id: int) -> Response:
-        return await change(request, user, at(user, fact_id), lambda m, f, g: m.correct(
-            user, fact_id, f.get("statement", ""), by=by(g), why=f.get("why"),
+        return await change(request, user, _at(user, fact_id), lambda m, f, g: m.correct(
+            user, fact_id, f.get("statement", ""), by=_by(g), why=f.get("why"),
             expected_version=number(f.get("version"))))
 
     @api.post("/users/{user:path}/facts/{fact_id}/retract", include_in_schema=False)
     async def retract(request: Request, user: str, fact_id: int) -> Response:
-        return await change(request, user, at(user), lambda m, f, g: m.retract(
-            user, fact_id, by=by(g), why=f.get("why"),
+        return await change(request, user, _at(user), lambda m, f, g: m.retract(
+            user, fact_id, by=_by(g), why=f.get("why"),
             expected_version=number(f.get("version"))))
 
     @api.post("/users/{user:path}/facts/{fact_id}/pin", include_in_schema=False)
     async def pin(request: Request, user: str, fact_id: int) -> Response:
-        return await change(request, user, at(user, fact_id), lambda m, f, g: m.pin(
-            user, fact_id, by=by(g), expected_version=number(f.get("version"))))
+        return await change(request, user, _at(user, fact_id), lambda m, f, g: m.pin(
+            user, fact_id, by=_by(g), expected_version=number(f.get("version"))))
 
     @api.post("/users/{user:path}/facts/{fact_id}/unpin", include_in_schema=False)
     async def unpin(request: Request, user: str, fact_id: int) -> Response:
-        return await change(request, user, at(user, fact_id), lambda m, f, g: m.unpin(
-            user, fact_id, by=by(g), expected_version=number(f.get("version"))))
+        return await change(request, user, _at(user, fact_id), lambda m, f, g: m.unpin(
+            user, fact_id, by=_by(g), expected_version=number(f.get("version"))))
 
     @api.post("/users/{user:path}/facts", include_in_schema=False)
     async def add(request: Request, user: str) -> Response:
-        return await change(request, user, at(user), lambda m, f, g: m.add_fact(
-            user, f.get("statement", ""), by=by(g), why=f.get("why")))
+        return await change(request, user, _at(user), lambda m, f, g: m.add_fact(
+            user, f.get("statement", ""), by=_by(g), why=f.get("why")))
 
     @api.post("/users/{user:path}/corrections/{correction_id}/revert",
               include_in_schema=False)
     async def revert(request: Request, user: str, correction_id: int) -> Response:
-        return await change(request, user, at(user), lambda m, f, g: m.revert(
-            user, correction_id, by=by(g)))
+        return await change(request, user, _at(user), lambda m, f, g: m.revert(
+            user, correction_id, by=_by(g)))
 
+
+def _page_routes(api: FastAPI, memories: Memories, config: Config, forms: Forms,
+                 note: str | None) -> None:
+    """The pages, the user's own last (it takes the rest of the path)."""
     @api.get("/users/{user:path}/facts/{fact_id}/retract", include_in_schema=False)
     def confirm(request: Request, user: str, fact_id: int) -> HTMLResponse:
         permit(request.state.grant, "write", user)
@@ -150,7 +162,7 @@ def add_routes(api: FastAPI, memories: Memories, config: Config, note: str | Non
                      if f.id == fact_id]
         if not found:
             return html(page.refused(f"user {user!r} has no current fact {fact_id}",
-                                     at(user), note), 404)
+                                     _at(user), note), 404)
         known, new = page_id(request)
         fact = {"id": fact_id, "statement": found[0].statement, "version": found[0].version}
         return html(page.retracting(user, fact, forms.token(known), note),

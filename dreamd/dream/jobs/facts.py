@@ -216,6 +216,23 @@ def read_through(unread: list[tuple[int, str, int]]) -> dict[str, tuple[int, int
     return marks
 
 
+def due_batches(parts: list[Batch], failures: dict[str, str | None],
+                errors: list[str]) -> list[tuple[str, Batch]]:
+    """The batches to send now, each with its item name, up to the first one backing off
+    after a failure; a quarantined batch goes along (its turns are passed over)."""
+    batches = []
+    for part in parts:
+        item = f"after:{part.rows[0][0].id - 1}"  # the batch after the turns before it
+        if failures.get(item) == "quarantined":  # its record stays in status
+            errors.append(f"{item}: quarantined; its {len(part.rows)} turns are "
+                          "passed over")
+        elif failures.get(item):  # backing off: not this pass
+            errors.append(f"{item}: {failures[item]}")
+            break
+        batches.append((item, part))
+    return batches
+
+
 def run(ctx: JobContext, reason: str) -> JobResult:
     model = space(ctx.embedder.model)
     upto = horizon(ctx)
@@ -252,16 +269,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
                                   words[user][1], words[user][0])
                       for user, facts in known.items()}
             parts = in_batches(unread, rows)
-            batches = []
-            for part in parts:
-                item = f"after:{part.rows[0][0].id - 1}"  # the batch after the turns before it
-                if failures.get(item) == "quarantined":  # its record stays in status
-                    errors.append(f"{item}: quarantined; its {len(part.rows)} turns are "
-                                  "passed over")
-                elif failures.get(item):  # backing off: not this pass
-                    errors.append(f"{item}: {failures[item]}")
-                    break
-                batches.append((item, part))
+            batches = due_batches(parts, failures, errors)
             if not batches:
                 break
             shown = {user: shown_to_model(facts.current()) for user, facts in state.items()}
