@@ -356,11 +356,10 @@ def _bool(where: str, value: Any, from_text: bool) -> bool:
 def _string(where: str, value: Any, meta: dict[str, Any]) -> str:
     """An optional string (may be empty), a string, or one of a few choices."""
     kind = meta["kind"]
-    if kind == "optstr":
-        if not isinstance(value, str):
-            raise ConfigError(f"{where} must be a string, got {value!r}")
-        return value
-    if not isinstance(value, str) or not value.strip():
+    if not isinstance(value, str):
+        said = "a string" if kind == "optstr" else "a non-empty string"
+        raise ConfigError(f"{where} must be {said}, got {value!r}")
+    if kind != "optstr" and not value.strip():
         raise ConfigError(f"{where} must be a non-empty string, got {value!r}")
     if kind == "choice" and value not in meta["choices"]:
         raise ConfigError(f"{where} must be one of {', '.join(meta['choices'])}, got {value!r}")
@@ -368,8 +367,7 @@ def _string(where: str, value: Any, meta: dict[str, Any]) -> str:
 
 
 def _number(where: str, value: Any, meta: dict[str, Any], from_text: bool) -> int | float:
-    """A whole or finite number within the key's bounds (read from text where it came as
-    text: an environment variable)."""
+    """A whole or finite number within the key's bounds (parsed, from an environment)."""
     kind = meta["kind"]
     if from_text:
         try:

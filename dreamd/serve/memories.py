@@ -32,7 +32,7 @@ class Memories:
         self._all: list[Memory] = []
         try:
             for n in range(size):
-                # dreamd's own process: its bundled SQLite (see store/sqlite_driver.py)
+                # dreamd's own process: its bundled SQLite (see store/sqlite/driver.py)
                 self._all.append(Memory(where, config=config, embedder=self.embedder,
                                         create=create and n == 0, sqlite="bundled"))
         except BaseException:

@@ -6,9 +6,10 @@ app's tables and the tally, `store.tiers` the derived tiers, `store.vectors` vec
 the words index, `store.facts`, `store.pending`, `store.queues`, `store.runs`,
 `store.state`); it never runs a statement of its own, never sees an engine's row type,
 never names an engine's exceptions (it asks `store.failure.engine_failure`) and never
-asks which engine it holds (a `Store` says what it can do). SQLite (`connect.SqliteStore`)
-is the embedded engine, PostgreSQL (`postgres.PgStore`) the shared one; the few
-statements they spell apart live with each engine behind its `Dialect`.
+asks which engine it holds (a `Store` says what it can do). SQLite
+(`sqlite.store.SqliteStore`) is the embedded engine, PostgreSQL (`postgres.store.PgStore`)
+the shared one, each in a package of its own; the few statements they spell apart live
+there behind its `Dialect`, and `opening` is the one place that picks an engine.
 """
 
 from __future__ import annotations
@@ -155,7 +156,8 @@ def engine_errors() -> tuple[type[Exception], ...]:
 
 class Dialect(Protocol):
     """The few statements the two engines spell apart, kept with their engine
-    (store/sqlite_sql.py, store/pg_sql.py); every connection carries its own."""
+    (store/sqlite/dialect.py, store/postgres/dialect.py); every connection carries its
+    own."""
 
     words_key: str  # the words index's turn-id column
 

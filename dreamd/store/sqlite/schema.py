@@ -336,7 +336,7 @@ def _queues(conn: Conn) -> None:
 
 def _seq_sequence(conn: Conn) -> None:
     """On PostgreSQL, derived rows are numbered from a sequence, so that workers writing
-    different users do not wait for each other's commit (store/pg_sql.py). SQLite's one
+    different users do not wait for each other's commit (store/postgres/dialect.py). SQLite's one
     writer keeps numbering them from a row of dreamd_state: nothing changes here."""
 
 

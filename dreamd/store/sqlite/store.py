@@ -47,7 +47,7 @@ TIDY_PAGES = 16
 class SqliteStore:
     """The embedded engine: one SQLite connection with dreamd's rules attached.
 
-    No transaction is ever opened implicitly (see `sqlite_driver`, which also says why
+    No transaction is ever opened implicitly (see `driver`, which also says why
     dreamd's processes run the bundled library and a `Memory` the system's); writes go
     through `write()`, which is BEGIN IMMEDIATE: a deferred transaction that later
     upgrades to a write fails at once with SQLITE_BUSY,
