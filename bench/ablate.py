@@ -19,11 +19,10 @@ from typing import Any
 
 from bench.quality import DATA, Backend, locomo_scores
 from dreamd.backends.local import LocalEmbedder
-from dreamd.dream import keys
 from dreamd.dream.jobs import embed
 from dreamd.memory import recall
 from dreamd.runtime.log import configure
-from dreamd.text import dates
+from dreamd.text import dates, keys
 
 
 @contextlib.contextmanager

@@ -15,7 +15,7 @@ import sqlite3
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from dreamd.store.migrations import CORE_TABLES
+from dreamd.store.sqlite.schema import CORE_TABLES
 
 TOPICS = ["work", "my sister", "the dog", "running", "a trip to Japan", "cooking dinner",
           "a book I'm reading", "my back pain", "the new flat", "learning guitar",
@@ -80,8 +80,8 @@ def generate(path: Path, turns: int, sessions: int, users: int, months: int,
 
 def assign_users(path: Path) -> None:
     """Give each session its user (sessions.user_id, a column dreamd's migrations add)."""
-    from dreamd.store.connect import connect
-    from dreamd.store.migrations import migrate
+    from dreamd.store.sqlite.schema import migrate
+    from dreamd.store.sqlite.store import connect
 
     store = connect(path)
     migrate(store)

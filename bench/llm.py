@@ -41,8 +41,8 @@ from dreamd.dream.jobs.summarize import gist_for
 from dreamd.ids import DEFAULT_USER
 from dreamd.models import Turn
 from dreamd.runtime.log import configure
-from dreamd.store.migrations import CORE_TABLES
 from dreamd.store.opening import open_store
+from dreamd.store.sqlite.schema import CORE_TABLES
 from testkit.openai_server import FakeOpenAI
 
 START = datetime(2025, 3, 1, tzinfo=UTC)

@@ -49,17 +49,17 @@ from dreamd.cli.demo import write_sessions as write_sample
 from dreamd.config import CompleterConfig, Config, UserConfig
 from dreamd.dream.cycle import run_pass
 from dreamd.dream.extractive import ExtractiveCompleter
-from dreamd.dream.keys import dated
 from dreamd.ids import DEFAULT_USER, profile_id
 from dreamd.memory.api import Memory
 from dreamd.memory.export import export_user
 from dreamd.memory.importers import parse_locomo, parse_longmemeval, write_sessions
 from dreamd.runtime.log import configure
-from dreamd.store import app_file
 from dreamd.store.facts import facts_of
 from dreamd.store.opening import open_store
+from dreamd.store.sqlite import app_file
 from dreamd.store.tiers import profile_row
 from dreamd.store.turns import turns_by_id
+from dreamd.text.keys import dated
 from dreamd.text.speech import STOPWORDS
 from testkit.openai_server import FakeOpenAI
 from testkit.remembered import MATCH, SAM, from_file, judged

@@ -75,7 +75,7 @@ def steady_state(db: Path) -> None:
         top = conn.execute("SELECT MAX(id) FROM exchanges").fetchone()[0]
         # Embedded and reflected up to the last few hundred turns.
         # (The model "m" under the key scheme's vector space, as sensing reads it.)
-        from dreamd.dream.keys import space
+        from dreamd.text.keys import space
 
         conn.execute("INSERT INTO dreamd_embed_state VALUES (?, 384, ?)", (space("m"), top - 300))
         marks = {"dreamd": {"reflected_exchange_id": top - 500, "reflected_seq": len(rows) - 40,
@@ -421,11 +421,11 @@ def bench_forget() -> None:
     with vectors and full-text rows: each of its write transactions."""
     from dreamd.config import Config
     from dreamd.dream.jobs.embed import INDEX_CHUNK, words_rows
-    from dreamd.memory.forget import MERGE_PAGES, STEP, Scope, forget
+    from dreamd.memory.forget import STEP, Scope, forget
     from dreamd.runtime.log import configure
-    from dreamd.store.connect import WriteLockTimes
     from dreamd.store.opening import open_store
     from dreamd.store.pending import settle_words_watermark
+    from dreamd.store.sqlite.store import MERGE_PAGES, WriteLockTimes
     from dreamd.store.state import to_blob
     from dreamd.store.tally import sync_tally
     from dreamd.store.turns import max_exchange_id

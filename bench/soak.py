@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from dreamd.store.migrations import CORE_TABLES
-from dreamd.store.sqlite_driver import SYSTEM, library_version
+from dreamd.store.sqlite.driver import SYSTEM, library_version
+from dreamd.store.sqlite.schema import CORE_TABLES
 from testkit.consolidated import problems
 
 ROOT = Path(__file__).parent.parent

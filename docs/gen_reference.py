@@ -199,20 +199,20 @@ def openapi_document() -> dict[str, Any]:
     from dreamd.logger import silent
     from dreamd.serve.app import build
     from dreamd.serve.keyring import Keyring
-    from dreamd.serve.pool import Pool
+    from dreamd.serve.memories import Memories
 
     with tempfile.TemporaryDirectory() as directory:
         config = Config(db=str(Path(directory) / "memory.db"),
                         embed=EmbedConfig(backend="hashing"))
-        pool = Pool(config, size=1, create=True)
+        memories = Memories(config, size=1, create=True)
         try:
-            app: Any = build(config, pool, keyring=Keyring("docs" * 8, lambda _: None),
+            app: Any = build(config, memories, keyring=Keyring("docs" * 8, lambda _: None),
                              log=silent())
             while not hasattr(app, "openapi"):  # the guard (and CORS) wrap the FastAPI app
                 app = app.app
             return dict(app.openapi())
         finally:
-            pool.close()
+            memories.close()
 
 
 def _ref_name(ref: str) -> str:
@@ -418,7 +418,7 @@ def fresh_schema() -> dict[str, Any]:
     new one in a temporary directory; and the prior-art layout's own columns."""
     from dreamd.config import Config, EmbedConfig
     from dreamd.memory import Memory
-    from dreamd.store.migrations import CORE_TABLES, MIGRATIONS
+    from dreamd.store.sqlite.schema import CORE_TABLES, MIGRATIONS
 
     prior = sqlite3.connect(":memory:")
     prior.executescript(CORE_TABLES)

@@ -339,21 +339,36 @@ def _coerce(where: str, value: Any, meta: dict[str, Any], from_text: bool) -> An
     if kind in ("quiet_hours", "cron"):
         return _special(where, value, kind)
     if kind == "bool":
-        if from_text and isinstance(value, str) and value.lower() in _BOOLS:
-            return _BOOLS[value.lower()]
-        if not isinstance(value, bool):
-            raise ConfigError(f"{where} must be true or false, got {value!r}")
-        return value
-    if kind == "optstr":
-        if not isinstance(value, str):
-            raise ConfigError(f"{where} must be a string, got {value!r}")
-        return value
-    if kind in ("str", "choice"):
-        if not isinstance(value, str) or not value.strip():
-            raise ConfigError(f"{where} must be a non-empty string, got {value!r}")
-        if kind == "choice" and value not in meta["choices"]:
-            raise ConfigError(f"{where} must be one of {', '.join(meta['choices'])}, got {value!r}")
-        return value
+        return _bool(where, value, from_text)
+    if kind in ("optstr", "str", "choice"):
+        return _string(where, value, meta)
+    return _number(where, value, meta, from_text)
+
+
+def _bool(where: str, value: Any, from_text: bool) -> bool:
+    if from_text and isinstance(value, str) and value.lower() in _BOOLS:
+        return _BOOLS[value.lower()]
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where} must be true or false, got {value!r}")
+    return value
+
+
+def _string(where: str, value: Any, meta: dict[str, Any]) -> str:
+    """An optional string (may be empty), a string, or one of a few choices."""
+    kind = meta["kind"]
+    if not isinstance(value, str):
+        said = "a string" if kind == "optstr" else "a non-empty string"
+        raise ConfigError(f"{where} must be {said}, got {value!r}")
+    if kind != "optstr" and not value.strip():
+        raise ConfigError(f"{where} must be a non-empty string, got {value!r}")
+    if kind == "choice" and value not in meta["choices"]:
+        raise ConfigError(f"{where} must be one of {', '.join(meta['choices'])}, got {value!r}")
+    return value
+
+
+def _number(where: str, value: Any, meta: dict[str, Any], from_text: bool) -> int | float:
+    """A whole or finite number within the key's bounds (parsed, from an environment)."""
+    kind = meta["kind"]
     if from_text:
         try:
             value = int(value) if kind == "int" else float(value)

@@ -23,7 +23,7 @@ from dreamd.store.erasure import pending as pending_forget
 from dreamd.store.fallback import fallback_counts
 from dreamd.store.interface import Store
 from dreamd.store.leases import workers as lease_workers
-from dreamd.store.runbook import failures, recent_runs
+from dreamd.store.runs import failures, recent_runs
 from dreamd.store.state import get_state
 from dreamd.store.tiers import (
     eras_for_user,
@@ -52,12 +52,13 @@ def status(store: Store, config: Config, embed_model: str, now: datetime,
         fell_back = fallback_counts(conn)
         diary_run = last_diary_run(conn)
         diary = diary_of_run(conn, diary_run) if diary_run is not None else []
-    holder = holder_of(Path(store.where)) if store.engine == "sqlite" else None
+    # One dreamd at a time holds a store that is not shared: the instance lock on its file.
+    holder = None if store.shared else holder_of(Path(store.where))
     workers = ([w.__dict__ for w in lease_workers(store, 3 * config.workers.lease_seconds)]
                if store.shared else None)
     return {
         "db": store.where,
-        store.engine: store.facts(),
+        store.engine: store.engine_info(),
         "daemon": {"pid": holder, "next_pass_at": next_pass if holder else None},
         "workers": workers,
         # The last time a worker found the store's server away, once it came back.
@@ -109,7 +110,7 @@ def before_first_pass(store: Store) -> dict[str, Any]:
     """All `status` can say of a file dreamd has not set up: what waits for it."""
     with store.read() as conn:
         turns, sessions = raw_counts(conn)
-    return {"db": store.where, store.engine: store.facts(), "dreamd_has_run": False,
+    return {"db": store.where, store.engine: store.engine_info(), "dreamd_has_run": False,
             "turns": turns, "sessions": sessions}
 
 

@@ -169,163 +169,166 @@ class FakeOpenAI:
                 if r["path"].endswith("/chat/completions") and "messages" in r["body"]]
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
-        fake = self
+        return type("Handler", (Handler,), {"fake": self})
 
-        class Handler(BaseHTTPRequestHandler):
-            # Keep-alive, as every real OpenAI-compatible server does: a client's pooled
-            # connection is reused instead of opening one (and a server thread) per call.
-            protocol_version = "HTTP/1.1"
-            disable_nagle_algorithm = True  # headers and body go out as separate writes
 
-            def log_message(self, *_: Any) -> None:  # keep test output clean
-                pass
+class Handler(BaseHTTPRequestHandler):
+    """The fake server's answers; `fake` is the server whose plan and counts it keeps."""
 
-            def setup(self) -> None:
-                super().setup()
-                with fake.lock:
-                    fake.connections += 1
+    fake: FakeOpenAI
 
-            def finish(self) -> None:
-                with fake.lock:
-                    fake.connections -= 1
-                super().finish()
+    # Keep-alive, as every real OpenAI-compatible server does: a client's pooled
+    # connection is reused instead of opening one (and a server thread) per call.
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes
 
-            def reply(self, status: int, body: bytes, headers: dict[str, str] | None = None
-                      ) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                    self.wfile.write(body)  # the client may have timed out and gone
+    def log_message(self, *_: Any) -> None:  # keep test output clean
+        pass
 
-            def error(self, status: int, headers: dict[str, str] | None = None,
-                      message: str | None = None) -> None:
-                said = message or f"told to fail with {status}"
-                body = json.dumps({"error": {"message": said, "type": "test",
-                                             "code": status}}).encode()
-                self.reply(status, body, headers)
+    def setup(self) -> None:
+        super().setup()
+        with self.fake.lock:
+            self.fake.connections += 1
 
-            def do_GET(self) -> None:
-                with fake.lock:
-                    fake.requests.append({"path": self.path, "body": {}, "behaviour": "get",
-                                          "auth": self.headers.get("Authorization", "")})
-                if self.path.endswith("/models"):
-                    return self.reply(200, json.dumps({"object": "list", "data": [
-                        {"id": "test-model", "object": "model"}]}).encode())
-                if self.path == "/props" and fake.context_tokens:
-                    return self.reply(200, json.dumps({"default_generation_settings": {
-                        "n_ctx": fake.context_tokens}}).encode())
-                return self.error(404, message="not found")
+    def finish(self) -> None:
+        with self.fake.lock:
+            self.fake.connections -= 1
+        super().finish()
 
-            def do_POST(self) -> None:
-                length = int(self.headers.get("Content-Length", 0))
-                body = json.loads(self.rfile.read(length) or b"{}")
-                behaviour = fake.next_behaviour()
-                with fake.lock:
-                    fake.requests.append({"path": self.path, "body": body,
-                                          "behaviour": behaviour,
-                                          "auth": self.headers.get("Authorization", "")})
-                task = (task_of(body["messages"][0]["content"])
-                        if body.get("messages") else self.path)
-                with fake.lock:
-                    came = fake.came[task]
-                    waits_for = fake.came[fake.hold[task]] if task in fake.hold else None
-                    fake.in_flight[task] += 1
-                    fake.peak[task] = max(fake.peak[task], fake.in_flight[task])
-                    fake.peak_all = max(fake.peak_all, sum(fake.in_flight.values()))
-                    fake.together.add(frozenset(t for t, n in fake.in_flight.items() if n))
-                came.set()
-                try:
-                    if waits_for is not None:  # held, in flight, until the other asks
-                        waits_for.wait(HOLD_SECONDS)
-                    if fake.delay:
-                        time.sleep(fake.delay)
-                finally:
-                    with fake.lock:
-                        fake.in_flight[task] -= 1
-                kind, _, arg = behaviour.partition(":")
-                if kind == "hang":
-                    time.sleep(float(arg or 30))
-                    return self.error(504)
-                if kind == "429":
-                    return self.error(429, {"Retry-After": arg or "1"})
-                if kind.isdigit():
-                    return self.error(int(kind), message=arg or None)
-                if kind == "malformed":
-                    return self.reply(200, b'{"id": "x", "choices": [ {not json')
-                if self.path.endswith("/embeddings"):
-                    return self.embeddings(body)
-                if not self.path.endswith("/chat/completions"):
-                    return self.error(404, message="not found")
-                return self.chat(body, kind, arg)
+    def reply(self, status: int, body: bytes, headers: dict[str, str] | None = None
+              ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            self.wfile.write(body)  # the client may have timed out and gone
 
-            def embeddings(self, body: dict[str, Any]) -> None:
-                texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
-                data = []
-                for i, text in enumerate(texts):
-                    seed = hashlib.sha256(str(text).encode()).digest()
-                    data.append({"object": "embedding", "index": i,
-                                 "embedding": [b / 255 - 0.5 for b in seed[:DIM]]})
-                tokens = sum(len(str(t)) // 4 + 1 for t in texts)
-                self.reply(200, json.dumps({"object": "list", "data": data,
-                                            "model": body["model"],
-                                            "usage": {"prompt_tokens": tokens,
-                                                      "total_tokens": tokens}}).encode())
+    def error(self, status: int, headers: dict[str, str] | None = None,
+              message: str | None = None) -> None:
+        said = message or f"told to fail with {status}"
+        body = json.dumps({"error": {"message": said, "type": "test",
+                                     "code": status}}).encode()
+        self.reply(status, body, headers)
 
-            def chat(self, body: dict[str, Any], kind: str, arg: str = "") -> None:
-                system = body["messages"][0]["content"]
-                user = body["messages"][-1]["content"]
-                asked = (len(system) + len(user)) // 4 + int(body.get("max_tokens") or 0)
-                if fake.context_tokens and asked > fake.context_tokens:
-                    with fake.lock:
-                        fake.refused += 1
-                    return self.error(400, message=(
-                        f"This model's maximum context length is {fake.context_tokens} "
-                        f"tokens. However, you requested {asked} tokens. Please reduce the "
-                        "length of the messages or completion. (context_length_exceeded)"))
-                with fake.lock:
-                    fake.largest_request = max(fake.largest_request, asked)
-                shape = body.get("response_format") or {}
-                shaped = shape.get("type") == "json_schema" or "schema" in shape
-                if shaped and fake.schema == "refuse":
-                    return self.error(400, message=f"response_format type {shape['type']} "
-                                      "is not supported")
-                if shape.get("type") == "json_schema" and fake.schema == "json_object":
-                    return self.error(500, message="1 validation error: body.response_format"
-                                      ".type: Input should be 'text' or 'json_object'")
-                content = fake.answers.get(user) or answer(system, user)
-                if fake.pad and task_of(system) not in ("reflect", "facts"):
-                    content = padded(content, fake.pad)
-                if kind == "say":  # answer like a weak model: exactly this text
-                    content = arg.replace("\\n", "\n")
-                elif kind == "empty":
-                    content = ""
-                elif kind == "badjson":
-                    content = "I feel fine, thanks for asking!"
-                if shaped and fake.schema in ("honour", "json_object") and \
-                        not is_object(content):
-                    content = answer(system, user)  # a grammar allows nothing else
-                prompt_tokens = (len(system) + len(user)) // 4
-                completion_tokens = len(content) // 4 + 1
-                response: dict[str, Any] = {
-                    "id": "chatcmpl-test", "object": "chat.completion", "created": 0,
-                    "model": body["model"],
-                    "choices": [{"index": 0, "finish_reason": "stop",
-                                 "message": {"role": "assistant", "content": content}}],
-                }
-                if kind != "nousage":
-                    response["usage"] = {"prompt_tokens": prompt_tokens,
-                                         "completion_tokens": completion_tokens,
-                                         "total_tokens": prompt_tokens + completion_tokens}
-                    with fake.lock:
-                        fake.prompt_tokens += prompt_tokens
-                        fake.completion_tokens += completion_tokens
-                self.reply(200, json.dumps(response).encode())
+    def do_GET(self) -> None:
+        with self.fake.lock:
+            self.fake.requests.append({"path": self.path, "body": {}, "behaviour": "get",
+                                  "auth": self.headers.get("Authorization", "")})
+        if self.path.endswith("/models"):
+            return self.reply(200, json.dumps({"object": "list", "data": [
+                {"id": "test-model", "object": "model"}]}).encode())
+        if self.path == "/props" and self.fake.context_tokens:
+            return self.reply(200, json.dumps({"default_generation_settings": {
+                "n_ctx": self.fake.context_tokens}}).encode())
+        return self.error(404, message="not found")
 
-        return Handler
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", 0))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        behaviour = self.fake.next_behaviour()
+        with self.fake.lock:
+            self.fake.requests.append({"path": self.path, "body": body,
+                                  "behaviour": behaviour,
+                                  "auth": self.headers.get("Authorization", "")})
+        task = (task_of(body["messages"][0]["content"])
+                if body.get("messages") else self.path)
+        with self.fake.lock:
+            came = self.fake.came[task]
+            waits_for = self.fake.came[self.fake.hold[task]] if task in self.fake.hold else None
+            self.fake.in_flight[task] += 1
+            self.fake.peak[task] = max(self.fake.peak[task], self.fake.in_flight[task])
+            self.fake.peak_all = max(self.fake.peak_all, sum(self.fake.in_flight.values()))
+            self.fake.together.add(frozenset(t for t, n in self.fake.in_flight.items() if n))
+        came.set()
+        try:
+            if waits_for is not None:  # held, in flight, until the other asks
+                waits_for.wait(HOLD_SECONDS)
+            if self.fake.delay:
+                time.sleep(self.fake.delay)
+        finally:
+            with self.fake.lock:
+                self.fake.in_flight[task] -= 1
+        kind, _, arg = behaviour.partition(":")
+        if kind == "hang":
+            time.sleep(float(arg or 30))
+            return self.error(504)
+        if kind == "429":
+            return self.error(429, {"Retry-After": arg or "1"})
+        if kind.isdigit():
+            return self.error(int(kind), message=arg or None)
+        if kind == "malformed":
+            return self.reply(200, b'{"id": "x", "choices": [ {not json')
+        if self.path.endswith("/embeddings"):
+            return self.embeddings(body)
+        if not self.path.endswith("/chat/completions"):
+            return self.error(404, message="not found")
+        return self.chat(body, kind, arg)
+
+    def embeddings(self, body: dict[str, Any]) -> None:
+        texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+        data = []
+        for i, text in enumerate(texts):
+            seed = hashlib.sha256(str(text).encode()).digest()
+            data.append({"object": "embedding", "index": i,
+                         "embedding": [b / 255 - 0.5 for b in seed[:DIM]]})
+        tokens = sum(len(str(t)) // 4 + 1 for t in texts)
+        self.reply(200, json.dumps({"object": "list", "data": data,
+                                    "model": body["model"],
+                                    "usage": {"prompt_tokens": tokens,
+                                              "total_tokens": tokens}}).encode())
+
+    def chat(self, body: dict[str, Any], kind: str, arg: str = "") -> None:
+        system = body["messages"][0]["content"]
+        user = body["messages"][-1]["content"]
+        asked = (len(system) + len(user)) // 4 + int(body.get("max_tokens") or 0)
+        if self.fake.context_tokens and asked > self.fake.context_tokens:
+            with self.fake.lock:
+                self.fake.refused += 1
+            return self.error(400, message=(
+                f"This model's maximum context length is {self.fake.context_tokens} "
+                f"tokens. However, you requested {asked} tokens. Please reduce the "
+                "length of the messages or completion. (context_length_exceeded)"))
+        with self.fake.lock:
+            self.fake.largest_request = max(self.fake.largest_request, asked)
+        shape = body.get("response_format") or {}
+        shaped = shape.get("type") == "json_schema" or "schema" in shape
+        if shaped and self.fake.schema == "refuse":
+            return self.error(400, message=f"response_format type {shape['type']} "
+                              "is not supported")
+        if shape.get("type") == "json_schema" and self.fake.schema == "json_object":
+            return self.error(500, message="1 validation error: body.response_format"
+                              ".type: Input should be 'text' or 'json_object'")
+        content = self.fake.answers.get(user) or answer(system, user)
+        if self.fake.pad and task_of(system) not in ("reflect", "facts"):
+            content = padded(content, self.fake.pad)
+        if kind == "say":  # answer like a weak model: exactly this text
+            content = arg.replace("\\n", "\n")
+        elif kind == "empty":
+            content = ""
+        elif kind == "badjson":
+            content = "I feel fine, thanks for asking!"
+        if shaped and self.fake.schema in ("honour", "json_object") and \
+                not is_object(content):
+            content = answer(system, user)  # a grammar allows nothing else
+        prompt_tokens = (len(system) + len(user)) // 4
+        completion_tokens = len(content) // 4 + 1
+        response: dict[str, Any] = {
+            "id": "chatcmpl-test", "object": "chat.completion", "created": 0,
+            "model": body["model"],
+            "choices": [{"index": 0, "finish_reason": "stop",
+                         "message": {"role": "assistant", "content": content}}],
+        }
+        if kind != "nousage":
+            response["usage"] = {"prompt_tokens": prompt_tokens,
+                                 "completion_tokens": completion_tokens,
+                                 "total_tokens": prompt_tokens + completion_tokens}
+            with self.fake.lock:
+                self.fake.prompt_tokens += prompt_tokens
+                self.fake.completion_tokens += completion_tokens
+        self.reply(200, json.dumps(response).encode())
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from dreamd.store.connect import SqliteStore
+from dreamd.store.sqlite.store import SqliteStore
 from testkit.served import ROOT, Served, env_for
 
 # Tests never read a developer's own config or DREAMD_* settings.

@@ -7,8 +7,8 @@ import sqlite3
 from datetime import datetime, timedelta
 from typing import Any
 
-from dreamd.store.pg_schema import CORE_TABLES as PG_CORE_TABLES
-from dreamd.store.postgres import translate
+from dreamd.store.postgres.schema import CORE_TABLES as PG_CORE_TABLES
+from dreamd.store.postgres.store import translate
 from dreamd.url import is_url
 
 
@@ -30,7 +30,7 @@ class App:
             for statement in PG_CORE_TABLES.split(";\n"):
                 self.conn.execute(statement)
         else:
-            from dreamd.store.migrations import CORE_TABLES
+            from dreamd.store.sqlite.schema import CORE_TABLES
 
             self.conn.executescript(CORE_TABLES)
 

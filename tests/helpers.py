@@ -25,10 +25,10 @@ from dreamd.config import CompleterConfig, Config, EmbedConfig
 from dreamd.dream.extractive import ExtractiveCompleter
 from dreamd.dream.prompts import summary_prompt
 from dreamd.models import Completion, Prompt
-from dreamd.store.connect import SqliteStore
 from dreamd.store.interface import Store
-from dreamd.store.migrations import CORE_TABLES
 from dreamd.store.opening import open_store
+from dreamd.store.sqlite.schema import CORE_TABLES
+from dreamd.store.sqlite.store import SqliteStore
 from testkit.openai_server import FakeOpenAI
 from testkit.served import env_for
 
@@ -274,8 +274,8 @@ def completer(server: FakeOpenAI, **changes: Any) -> OpenAICompleter:
 def kept(embedder: Embedder, speaker: str, text: str, addressee: str | None = "Wren",
          previous: str = "", said_at: str = "2026-07-12T20:15:00+00:00") -> list[str]:
     """The facts one turn leaves, offline: what extraction proposes and the selector keeps."""
-    from dreamd.dream.facts import extract
     from dreamd.dream.selector import chosen, worth_a_run
+    from dreamd.text.facts import extract
 
     found = extract(speaker, text, said_at, addressee, previous)
     looked = worth_a_run([c.statement for c in found], embedder)

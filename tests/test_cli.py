@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from dreamd.cli.commands import main
-from dreamd.dream.keys import space
+from dreamd.text.keys import space
 from tests.helpers import add_turns, chat_texts, make_chat_file
 
 ROOT = Path(__file__).parent.parent

@@ -23,13 +23,13 @@ from dreamd.config import (
     SummarizeConfig,
 )
 from dreamd.dream.cycle import run_pass
-from dreamd.dream.keys import space
 from dreamd.models import Completion, Prompt
-from dreamd.store.connect import SqliteStore as Store
 from dreamd.store.interface import Conn
 from dreamd.store.interface import Store as AnyStore
 from dreamd.store.opening import open_store
-from dreamd.store.runbook import recent_runs
+from dreamd.store.runs import recent_runs
+from dreamd.store.sqlite.store import SqliteStore as Store
+from dreamd.text.keys import space
 from tests.engines import App
 from tests.helpers import (
     T0,
@@ -546,10 +546,10 @@ def test_the_fallback_builds_what_the_offline_default_builds(db: Path) -> None:
     """A profile, eras and narrative the model fails twice are made as the offline default
     makes them (from the facts), not by selecting lines from the gists."""
     from dreamd.backends.hashing import HashingEmbedder
-    from dreamd.dream.shown import profile_from
     from dreamd.ids import profile_id
     from dreamd.store.facts import facts_of
     from dreamd.store.tiers import profile_row
+    from dreamd.text.from_facts import profile_from
 
     app = make_chat_file(db)
     write_sessions(app, sample_sessions())

@@ -19,7 +19,7 @@ from dreamd.config import Config, EmbedConfig, StoreConfig
 from dreamd.dream.cycle import run_pass
 from dreamd.dream.factory import make_backends
 from dreamd.memory.api import Memory
-from dreamd.store.postgres import PgStore
+from dreamd.store.postgres.store import PgStore
 from dreamd.url import is_url
 from tests.engines import App
 from tests.helpers import dreamd_env

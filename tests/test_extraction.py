@@ -19,9 +19,9 @@ import pytest
 
 from dreamd.cli.demo import SampleSession, parse_samples, sample_sessions
 from dreamd.dream.extractive import ExtractiveCompleter, topics
-from dreamd.dream.facts import bare, extract, people_named
 from dreamd.dream.prompts import summary_prompt
 from dreamd.dream.selector import EXAMPLES, WEIGHTS, examples, learned, proposals
+from dreamd.text.facts import bare, extract, people_named
 from dreamd.text.speech import in_third_person
 from tests.helpers import kept
 
@@ -113,7 +113,7 @@ def test_chit_chat_is_dropped(minilm: Any, name: str) -> None:
 ])
 def test_an_opening_word_that_also_describes_is_no_verb_of_the_speakers(said: str,
                                                                         told: str) -> None:
-    from dreamd.dream.facts import extract
+    from dreamd.text.facts import extract
 
     [fact] = extract("Mia", said, SAID, "Leo")
     assert fact.statement.startswith(told), fact.statement

@@ -13,15 +13,15 @@ import pytest
 from dreamd.cli.demo import parse_samples, sample_sessions, write_sessions
 from dreamd.config import Config, EmbedConfig, JobsConfig, UserConfig
 from dreamd.dream.cycle import run_pass
-from dreamd.dream.facts import MAX_CHARS, extract
-from dreamd.dream.shown import profile_from
 from dreamd.ids import narrative_id, profile_id
 from dreamd.memory.forget import Scope, forget
 from dreamd.models import Fact
-from dreamd.store import runbook
+from dreamd.store import runs
 from dreamd.store.facts import facts_of
 from dreamd.store.pending import count_unread
 from dreamd.store.tiers import narrative_row, profile_row
+from dreamd.text.facts import MAX_CHARS, extract
+from dreamd.text.from_facts import profile_from
 from testkit.remembered import SAM, from_file, judged
 from tests.helpers import RecordingCompleter, add_turns, kept, make_chat_file, open_sqlite
 
@@ -93,7 +93,7 @@ def test_a_pronoun_inside_a_sentence_is_named_like_one_that_opens_it(
 
 
 def test_an_era_leaves_out_lines_that_point_back_at_their_conversation() -> None:
-    from dreamd.dream.shown import era_from
+    from dreamd.text.from_facts import era_from
 
     said = "2026-08-03T21:10:00+00:00"
     facts = [Fact(1, "u", "Sam", None, "Our main database went down during a release and "
@@ -368,12 +368,12 @@ def test_a_quarantined_batch_does_not_hold_back_the_turns_after_it(tmp_path: Pat
     with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY}) as client:
         run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
         with store.read() as conn:
-            quarantined = [f.item for f in runbook.failures(conn, "facts") if f.quarantined]
+            quarantined = [f.item for f in runs.failures(conn, "facts") if f.quarantined]
             before = count_unread(conn)
         second = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
     with store.read() as conn:
         after = count_unread(conn)
-        still = [f.item for f in runbook.failures(conn, "facts") if f.quarantined]
+        still = [f.item for f in runs.failures(conn, "facts") if f.quarantined]
     store.close()
     server.stop()
     assert quarantined == ["after:0"] and before == BATCH + 2
@@ -395,7 +395,7 @@ def test_an_llm_that_answers_junk_twice_stores_no_fact(tmp_path: Path) -> None:
     with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": KEY}) as client:
         result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
     with store.read() as conn:
-        failures = runbook.failures(conn, "facts")
+        failures = runs.failures(conn, "facts")
         unread = count_unread(conn)
     store.close()
     server.stop()
@@ -558,10 +558,10 @@ def test_a_facts_write_does_as_much_beside_many_known_facts_as_beside_few(
     import numpy as np
 
     from dreamd.backends.hashing import HashingEmbedder
-    from dreamd.dream.keys import space
     from dreamd.store.facts import add_fact
     from dreamd.store.state import to_blob
     from dreamd.store.vectors import put_vector
+    from dreamd.text.keys import space
 
     embedder = HashingEmbedder()
     calls: dict[int, int] = {}

@@ -14,7 +14,7 @@ from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.dream.cycle import run_pass
 from dreamd.ids import narrative_id, profile_id
-from dreamd.store import runbook
+from dreamd.store import runs
 from dreamd.store.tiers import eras_for_user, narrative_row, profile_row
 from testkit.openai_server import FakeOpenAI
 from tests.helpers import (
@@ -60,7 +60,7 @@ def llm_pass(db: Path, server: FakeOpenAI, **completer: object) -> tuple[object,
         profile = profile_row(conn, profile_id("default"))
         narrative = narrative_row(conn, narrative_id("default"))
         eras = eras_for_user(conn, "default")
-        failures = runbook.failures(conn)
+        failures = runs.failures(conn)
     store.close()
     assert result.outcome == "ok", (result.jobs, failures)
     assert profile is not None and narrative is not None and len(eras) == 4
@@ -91,7 +91,7 @@ def test_a_server_that_counts_tokens_its_own_way_gets_the_part_halved(
         result = run_pass(store, config, HashingEmbedder(), client, trigger="test", force=True)
     with store.read() as conn:
         profile = profile_row(conn, profile_id("default"))
-        failures = runbook.failures(conn)
+        failures = runs.failures(conn)
     store.close()
     assert result.outcome == "ok" and failures == [], (result.jobs, failures)
     assert profile is not None and profile.content.startswith("- PROFILE")

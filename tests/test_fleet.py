@@ -13,11 +13,11 @@ from dreamd.config import Config, StoreConfig
 from dreamd.dream.sensing import OWNERS_KEY, sync_owners
 from dreamd.errors import StoreBusy
 from dreamd.ids import user_key
-from dreamd.store import pg_schema
 from dreamd.store.failure import engine_failure
 from dreamd.store.interface import Store, engine_errors
 from dreamd.store.opening import open_store
-from dreamd.store.runbook import failures, finish_run, record_failure, start_run
+from dreamd.store.postgres import schema as pg_schema
+from dreamd.store.runs import failures, finish_run, record_failure, start_run
 from dreamd.store.state import get_state, next_seq, raise_state
 from dreamd.store.tally import sync_tally
 from dreamd.store.tiers import save_gist, save_self_state, self_state

@@ -20,12 +20,12 @@ from dreamd.config import Config
 from dreamd.dream.cycle import run_pass
 from dreamd.dream.extractive import ABOUT, ExtractiveCompleter
 from dreamd.dream.prompts import summary_prompt
-from dreamd.dream.shown import era_from, narrative_from
 from dreamd.ids import DEFAULT_USER
 from dreamd.memory.export import export_user
 from dreamd.memory.importers import parse_locomo, write_sessions
 from dreamd.models import Fact
 from dreamd.store.opening import open_store
+from dreamd.text.from_facts import era_from, narrative_from
 from tests.test_extraction import INTERJECTIONS
 
 DATA = Path(__file__).parent / "data"

@@ -22,9 +22,9 @@ from dreamd.dream.cycle import run_pass
 from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.budget import Budget
 from dreamd.dream.jobs.facts_asked import parsed
-from dreamd.dream.keys import Said, vector_key
 from dreamd.dream.prompts import facts_prompt, summary_prompt
 from dreamd.errors import OutputInvalid
+from dreamd.text.keys import Said, vector_key
 from testkit.openai_server import FakeOpenAI
 from testkit.requests import DATA, chats, read_answers, said
 from tests.helpers import (

@@ -11,18 +11,22 @@ from tests.helpers import ROOT
 
 PACKAGE = ROOT / "dreamd"
 ABOVE_STORE = [p for p in PACKAGE.rglob("*.py") if "store" not in p.relative_to(PACKAGE).parts]
+# The demo plays the chat app, which makes and writes an SQLite file of its own: the one
+# line above the store that names an engine.
+PLAYS_THE_APP = "dreamd/cli/demo.py: from dreamd.store.sqlite import app_file"
 # What only an engine would say, or code that asks which engine it holds: an engine's
 # store class, module or driver. (Above the store, code asks a Store what it can do.)
 ENGINE_WORDS = re.compile(r"\bimport sqlite3\b|sqlite3\.|\.execute(many)?\(|\bMATCH\b|"
                           r"\bbm25\b|\browid\b|PRAGMA|\bPgStore\b|\bSqliteStore\b|"
-                          r"\bapsw\b|\bpsycopg\b|store\.(postgres|connect|sqlite_driver)\b")
+                          r"\bapsw\b|\bpsycopg\b|store\.(postgres|sqlite)\b")
 
 
 def test_nothing_above_the_store_knows_the_engine() -> None:
     offenders = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
                  for p in ABOVE_STORE
                  for n, line in enumerate(p.read_text().splitlines(), 1)
-                 if ENGINE_WORDS.search(line)]
+                 if ENGINE_WORDS.search(line)
+                 and f"{p.relative_to(ROOT)}: {line.strip()}" != PLAYS_THE_APP]
     assert offenders == []
     assert len(ABOVE_STORE) > 30  # the walk found the package
 
@@ -113,8 +117,9 @@ def imports_of_any(path: Path) -> set[str]:
 
 
 # The store's modules that hold queries both engines run; each engine's own SQL lives
-# with it (connect, sqlite_sql, migrations; postgres, pg_sql, pg_schema, leases).
-SHARED_QUERIES = ["turns", "tiers", "vectors", "facts", "pending", "queues", "runbook",
+# in its package (store/sqlite/, store/postgres/), and the leases only a shared engine
+# takes in leases.py.
+SHARED_QUERIES = ["turns", "tiers", "vectors", "facts", "pending", "queues", "runs",
                   "state", "tally", "provenance", "erasure"]
 ASKS_THE_ENGINE = re.compile(r"\.engine\b|engine_of|\"(postgresql|sqlite)\"|"
                              r"isinstance\([^)]*(Pg|Sqlite)\w*\)|\bPRAGMA\b|\bMATCH\b")
@@ -136,3 +141,57 @@ def test_no_module_re_exports_the_store_as_one_namespace() -> None:
                          *ROOT.glob("bench/*.py")) if p.name != "test_layout.py"
              and ("store.queries" in p.read_text() or "import queries" in p.read_text())]
     assert users == []
+
+
+ENGINES = ("sqlite", "postgres")
+DRIVER_IMPORT = re.compile(r"^\s*(import|from)\s+(apsw|sqlite3|psycopg)\b")
+
+
+def outside_the_engines() -> list[Path]:
+    return [p for p in PACKAGE.rglob("*.py")
+            if not any(p.is_relative_to(PACKAGE / "store" / e) for e in ENGINES)]
+
+
+def test_only_an_engine_imports_its_driver() -> None:
+    """apsw and sqlite3 are imported in store/sqlite/ alone, psycopg in store/postgres/
+    alone: the shared query modules, opening and everything above see a `Store`."""
+    offenders = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+                 for p in outside_the_engines()
+                 for n, line in enumerate(p.read_text().splitlines(), 1)
+                 if DRIVER_IMPORT.search(line)]
+    assert offenders == []
+    inside = [p.relative_to(PACKAGE).parts[1] for p in PACKAGE.rglob("*.py")
+              if DRIVER_IMPORT.search(p.read_text()) or
+              any(DRIVER_IMPORT.search(line) for line in p.read_text().splitlines())]
+    assert sorted(set(inside)) == ["postgres", "sqlite"]  # the walk found the drivers
+
+
+# Code that branches on which engine it holds: comparing an engine's name, or feeling
+# for an attribute that only one engine's connection or store has.
+NAME_COMPARED = re.compile(r"(==|!=)\s*\"(sqlite|postgresql)\"|"
+                           r"\"(sqlite|postgresql)\"\s*(==|!=|in\b|not in\b)|"
+                           r"\bengine\s*(==|!=)|\.engine\s+(not\s+)?in\b")
+DUCK_TYPED = re.compile(r"\b(getattr|hasattr)\(\s*(self\.)?(conn|raw|store|_conn)\b")
+
+
+def test_no_code_asks_which_engine_it_holds() -> None:
+    """A store says what it can do (`shared`, `listen`, its `Dialect`'s `readable`, a
+    connection's `on_commit`); no module compares an engine's name or duck-types a
+    connection, inside the engines' packages or out."""
+    offenders = [f"{p.relative_to(ROOT)}:{n}: {line.strip()}"
+                 for p in PACKAGE.rglob("*.py")
+                 for n, line in enumerate(p.read_text().splitlines(), 1)
+                 if NAME_COMPARED.search(line) or DUCK_TYPED.search(line)]
+    assert offenders == []
+
+
+def test_the_engines_are_found_only_through_opening() -> None:
+    """Outside the engines' packages, only the store's opening and its error wording
+    import them (and the demo, which plays the chat app)."""
+    graph = module_graph()
+    reaching = sorted(name for name, deps in graph.items()
+                      if not name.startswith(("dreamd.store.sqlite", "dreamd.store.postgres"))
+                      and any(d.startswith(("dreamd.store.sqlite", "dreamd.store.postgres"))
+                              for d in deps))
+    assert reaching == ["dreamd.cli.demo", "dreamd.store.failure", "dreamd.store.interface",
+                        "dreamd.store.leases", "dreamd.store.opening"]

@@ -190,7 +190,7 @@ def test_quiet_by_default_and_progress_at_a_steady_pace(tmp_path: Path) -> None:
 
 
 def test_retry_releases_quarantined_items_and_status_says_how(tmp_path: Path) -> None:
-    from dreamd.store.runbook import record_failure
+    from dreamd.store.runs import record_failure
     from tests.helpers import config_for
 
     db = tmp_path / "memory.db"

@@ -20,7 +20,6 @@ from dreamd.backends.hashing import HashingEmbedder
 from dreamd.backends.openai_backend import Breaker, OpenAICompleter, api_key
 from dreamd.config import BudgetConfig, CompleterConfig, Config, FactsConfig, JobsConfig
 from dreamd.dream.cycle import run_pass
-from dreamd.dream.keys import space
 from dreamd.errors import (
     BackendMisconfigured,
     BackendUnavailable,
@@ -29,7 +28,8 @@ from dreamd.errors import (
     OutputInvalid,
 )
 from dreamd.runtime.log import get_logger
-from dreamd.store.connect import SqliteStore as Store
+from dreamd.store.sqlite.store import SqliteStore as Store
+from dreamd.text.keys import space
 from testkit.openai_server import FakeOpenAI
 from tests.helpers import (
     KEY,

@@ -12,8 +12,8 @@ import pytest
 from click.testing import CliRunner
 
 from dreamd.cli.commands import main
-from dreamd.store.connect import has_wal_reset_bug, sqlite_version
-from dreamd.store.sqlite_driver import SYSTEM, library_version
+from dreamd.store.sqlite.driver import SYSTEM, library_version
+from dreamd.store.sqlite.store import has_wal_reset_bug, sqlite_version
 from tests.helpers import add_turns, chat_texts, dreamd_env
 
 READ_ONLY = [
@@ -41,7 +41,7 @@ def invoke(db: Path, *args: str):
 
 def app_file(db: Path, journal: str = "delete") -> sqlite3.Connection:
     """A chat app's own file, made without dreamd (its default journal, not WAL)."""
-    from dreamd.store.migrations import CORE_TABLES
+    from dreamd.store.sqlite.schema import CORE_TABLES
 
     conn = sqlite3.connect(db, isolation_level=None, timeout=10)
     conn.execute(f"PRAGMA journal_mode={journal}")

@@ -11,17 +11,17 @@ import pytest
 
 from dreamd.backends.hashing import HashingEmbedder
 from dreamd.config import AgentConfig, Config, EmbedConfig, UserConfig
-from dreamd.dream import keys
 from dreamd.dream.cycle import run_pass
 from dreamd.dream.jobs import embed
 from dreamd.dream.jobs.registry import JOBS, Registry
-from dreamd.dream.keys import Said, context_text, in_names, turn_key, vector_key
 from dreamd.memory.api import Memory, scope_of
 from dreamd.memory.recall import named, query_words
 from dreamd.store.facts import facts_of
 from dreamd.store.turns import add_turn
 from dreamd.store.vectors import search_words
+from dreamd.text import keys
 from dreamd.text.dates import Period, asked_period, long_date, periods, resolve
+from dreamd.text.keys import Said, context_text, in_names, turn_key, vector_key
 from tests.helpers import RecordingCompleter
 
 SUNDAY = date(2023, 5, 7)

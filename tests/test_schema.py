@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from dreamd.config import Config
-from dreamd.store import migrations
 from dreamd.store.interface import Conn, Store
 from dreamd.store.opening import open_store
+from dreamd.store.sqlite import schema as migrations
 
 # The words index is each engine's own (an FTS5 table and its shadow tables; a table
 # with a tsvector column and its GIN index); leases, workers and the worker that ran a

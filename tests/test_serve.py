@@ -312,18 +312,18 @@ def _leaves(error: BaseException) -> list[BaseException]:
 def test_a_users_requests_share_one_connection(demo: Path) -> None:
     """So each user's recall matrix is built once, on the connection that serves them."""
     from dreamd.config import load
-    from dreamd.serve.pool import Pool
+    from dreamd.serve.memories import Memories
 
-    pool = Pool(load(None, environ=env_for(), db=str(demo)), size=4)
+    memories = Memories(load(None, environ=env_for(), db=str(demo)), size=4)
     try:
-        with pool.memory("ana") as first:
+        with memories.memory("ana") as first:
             pass
-        with pool.memory("ana") as again:
+        with memories.memory("ana") as again:
             assert again is first
         seen = set()
         for _ in range(8):
-            with pool.memory() as any_one:
+            with memories.memory() as any_one:
                 seen.add(id(any_one))
         assert len(seen) == 4  # the others take turns
     finally:
-        pool.close()
+        memories.close()

@@ -88,17 +88,17 @@ def test_mcp_errors_name_no_other_user(two_people: Path) -> None:
 
     from dreamd.config import load
     from dreamd.serve import mcp
-    from dreamd.serve.pool import Pool
+    from dreamd.serve.memories import Memories
 
     config = load(None, environ=env_for(), db=str(two_people))
-    pool = Pool(config, size=1)
+    memories = Memories(config, size=1)
     try:
-        server = mcp.make(pool, config)
+        server = mcp.make(memories, config)
         with pytest.raises(ToolError) as refused:
             asyncio.run(server.call_tool("recall", {"query": "cat", "user": "nobody"}))
         assert "nobody" in str(refused.value) and not names_anyone(str(refused.value))
     finally:
-        pool.close()
+        memories.close()
 
 
 def test_a_new_conversation_gets_no_one_elses_memory(open_server: Served) -> None:
@@ -157,7 +157,7 @@ def test_a_date_out_of_range_is_bad_input(open_server: Served, two_people: Path)
 
     from dreamd.config import load
     from dreamd.serve import mcp
-    from dreamd.serve.pool import Pool
+    from dreamd.serve.memories import Memories
 
     for when in ("0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"):
         with open_server.client() as client:
@@ -165,14 +165,14 @@ def test_a_date_out_of_range_is_bad_input(open_server: Served, two_people: Path)
             assert answer.status_code == 400, answer.text
             assert "created_at" in answer.json()["error"]
         config = load(None, environ=env_for(), db=str(two_people))
-        pool = Pool(config, size=1)
+        memories = Memories(config, size=1)
         try:
             with pytest.raises(ToolError) as refused:
-                asyncio.run(mcp.make(pool, config).call_tool("remember", {
+                asyncio.run(mcp.make(memories, config).call_tool("remember", {
                     "session": "s", "role": "user", "content": "hi", "created_at": when}))
             assert "created_at" in str(refused.value)
         finally:
-            pool.close()
+            memories.close()
 
 
 def test_every_answer_carries_security_headers(two_people: Path) -> None:

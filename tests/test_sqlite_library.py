@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 from dreamd.memory import Memory
-from dreamd.store import sqlite_driver as driver
-from dreamd.store.connect import has_wal_reset_bug
 from dreamd.store.interface import Store
 from dreamd.store.opening import open_readonly, open_store
+from dreamd.store.sqlite import driver
+from dreamd.store.sqlite.store import has_wal_reset_bug
 from tests.helpers import ROOT, add_turns, config_for, dreamd_env, make_chat_file
 
 
@@ -42,7 +42,7 @@ def test_the_store_and_the_read_only_store_run_a_fixed_sqlite(db: Path) -> None:
         try:
             version = library_of(store)
             assert not has_wal_reset_bug(version), version
-            facts = store.facts()
+            facts = store.engine_info()
             assert facts["version"] == ".".join(map(str, version))
             assert facts["library"] == "bundled" and facts["wal_reset_bug"] is False
             assert facts["system"]["version"] == sqlite3.sqlite_version

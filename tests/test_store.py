@@ -10,11 +10,11 @@ import pytest
 
 from dreamd.errors import StoreError
 from dreamd.runtime.log import get_logger
-from dreamd.store import sqlite_driver as driver
-from dreamd.store.connect import SqliteStore as Store
-from dreamd.store.connect import connect, has_wal_reset_bug
-from dreamd.store.migrations import MIGRATIONS, migrate
 from dreamd.store.opening import open_store
+from dreamd.store.sqlite import driver
+from dreamd.store.sqlite.schema import MIGRATIONS, migrate
+from dreamd.store.sqlite.store import SqliteStore as Store
+from dreamd.store.sqlite.store import connect, has_wal_reset_bug
 from tests.helpers import PRIOR_ART_DDL, config_for, open_sqlite, sqlite
 
 
@@ -157,7 +157,7 @@ def test_sqlite_version_is_logged_and_the_bug_warned_once(db: Path) -> None:
 
     import dreamd.store.opening
     from dreamd.runtime.log import configure
-    from dreamd.store.connect import sqlite_version
+    from dreamd.store.sqlite.store import sqlite_version
 
     configure("debug")  # an earlier test may have left a stricter level configured
     dreamd.store.opening._warned = False

@@ -24,9 +24,9 @@ from dreamd.ids import DEFAULT_USER
 from dreamd.memory.api import Memory
 from dreamd.memory.export import export_user
 from dreamd.memory.forget import Scope, forget
-from dreamd.store.connect import SqliteStore as Store
 from dreamd.store.interface import Conn
 from dreamd.store.opening import open_store
+from dreamd.store.sqlite.store import SqliteStore as Store
 from tests.engines import App
 from tests.helpers import (
     RecordingCompleter,

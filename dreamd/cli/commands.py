@@ -294,7 +294,7 @@ def retry(obj: dict[str, Any], job: str | None, item: str | None, fallback: bool
     """
     from dreamd.dream.jobs.registry import JOBS
     from dreamd.store.fallback import send_back
-    from dreamd.store.runbook import release_failures
+    from dreamd.store.runs import release_failures
 
     if fallback and job is not None:
         raise fail("--fallback sends back every fallback gist: give it no JOB or ITEM")

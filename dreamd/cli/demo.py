@@ -8,8 +8,8 @@ from importlib import resources
 from pathlib import Path
 
 from dreamd.errors import DreamdError
-from dreamd.store import app_file
 from dreamd.store.interface import Conn
+from dreamd.store.sqlite import app_file
 
 ROLES = {"U": "user", "A": "assistant"}
 

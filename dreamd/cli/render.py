@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from dreamd.report import diary_lines
@@ -18,10 +19,11 @@ def _drives(drives: dict[str, float] | None) -> str:
 
 
 def _store_lines(data: dict[str, Any]) -> tuple[str, str]:
-    """Where memory lives, and the engine that keeps it."""
-    if "sqlite" in data:
-        return f"memory file  {data['db']}", _sqlite_line(data["sqlite"])
-    return (f"memory       {data['db']}", f"postgresql   {data['postgresql']['version']}")
+    """Where memory lives, and the engine that keeps it: the report files what the engine
+    says of itself under the engine's name (`Store.engine`), each shown its own way."""
+    section = next(name for name in _ENGINE_LINES if name in data)
+    where, line = _ENGINE_LINES[section]
+    return f"{where:<13}{data['db']}", line(data[section])
 
 
 def _sqlite_line(sqlite: dict[str, Any]) -> str:
@@ -35,6 +37,14 @@ def _sqlite_line(sqlite: dict[str, Any]) -> str:
             ", which a Python app's sqlite3 runs, has the WAL-reset bug: see "
             "docs/explanation/wal-guest.md for the app's side" if system["wal_reset_bug"] else "")
     return line
+
+
+def _postgresql_line(postgresql: dict[str, Any]) -> str:
+    return f"postgresql   {postgresql['version']}"
+
+
+_ENGINE_LINES: dict[str, tuple[str, Callable[[dict[str, Any]], str]]] = {
+    "sqlite": ("memory file", _sqlite_line), "postgresql": ("memory", _postgresql_line)}
 
 
 def render_before_first_pass(data: dict[str, Any]) -> str:
@@ -51,25 +61,109 @@ def _store_away(away: dict[str, Any]) -> str:
             "put off, each tried again within seconds)")
 
 
-def render_status(data: dict[str, Any]) -> str:
-    b = data["backlog"]
+def _running(data: dict[str, Any]) -> str:
+    """Who works on the store: the daemon holding the file, or a shared store's workers."""
     daemon = data.get("daemon") or {}
     if daemon.get("pid"):
         running = f"pid {daemon['pid']} holds this file"
         if daemon.get("next_pass_at"):
             running += f"; next pass due {daemon['next_pass_at']} (sooner on new turns)"
-    elif "sqlite" in data:
-        running = "no dreamd is running on this file"
-    elif data.get("workers"):
-        running = f"{_n(len(data['workers']), 'worker')}: " + ", ".join(
+        return running
+    if data.get("workers") is None:  # not a shared store: one dreamd, on its file
+        return "no dreamd is running on this file"
+    if data.get("workers"):
+        return f"{_n(len(data['workers']), 'worker')}: " + ", ".join(
             f"{w['host']} pid {w['pid']} ({_n(w['leases'], 'lease')}, heartbeat "
             f"{w['heartbeat_age']:.0f} s ago)" for w in data["workers"])
-    else:
-        running = "no worker has sent a heartbeat lately"
+    return "no worker has sent a heartbeat lately"
+
+
+def _notices(data: dict[str, Any]) -> list[str]:
+    """The lines status adds when there is something to say: the store away, users
+    waiting, an unfinished forget, turns since the last pass, the fallback's rows."""
+    out = []
+    if data.get("store_away"):
+        out.append(_store_away(data["store_away"]))
+    waiting = data.get("users_waiting") or {}
+    if waiting.get("users"):
+        shown = ", ".join(f"{m['user']} {_n(m['turns'], 'turn')}" for m in waiting["most"])
+        more = waiting["users"] - len(waiting["most"])
+        out.append(f"users        {_n(waiting['users'], 'user')} with turns not in a gist: "
+                   f"{shown}" + (f" and {more} more" if more > 0 else ""))
+    if data.get("forget"):
+        f = data["forget"]
+        out.append(f"forget       unfinished for user {f['user']!r}: {f['sessions_left']} of "
+                   f"{f['sessions']} sessions left; the next pass (or forget) finishes it")
+    if data["backlog"].get("turns_since_last_pass"):
+        out.append(f"             {data['backlog']['turns_since_last_pass']} turns arrived "
+                   "since the last pass")
+    fell_back = (data.get("fallback") or {}).get("rows")
+    if fell_back:
+        counts = ", ".join(_n(n, kind) for kind, n in fell_back.items())
+        out.append(f"fallback     built extractively where the model's answers were rejected "
+                   f"twice: {counts}; gists go back to the model after "
+                   f"{data['fallback']['retry_hours']:g} h (the notes of the pass that made "
+                   "them say why)")
+    return out
+
+
+def _write_lock_line(lock: dict[str, Any]) -> str:
+    rows = (f", at most {lock['most_rows']} rows in one" if lock.get("most_rows")
+            else "")  # passes before dreamd counted them have none
+    waited = f"; waited {lock['waited_ms']} ms for locks" if lock.get("waited_ms") else ""
+    return (f"  write lock held {lock['held_ms']} ms over {lock['writes']} "
+            f"writes, longest {lock['longest_ms']} ms{rows}{waited}")
+
+
+def _job_lines(job: dict[str, Any]) -> list[str]:
+    counts = ""
+    if job["ran"]:
+        counts = f"done {job['done']}, failed {job['failed']}, left {job['remaining']}: "
+    mark = "ran    " if job["ran"] else "skipped"
+    out = [f"  {job['job']:<10} {mark} {counts}{job['reason']}"]
+    if job.get("answers"):
+        out.append(f"             answers: {answers_line(job['answers'])}")
+    out += [f"             ! {err}" for err in job.get("errors") or []]
+    return out
+
+
+def _run_lines(run: dict[str, Any]) -> list[str]:
+    """One pass: its trigger and outcome, tokens, write lock, notes, drives and jobs."""
+    out = [f"pass {run['id']}  {run['trigger']}  {run['started_at']} → {run['ended_at'] or '…'}"
+           f"  {run['outcome']}"]
+    if run.get("tokens_in") or run.get("tokens_out"):
+        out.append(f"  tokens {run['tokens_in']} in, {run['tokens_out']} out")
+    if run.get("write_lock"):
+        out.append(_write_lock_line(run["write_lock"]))
+    out += [f"  ! {note}" for note in run.get("notes") or []]
+    if run.get("drives_after"):
+        before, after = _drives(run["drives_before"]), _drives(run["drives_after"])
+        out.append(f"  drives {before}  →  {after}")
+    for job in run.get("jobs") or []:
+        out += _job_lines(job)
+    if run.get("error"):
+        out.append(f"  error: {run['error']}")
+    return out
+
+
+def _failure_lines(data: dict[str, Any]) -> list[str]:
+    out: list[str] = []
+    for title, key in (("failing (will retry)", "failures"), ("quarantined", "quarantined")):
+        if data[key]:
+            out += ["", f"{title}:"]
+            out += [f"  {f['job']} {f['item']}: {f['attempts']} attempts, last {f['last_error']}"
+                    for f in data[key]]
+            if key == "quarantined":
+                out.append("  (fix the cause, then `dreamd retry [JOB [ITEM]]` releases them)")
+    return out
+
+
+def render_status(data: dict[str, Any]) -> str:
+    b = data["backlog"]
     where, engine = _store_lines(data)
     out = [
         where,
-        f"daemon       {running}",
+        f"daemon       {_running(data)}",
         f"backends     completer {data['backends']['completer']}; "
         f"embedder {data['backends']['embedder']}",
         f"drives now   {_drives(data['drives'])}",
@@ -84,74 +178,15 @@ def render_status(data: dict[str, Any]) -> str:
         f"{_n(b['stale_months'], 'stale month')}, "
         f"narrative {'stale' if b['narrative_stale'] else 'current'}, "
         f"{_n(b['turns_since_reflection'], 'turn')} since the last reflection",
+        *_notices(data),
+        "",
     ]
-    if data.get("store_away"):
-        out.append(_store_away(data["store_away"]))
-    waiting = data.get("users_waiting") or {}
-    if waiting.get("users"):
-        shown = ", ".join(f"{m['user']} {_n(m['turns'], 'turn')}" for m in waiting["most"])
-        more = waiting["users"] - len(waiting["most"])
-        out.append(f"users        {_n(waiting['users'], 'user')} with turns not in a gist: "
-                   f"{shown}" + (f" and {more} more" if more > 0 else ""))
-    if data.get("forget"):
-        f = data["forget"]
-        out.append(f"forget       unfinished for user {f['user']!r}: {f['sessions_left']} of "
-                   f"{f['sessions']} sessions left; the next pass (or forget) finishes it")
-    if b.get("turns_since_last_pass"):
-        out.append(f"             {b['turns_since_last_pass']} turns arrived since the last pass")
-    fell_back = (data.get("fallback") or {}).get("rows")
-    if fell_back:
-        counts = ", ".join(_n(n, kind) for kind, n in fell_back.items())
-        out.append(f"fallback     built extractively where the model's answers were rejected "
-                   f"twice: {counts}; gists go back to the model after "
-                   f"{data['fallback']['retry_hours']:g} h (the notes of the pass that made "
-                   "them say why)")
-    out.append("")
     if not data["runs"]:
         out.append("no passes yet")
     for run in data["runs"]:
-        out.append(
-            f"pass {run['id']}  {run['trigger']}  {run['started_at']} → {run['ended_at'] or '…'}"
-            f"  {run['outcome']}"
-        )
-        if run.get("tokens_in") or run.get("tokens_out"):
-            out.append(f"  tokens {run['tokens_in']} in, {run['tokens_out']} out")
-        if run.get("write_lock"):
-            lock = run["write_lock"]
-            rows = (f", at most {lock['most_rows']} rows in one" if lock.get("most_rows")
-                    else "")  # passes before dreamd counted them have none
-            waited = (f"; waited {lock['waited_ms']} ms for locks" if lock.get("waited_ms")
-                      else "")
-            out.append(f"  write lock held {lock['held_ms']} ms over {lock['writes']} "
-                       f"writes, longest {lock['longest_ms']} ms{rows}{waited}")
-        for note in run.get("notes") or []:
-            out.append(f"  ! {note}")
-        if run.get("drives_after"):
-            before, after = _drives(run["drives_before"]), _drives(run["drives_after"])
-            out.append(f"  drives {before}  →  {after}")
-        for job in run.get("jobs") or []:
-            counts = ""
-            if job["ran"]:
-                counts = f"done {job['done']}, failed {job['failed']}, left {job['remaining']}: "
-            mark = "ran    " if job["ran"] else "skipped"
-            out.append(f"  {job['job']:<10} {mark} {counts}{job['reason']}")
-            if job.get("answers"):
-                out.append(f"             answers: {answers_line(job['answers'])}")
-            for err in job.get("errors") or []:
-                out.append(f"             ! {err}")
-        if run.get("error"):
-            out.append(f"  error: {run['error']}")
+        out += _run_lines(run)
     out += diary_lines(data.get("last_pass_changes"))
-    for title, key in (("failing (will retry)", "failures"), ("quarantined", "quarantined")):
-        if data[key]:
-            out.append("")
-            out.append(f"{title}:")
-            for f in data[key]:
-                out.append(
-                    f"  {f['job']} {f['item']}: {f['attempts']} attempts, last {f['last_error']}"
-                )
-            if key == "quarantined":
-                out.append("  (fix the cause, then `dreamd retry [JOB [ITEM]]` releases them)")
+    out += _failure_lines(data)
     return "\n".join(out)
 
 

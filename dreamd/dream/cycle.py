@@ -26,7 +26,7 @@ from dreamd.store.erasure import finish_pending
 from dreamd.store.failure import store_away
 from dreamd.store.fallback import fallback_gists_due, send_back
 from dreamd.store.interface import Store, WriteLockTimes
-from dreamd.store.runbook import CUT_SHORT, finish_run, start_run, tokens_since
+from dreamd.store.runs import CUT_SHORT, finish_run, start_run, tokens_since
 from dreamd.store.state import get_state
 from dreamd.store.tally import sync_tally
 from dreamd.store.tiers import save_self_state, self_state, settle_tier_queue
@@ -141,7 +141,7 @@ def run_pass(
             tokens_in=ctx.tokens.used_in, tokens_out=ctx.tokens.used_out,
             notes=ctx.notes or None, write_lock=write_lock,
         )
-    store.settle()
+    store.checkpoint_log()
     log.info("pass_finished", run=run_id, trigger=trigger, outcome=outcome,
              ran=[r.job for r in results if r.ran],
              stored=[r.job for r in results if r.done],

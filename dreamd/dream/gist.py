@@ -1,6 +1,6 @@
 """A session's gist as a friend's notes, without a model: what each turn *said*.
 
-Each turn is read sentence by sentence as the facts are (dreamd.dream.facts): greetings,
+Each turn is read sentence by sentence as the facts are (dreamd.text.facts): greetings,
 thanks, reactions, questions, orders and stage directions tell nothing and are left out;
 what is left is told in the third person, or quoted where that would be a guess. An
 image a speaker shared stays as what was shown ("Rui shared a photo of a grey cat"),
@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dreamd.dream.facts import extracted
+from dreamd.text.facts import extracted
 from dreamd.text.speech import INTERJECTIONS, sentences
 
 MAX_LINE = 320  # a gist line is a turn's news, not its every word

@@ -76,8 +76,7 @@ def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
         while len(results) < len(jobs) and ctx.ends.failed is None:
             busy = {job.name for job, _ in running.values()}
             for job in jobs:
-                if (job.name in results or job.name in busy
-                        or not set(jobs.needs(job)) <= results.keys() | reached):
+                if not _ready(jobs, job, results.keys() | busy, results.keys() | reached):
                     continue
                 store = free.pop() if free else sibling(ctx) if more else None
                 if store is None:
@@ -94,13 +93,7 @@ def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
                 break
             moved.wait(WAKE_SECONDS)
             moved.clear()  # before looking: what moves from here on wakes the next wait
-            for future in [f for f in running if f.done()]:
-                job, store = running.pop(future)
-                free.append(store)
-                try:
-                    results[job.name] = future.result()
-                except BaseException as exc:  # raised once the other jobs have ended
-                    ctx.ends.failed = ctx.ends.failed or exc
+            _collect(ctx, running, free, results)
     except BaseException as exc:  # the pass's own thread: the jobs stop too
         ctx.ends.failed = ctx.ends.failed or exc
         raise
@@ -112,6 +105,24 @@ def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
     if ctx.ends.failed is not None:
         raise ctx.ends.failed
     return [results[job.name] for job in jobs]
+
+
+def _ready(jobs: Registry, job: JobSpec, started: set[str], done: set[str]) -> bool:
+    """Whether `job` may start: not started yet, and what it needs done (or reached)."""
+    return job.name not in started and set(jobs.needs(job)) <= done
+
+
+def _collect(ctx: JobContext, running: dict[Future[JobResult], tuple[JobSpec, Store]],
+             free: list[Store], results: dict[str, JobResult]) -> None:
+    """The jobs that ended: their results kept, their connections free again; a job that
+    raised stops the others (raised once they have ended)."""
+    for future in [f for f in running if f.done()]:
+        job, store = running.pop(future)
+        free.append(store)
+        try:
+            results[job.name] = future.result()
+        except BaseException as exc:
+            ctx.ends.failed = ctx.ends.failed or exc
 
 
 def lane(ctx: JobContext, store: Store, job: JobSpec, run_job: RunJob, share: float,

@@ -1,6 +1,6 @@
 """Which proposed facts are worth keeping: a linear model on the embedder's vectors.
 
-Extraction proposes every statement a turn makes about someone (dreamd.dream.facts); most
+Extraction proposes every statement a turn makes about someone (dreamd.text.facts); most
 are pleasantries, reactions and comments on the other's news. The selector keeps those
 whose vector lies on the side of "something a friend would remember": a logistic
 regression over the embedded statement, learned from the project's own written examples
@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from dreamd.backends.protocols import Embedder, Glancer
-from dreamd.dream.facts import NUMBER, PROPER, extract
+from dreamd.text.facts import NUMBER, PROPER, extract
 
 EXAMPLES = "fact_examples.txt"
 WEIGHTS = "fact_selector.json"

@@ -6,7 +6,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dreamd.config import Config
-from dreamd.dream.keys import space
 from dreamd.models import BacklogStats
 from dreamd.store import tiers
 from dreamd.store import turns as turns_sql
@@ -24,6 +23,7 @@ from dreamd.store.turns import (
     tally_rows,
 )
 from dreamd.store.vectors import embed_watermark, fts_watermark
+from dreamd.text.keys import space
 
 
 def is_idle(last_at: str, cutoff: datetime) -> bool:

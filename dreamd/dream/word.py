@@ -13,11 +13,11 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from dreamd.dream.shown import TOPICS, since, topic
 from dreamd.models import Correction, Fact
 from dreamd.store.corrections import word_parts
 from dreamd.store.facts import facts_of
 from dreamd.store.interface import Conn
+from dreamd.text.from_facts import TOPICS, since, topic
 from dreamd.text.speech import STOPWORDS
 
 _WORDS = re.compile(r"[a-z0-9]+")

@@ -10,12 +10,12 @@ from collections.abc import Callable
 from datetime import datetime
 
 from dreamd.config import Config
-from dreamd.dream.keys import space
 from dreamd.errors import DreamdError
 from dreamd.ids import agent_key, user_key
 from dreamd.logger import Logger, silent
 from dreamd.store import leases
 from dreamd.store.interface import Store, engine_errors
+from dreamd.text.keys import space
 
 
 def store_faults() -> tuple[type[Exception], ...]:

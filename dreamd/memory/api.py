@@ -22,8 +22,6 @@ from dreamd.backends.protocols import Embedder
 from dreamd.config import Config
 from dreamd.config import load as load_config
 from dreamd.dream.factory import make_embedder, release
-from dreamd.dream.keys import Said, in_names, space, vector_key
-from dreamd.dream.shown import asks_about_the_past, fact_line
 from dreamd.dream.word import Word, profile_kept, scrubbed
 from dreamd.errors import SessionTaken, UnknownUser
 from dreamd.ids import (
@@ -75,6 +73,8 @@ from dreamd.store.turns import (
 )
 from dreamd.store.vectors import put_turn_vector, search_words, vector_of
 from dreamd.text.dates import asked_period
+from dreamd.text.from_facts import asks_about_the_past, fact_line
+from dreamd.text.keys import Said, in_names, space, vector_key
 
 T = TypeVar("T")
 

@@ -53,6 +53,20 @@ def _chatgpt_time(stamp: Any, place: str) -> str:
         raise ImportFormatError(f"{place}: time out of range {stamp!r}") from None
 
 
+def _chatgpt_branch(mapping: dict[str, Any], node: Any, place: str) -> list[dict[str, Any]]:
+    """The entries from `node` (the current one) up to the tree's root, newest first."""
+    chain: list[dict[str, Any]] = []
+    seen = set()
+    while node is not None:
+        if (not isinstance(node, str) or not isinstance(mapping.get(node), dict)
+                or node in seen):
+            raise ImportFormatError(f"{place}: broken message tree at node {node!r}")
+        seen.add(node)
+        chain.append(mapping[node])
+        node = chain[-1].get("parent")
+    return chain
+
+
 def parse_chatgpt(data: Any, where: str) -> list[ImportSession]:
     """conversations.json: follow each conversation from current_node up to its root.
 
@@ -68,17 +82,7 @@ def parse_chatgpt(data: Any, where: str) -> list[ImportSession]:
         place = named(where, "conversation", title, index)
         if not isinstance(conv, dict) or not isinstance(conv.get("mapping"), dict):
             raise ImportFormatError(f"{place}: no 'mapping' of messages")
-        mapping = conv["mapping"]
-        node = conv.get("current_node")
-        chain = []
-        seen = set()
-        while node is not None:
-            if (not isinstance(node, str) or not isinstance(mapping.get(node), dict)
-                    or node in seen):
-                raise ImportFormatError(f"{place}: broken message tree at node {node!r}")
-            seen.add(node)
-            chain.append(mapping[node])
-            node = chain[-1].get("parent")
+        chain = _chatgpt_branch(conv["mapping"], conv.get("current_node"), place)
         fallback = conv.get("create_time") or conv.get("update_time")
         found: list[tuple[str, str, Any]] = []  # role, text, stamp or None
         for entry in reversed(chain):

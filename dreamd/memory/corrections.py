@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from dreamd.dream.facts import MAX_CHARS
 from dreamd.dream.word import EMPTIED, Word, read_word, scrubbed
 from dreamd.errors import NotCorrectable, StaleVersion, UnknownCorrection, UnknownFact
 from dreamd.ids import user_key
@@ -21,6 +20,7 @@ from dreamd.store import corrections as sql
 from dreamd.store.facts import add_fact, facts_of
 from dreamd.store.interface import Conn, Store
 from dreamd.store.vectors import put_vector
+from dreamd.text.facts import MAX_CHARS
 
 PERSON = "person"  # who speaks when the caller names no one
 ACTIONS = ("correct", "retract", "pin", "unpin", "add", "revert")

@@ -16,8 +16,9 @@ The sequence, each step safe to crash in:
    waits long), the cursor moving in the same transaction. All of this runs with
    `secure_delete` on, so freed bytes are zeroed.
 4. The full-text index is merged into one segment, which is what drops the deleted
-   words from it: FTS5 `merge` of `MERGE_PAGES` pages per transaction until nothing is
-   left to merge, then `optimize` (nearly free by then) with the journal's end.
+   words from it, a short step per transaction (`Store.merge_words`; SQLite: FTS5
+   `merge` of a few pages each) until nothing is left to merge, then `optimize` (nearly
+   free by then) with the journal's end.
 5. Checkpoints: the WAL still holds the old page images until SQLite resets it, so a
    TRUNCATE checkpoint is tried after the passive one (it succeeds when no other
    connection is reading); `vacuum` also rewrites the whole file.
@@ -36,14 +37,13 @@ from datetime import UTC, datetime
 from dreamd.errors import ConfigError
 from dreamd.memory.users import require_user
 from dreamd.store import erasure
-from dreamd.store.erasure import MERGE_PAGES, STEP, finish_pending
+from dreamd.store.erasure import STEP, finish_pending
 from dreamd.store.interface import Store
 from dreamd.store.tally import sync_tally
 from dreamd.store.tiers import tiers_present
 from dreamd.store.turns import max_exchange_id
 
-__all__ = ["MERGE_PAGES", "STEP", "Report", "Scope", "finish_pending", "forget",
-           "parse_before"]
+__all__ = ["STEP", "Report", "Scope", "finish_pending", "forget", "parse_before"]
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 The recipe (measured in RETRIEVAL.md and in `bench.quality`), all without an LLM and
 without embedding anything twice:
 
-- every turn is indexed by its key (dreamd.dream.keys): date, speaker, addressee, names
+- every turn is indexed by its key (dreamd.text.keys): date, speaker, addressee, names
   for pronouns, absolute dates for relative ones;
 - vector score = cos(query, turn) + cos(query, context), where the context vector is the
   normalized sum of the turn's vector and its session neighbours' — computed from the
@@ -34,7 +34,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dreamd.dream.keys import dated
 from dreamd.memory.evidence import FactIndex, GistIndex
 from dreamd.models import Turn
 from dreamd.store.interface import Store
@@ -42,6 +41,7 @@ from dreamd.store.state import get_state
 from dreamd.store.turns import newest_turn_id
 from dreamd.store.vectors import embed_watermark, turn_vector_rows
 from dreamd.text.dates import DATE_WORDS, Period, day_of, long_date, periods
+from dreamd.text.keys import dated
 from dreamd.text.speech import STOPWORDS
 
 VECTOR_WEIGHT, LEXICAL_WEIGHT = 0.65, 0.35

@@ -8,7 +8,6 @@ from datetime import UTC, datetime
 
 from dreamd.backends.protocols import Embedder
 from dreamd.config import Config
-from dreamd.dream.keys import space
 from dreamd.errors import NotCorrectable
 from dreamd.memory import corrections
 from dreamd.memory.serial import serialized
@@ -17,6 +16,7 @@ from dreamd.models import Correction, Fact
 from dreamd.store.facts import listed_facts
 from dreamd.store.interface import Store
 from dreamd.store.state import to_blob
+from dreamd.text.keys import space
 
 
 class Steering:

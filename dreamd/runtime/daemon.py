@@ -32,7 +32,7 @@ from dreamd.store.failure import store_away
 from dreamd.store.interface import engine_errors
 from dreamd.store.leases import end_orphaned_runs
 from dreamd.store.opening import check_sqlite, ensure_directory, open_brief, open_store
-from dreamd.store.runbook import end_crashed_runs, end_stopped_runs
+from dreamd.store.runs import end_crashed_runs, end_stopped_runs
 from dreamd.store.state import set_state
 from dreamd.store.turns import newest_turn_id
 

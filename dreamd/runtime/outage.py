@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 
 from dreamd.store.interface import Store
-from dreamd.store.runbook import end_cut_short_runs
+from dreamd.store.runs import end_cut_short_runs
 from dreamd.store.state import set_state
 
 # The state row `dreamd status` reads: the last time a worker found the store away.

@@ -108,7 +108,7 @@ class PassProcess:
     def mark_crashed(self) -> None:
         """Its run, left running, is over: say so (the daemon lives on to the next)."""
         from dreamd.store.opening import open_brief
-        from dreamd.store.runbook import end_stopped_runs
+        from dreamd.store.runs import end_stopped_runs
 
         assert self.proc is not None
         with contextlib.suppress(Exception):  # the next start marks it crashed anyway

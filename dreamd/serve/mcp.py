@@ -20,7 +20,7 @@ from dreamd.memory.api import NewTurn
 from dreamd.memory.tokens import OPERATOR, Grant, permit, permit_turns
 from dreamd.memory.users import require_user
 from dreamd.serve import views
-from dreamd.serve.pool import Pool
+from dreamd.serve.memories import Memories
 from dreamd.serve.schema import (
     CONTENT,
     ID,
@@ -112,7 +112,7 @@ When = Annotated[str | None, Field(max_length=40, description=(
     "When it was said, ISO 8601 (UTC when it names no zone; default: now)."))]
 
 
-def make(pool: Pool, config: Config) -> MCPServer:
+def make(memories: Memories, config: Config) -> MCPServer:
     server: MCPServer = Server("dreamd", instructions=INSTRUCTIONS, version=__version__,
                                    log_level="WARNING")
     limits = config.serve
@@ -130,7 +130,7 @@ def make(pool: Pool, config: Config) -> MCPServer:
         with the day each was said."""
         who = user or config.user.id
         permit(grant_in(ctx), "read", who)
-        with pool.memory(who) as memory:
+        with memories.memory(who) as memory:
             if user is not None:
                 with memory.store.read() as conn:
                     require_user(conn, user, session)
@@ -145,7 +145,7 @@ def make(pool: Pool, config: Config) -> MCPServer:
         narrative, eras, relevant earlier conversations and details, and the session's
         recent turns. A session no one has spoken in yet is a new conversation of
         `user`."""
-        with pool.memory(user or session or config.user.id) as memory:
+        with memories.memory(user or session or config.user.id) as memory:
             permit(grant_in(ctx), "read", user)
             who, block = views.context_block(memory, session, user, query, budget)
             permit(grant_in(ctx), "read", who)
@@ -164,7 +164,7 @@ def make(pool: Pool, config: Config) -> MCPServer:
         turn = TurnIn.model_validate({"session": session, "role": role, "content": content,
                                       "user": user, "created_at": created_at})
         new = NewTurn(turn.session, turn.role, turn.content, turn.created_at, turn.user)
-        with pool.memory() as memory:
+        with memories.memory() as memory:
             permit_turns(memory, grant_in(ctx), [new])
             ids = memory.remember_all([new], embed=True)  # an agent may recall it at once
         return Remembered(id=ids[0])
@@ -176,7 +176,7 @@ def make(pool: Pool, config: Config) -> MCPServer:
         days), eras, narrative, self-state, latest gists."""
         who = user or config.user.id
         permit(grant_in(ctx), "read", who)
-        with pool.memory(who) as held:
+        with memories.memory(who) as held:
             return UserMemory.model_validate(views.user_memory(held.store, config, who))
 
     if limits.mcp_forget:
@@ -193,15 +193,15 @@ def make(pool: Pool, config: Config) -> MCPServer:
             """Erase a user's turns (all, one session, or before a date) and what dreamd
             built from them. A dry run (the default) only says what would go."""
             permit(grant_in(ctx), "erase", user)
-            with pool.memory(user) as held:
+            with memories.memory(user) as held:
                 return Forgotten.model_validate(held.forget(
                     user, session=session, before=before, dry_run=dry_run).as_dict())
 
-    steering(server, pool, limits.mcp_corrections)
+    steering(server, memories, limits.mcp_corrections)
     return server
 
 
-def steering(server: MCPServer, pool: Pool, changes: bool) -> None:
+def steering(server: MCPServer, memories: Memories, changes: bool) -> None:
     """A user's facts and their history (always), and a person's word on them (only when
     `serve.mcp_corrections` says so): the same operations and checks as over HTTP."""
     reading = ToolAnnotations(read_only_hint=True, destructive_hint=False,
@@ -218,7 +218,7 @@ def steering(server: MCPServer, pool: Pool, changes: bool) -> None:
                   "Replaced and withdrawn facts too."))] = False) -> Facts:
         """The user's facts by id, each with its version (send it back with a change)."""
         permit(grant_in(ctx), "read", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             page = memory.facts(user, after_id=after, limit=limit + 1, history=history)
         return Facts(user=user, facts=[fact_out(f) for f in page[:limit]],
                      next=page[limit - 1].id if len(page) > limit else None)
@@ -228,7 +228,7 @@ def steering(server: MCPServer, pool: Pool, changes: bool) -> None:
     def fact_history(ctx: Context, user: UserId, fact_id: FactNumber) -> History:
         """Every correction of the fact: who, when, what and why."""
         permit(grant_in(ctx), "read", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             rows = memory.history(user, fact_id)
         return History(user=user, fact_id=fact_id, corrections=[correction_out(c)
                                                                for c in rows])
@@ -244,7 +244,7 @@ def steering(server: MCPServer, pool: Pool, changes: bool) -> None:
         history. A stale `version` is refused: read the fact again."""
         grant = grant_in(ctx)
         permit(grant, "write", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             return fact_out(memory.correct(user, fact_id, statement, by=grant.name, why=why,
                                            expected_version=version))
 
@@ -258,7 +258,7 @@ def steering(server: MCPServer, pool: Pool, changes: bool) -> None:
         again from what was said so far (revert the retraction to undo it)."""
         grant = grant_in(ctx)
         permit(grant, "write", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             return fact_out(memory.retract(user, fact_id, by=grant.name, why=why,
                                            expected_version=version))
 
@@ -270,7 +270,7 @@ def steering(server: MCPServer, pool: Pool, changes: bool) -> None:
         """A pinned fact is in the profile and the context block whatever the ranking."""
         grant = grant_in(ctx)
         permit(grant, "write", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             change = memory.pin if pinned else memory.unpin
             return fact_out(change(user, fact_id, by=grant.name, why=why,
                                    expected_version=version))
@@ -281,7 +281,7 @@ def steering(server: MCPServer, pool: Pool, changes: bool) -> None:
         """A fact the user states directly, with no turn behind it."""
         grant = grant_in(ctx)
         permit(grant, "write", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             return fact_out(memory.add_fact(user, statement, by=grant.name, why=why))
 
     @server.tool(title="Revert a correction", annotations=changing)
@@ -291,7 +291,7 @@ def steering(server: MCPServer, pool: Pool, changes: bool) -> None:
         """Undo one correction (see fact_history for their ids)."""
         grant = grant_in(ctx)
         permit(grant, "write", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             return correction_out(memory.revert(user, correction_id, by=grant.name,
                                                 why=why))
 

@@ -16,15 +16,15 @@ from prometheus_client.registry import Collector
 from dreamd import report
 from dreamd.config import Config
 from dreamd.dream.factory import embedder_model_name
-from dreamd.serve.pool import Pool
+from dreamd.serve.memories import Memories
 
 THRESHOLDS = ("continuity", "coherence", "curiosity")
 
 
 class Metrics:
-    def __init__(self, pool: Pool, config: Config) -> None:
+    def __init__(self, memories: Memories, config: Config) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(_Memory(pool, config))
+        self.registry.register(_Memory(memories, config))
         self._requests = Histogram(
             "dreamd_http_request_seconds", "HTTP requests served, by route and status.",
             ["route", "method", "status"], registry=self.registry,
@@ -38,14 +38,14 @@ class Metrics:
 
 
 class _Memory(Collector):
-    def __init__(self, pool: Pool, config: Config) -> None:
-        self.pool, self.config = pool, config
+    def __init__(self, memories: Memories, config: Config) -> None:
+        self.memories, self.config = memories, config
 
     def describe(self) -> list[Any]:
         return []  # read at each scrape; nothing to check at registration
 
     def collect(self) -> Iterator[Any]:
-        with self.pool.memory() as memory:
+        with self.memories.memory() as memory:
             state = report.status(memory.store, self.config,
                                   embedder_model_name(self.config), datetime.now(UTC), 1)
         drives = GaugeMetricFamily("dreamd_drive_level", "Each drive's level now, in [0, 1].",

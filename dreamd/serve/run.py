@@ -18,7 +18,7 @@ from dreamd.memory.tokens import Grant
 from dreamd.serve import mcp
 from dreamd.serve.guard import is_loopback
 from dreamd.serve.keyring import Keyring
-from dreamd.serve.pool import Pool
+from dreamd.serve.memories import Memories
 
 TOKEN_VARIABLE = "DREAMD_API_TOKEN"
 
@@ -38,18 +38,18 @@ def token_of(config: Config) -> str | None:
     return token
 
 
-def keyring_of(pool: Pool, token: str | None) -> Keyring:
+def keyring_of(memories: Memories, token: str | None) -> Keyring:
     """The operator's token and the store's issued ones. Issued tokens without an
     operator's would be a lock on an open door (the server asks for no token then):
     refused in one line."""
-    with pool.memory() as memory:
+    with memories.memory() as memory:
         if token is None and tokens.live(memory.store):
             raise ConfigError(f"the store holds API tokens (dreamd tokens list), but no "
                               f"operator token is set: set {TOKEN_VARIABLE}, "
                               "serve.token_file or the credential, or revoke them")
 
     def check(offered: str) -> Grant | None:
-        with pool.memory() as memory:
+        with memories.memory() as memory:
             return tokens.check(memory.store, offered)
 
     return Keyring(token, check)
@@ -79,10 +79,10 @@ def serve(config: Config, log: Logger, *, create: bool = False) -> int:
 
     token = token_of(config)
     sock = listening(config.serve.host, config.serve.port)
-    pool = Pool(config, size=config.serve.connections, create=create)
+    memories = Memories(config, size=config.serve.connections, create=create)
     try:
-        keyring = keyring_of(pool, token)
-        tools = mcp.make(pool, config)
+        keyring = keyring_of(memories, token)
+        tools = mcp.make(memories, config)
         http = tools.streamable_http_app(streamable_http_path="/mcp", host=config.serve.host,
                                          stateless_http=True)
 
@@ -91,7 +91,7 @@ def serve(config: Config, log: Logger, *, create: bool = False) -> int:
             async with tools.session_manager.run():
                 yield
 
-        app = build(config, pool, keyring=keyring, log=log, mcp_routes=list(http.routes),
+        app = build(config, memories, keyring=keyring, log=log, mcp_routes=list(http.routes),
                     lifespan=lifespan)
         host, port = sock.getsockname()[:2]
         shown = f"[{host}]" if ":" in host else host
@@ -103,7 +103,7 @@ def serve(config: Config, log: Logger, *, create: bool = False) -> int:
                                                lifespan="on", server_header=False))
         server.run(sockets=[sock])
     finally:
-        pool.close()
+        memories.close()
         sock.close()
     return 0
 
@@ -133,9 +133,9 @@ STOPPING = (signal.SIGINT, signal.SIGTERM)
 
 def serve_stdio(config: Config) -> int:
     """`dreamd mcp`: the MCP tools over stdin and stdout (stdout is the protocol's)."""
-    pool = Pool(config, size=1)
+    memories = Memories(config, size=1)
     try:
-        mcp.make(pool, config).run("stdio")
+        mcp.make(memories, config).run("stdio")
     finally:
-        pool.close()
+        memories.close()
     return 0

@@ -27,7 +27,7 @@ from dreamd.memory.tokens import Grant, permit, permit_all
 from dreamd.serve import page, views
 from dreamd.serve.answers import Granted, status_of
 from dreamd.serve.guard import PAGE_POLICY
-from dreamd.serve.pool import Pool
+from dreamd.serve.memories import Memories
 from dreamd.serve.schema import ID
 from dreamd.serve.steering import correction_out
 
@@ -78,10 +78,25 @@ def number(text: str | None) -> int | None:
     return int(text) if text is not None and text.isdigit() and len(text) < 19 else None
 
 
-def add_routes(api: FastAPI, pool: Pool, config: Config, note: str | None) -> None:
+def add_routes(api: FastAPI, memories: Memories, config: Config, note: str | None) -> None:
     """The pages and the forms' POSTs. A user id may hold "/" (sent as %2F, which the
     server reads as "/"): the user's page takes the rest of the path, so it comes last."""
     forms = Forms()
+    _form_routes(api, memories, forms, note)
+    _page_routes(api, memories, config, forms, note)
+
+
+def _at(user: str, fact: int | None = None) -> str:
+    where = f"/users/{quote(user, safe='')}"
+    return where + (f"#fact-{fact}" if fact is not None else "")
+
+
+def _by(grant: Grant) -> str:
+    return f"{grant.name} (page)"
+
+
+def _form_routes(api: FastAPI, memories: Memories, forms: Forms, note: str | None) -> None:
+    """The forms' POSTs: each changes a user's facts, then sends the browser back."""
 
     async def change(request: Request, user: str, back: str,
                      act: Callable[[Any, dict[str, str], Grant], object]) -> Response:
@@ -94,7 +109,7 @@ def add_routes(api: FastAPI, pool: Pool, config: Config, note: str | None) -> No
             permit(grant, "write", user)
 
             def run() -> object:
-                with pool.memory(user) as memory:
+                with memories.memory(user) as memory:
                     return act(memory, form, grant)
 
             await run_in_threadpool(run)
@@ -102,55 +117,52 @@ def add_routes(api: FastAPI, pool: Pool, config: Config, note: str | None) -> No
             return html(page.refused(str(exc), back, note), status_of(exc))
         return RedirectResponse(back, status_code=303)
 
-    def at(user: str, fact: int | None = None) -> str:
-        where = f"/users/{quote(user, safe='')}"
-        return where + (f"#fact-{fact}" if fact is not None else "")
-
-    def by(grant: Grant) -> str:
-        return f"{grant.name} (page)"
-
     @api.post("/users/{user:path}/facts/{fact_id}/correct", include_in_schema=False)
     async def correct(request: Request, user: str, fact_id: int) -> Response:
-        return await change(request, user, at(user, fact_id), lambda m, f, g: m.correct(
-            user, fact_id, f.get("statement", ""), by=by(g), why=f.get("why"),
+        return await change(request, user, _at(user, fact_id), lambda m, f, g: m.correct(
+            user, fact_id, f.get("statement", ""), by=_by(g), why=f.get("why"),
             expected_version=number(f.get("version"))))
 
     @api.post("/users/{user:path}/facts/{fact_id}/retract", include_in_schema=False)
     async def retract(request: Request, user: str, fact_id: int) -> Response:
-        return await change(request, user, at(user), lambda m, f, g: m.retract(
-            user, fact_id, by=by(g), why=f.get("why"),
+        return await change(request, user, _at(user), lambda m, f, g: m.retract(
+            user, fact_id, by=_by(g), why=f.get("why"),
             expected_version=number(f.get("version"))))
 
     @api.post("/users/{user:path}/facts/{fact_id}/pin", include_in_schema=False)
     async def pin(request: Request, user: str, fact_id: int) -> Response:
-        return await change(request, user, at(user, fact_id), lambda m, f, g: m.pin(
-            user, fact_id, by=by(g), expected_version=number(f.get("version"))))
+        return await change(request, user, _at(user, fact_id), lambda m, f, g: m.pin(
+            user, fact_id, by=_by(g), expected_version=number(f.get("version"))))
 
     @api.post("/users/{user:path}/facts/{fact_id}/unpin", include_in_schema=False)
     async def unpin(request: Request, user: str, fact_id: int) -> Response:
-        return await change(request, user, at(user, fact_id), lambda m, f, g: m.unpin(
-            user, fact_id, by=by(g), expected_version=number(f.get("version"))))
+        return await change(request, user, _at(user, fact_id), lambda m, f, g: m.unpin(
+            user, fact_id, by=_by(g), expected_version=number(f.get("version"))))
 
     @api.post("/users/{user:path}/facts", include_in_schema=False)
     async def add(request: Request, user: str) -> Response:
-        return await change(request, user, at(user), lambda m, f, g: m.add_fact(
-            user, f.get("statement", ""), by=by(g), why=f.get("why")))
+        return await change(request, user, _at(user), lambda m, f, g: m.add_fact(
+            user, f.get("statement", ""), by=_by(g), why=f.get("why")))
 
     @api.post("/users/{user:path}/corrections/{correction_id}/revert",
               include_in_schema=False)
     async def revert(request: Request, user: str, correction_id: int) -> Response:
-        return await change(request, user, at(user), lambda m, f, g: m.revert(
-            user, correction_id, by=by(g)))
+        return await change(request, user, _at(user), lambda m, f, g: m.revert(
+            user, correction_id, by=_by(g)))
 
+
+def _page_routes(api: FastAPI, memories: Memories, config: Config, forms: Forms,
+                 note: str | None) -> None:
+    """The pages, the user's own last (it takes the rest of the path)."""
     @api.get("/users/{user:path}/facts/{fact_id}/retract", include_in_schema=False)
     def confirm(request: Request, user: str, fact_id: int) -> HTMLResponse:
         permit(request.state.grant, "write", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             found = [f for f in memory.facts(user, after_id=fact_id - 1, limit=1)
                      if f.id == fact_id]
         if not found:
             return html(page.refused(f"user {user!r} has no current fact {fact_id}",
-                                     at(user), note), 404)
+                                     _at(user), note), 404)
         known, new = page_id(request)
         fact = {"id": fact_id, "statement": found[0].statement, "version": found[0].version}
         return html(page.retracting(user, fact, forms.token(known), note),
@@ -160,7 +172,7 @@ def add_routes(api: FastAPI, pool: Pool, config: Config, note: str | None) -> No
     def history(request: Request, user: str, fact_id: int) -> HTMLResponse:
         grant: Grant = request.state.grant
         permit(grant, "read", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             rows = [correction_out(c).model_dump() for c in memory.history(user, fact_id)]
         known, new = page_id(request)
         csrf = forms.token(known) if grant.sees(user) and grant.may("write") else None
@@ -171,7 +183,7 @@ def add_routes(api: FastAPI, pool: Pool, config: Config, note: str | None) -> No
     def index(grant: Granted, after: Annotated[str | None, Query(
             pattern=ID, max_length=200)] = None) -> HTMLResponse:
         permit_all(grant)
-        with pool.memory() as memory:
+        with memories.memory() as memory:
             listing = users_.users(memory.store, after=after, limit=page.USERS_SHOWN)
             state = report.status(memory.store, config, embedder_model_name(config),
                                   datetime.now(UTC), page.RUNS)
@@ -182,7 +194,7 @@ def add_routes(api: FastAPI, pool: Pool, config: Config, note: str | None) -> No
     def session_page(grant: Granted, user: User,
                      session: Annotated[str, Path(max_length=200)]) -> HTMLResponse:
         permit(grant, "read", user)
-        with pool.memory() as memory:
+        with memories.memory() as memory:
             with memory.store.read() as conn:
                 users_.require_user(conn, user, session)
             turns = views.session(memory.store, session, page.SESSION_TURNS)
@@ -191,7 +203,7 @@ def add_routes(api: FastAPI, pool: Pool, config: Config, note: str | None) -> No
     @api.get("/users/{user:path}", response_class=HTMLResponse, include_in_schema=False)
     def user_page(request: Request, grant: Granted, user: User) -> HTMLResponse:
         permit(grant, "read", user)
-        with pool.memory() as memory:
+        with memories.memory() as memory:
             data = views.user_memory(memory.store, config, user, gists=20)
         known, new = page_id(request)
         csrf = forms.token(known) if grant.may("write") else None

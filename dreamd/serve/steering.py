@@ -11,7 +11,7 @@ from fastapi import APIRouter, Body, FastAPI, Path, Query
 from dreamd.memory.tokens import permit
 from dreamd.models import Correction, Fact
 from dreamd.serve.answers import GUARDED, Granted, answers
-from dreamd.serve.pool import Pool
+from dreamd.serve.memories import Memories
 from dreamd.serve.schema import (
     ID,
     Change,
@@ -43,7 +43,7 @@ def correction_out(c: Correction) -> CorrectionOut:
                          new_fact=c.new_fact, reverts=c.reverts, reverted_by=c.reverted_by)
 
 
-def add_routes(api: FastAPI, pool: Pool) -> None:
+def add_routes(api: FastAPI, memories: Memories) -> None:
     """The routes, on the app itself (an included router would answer a 405 of its own,
     out of reach of the app's Allow)."""
     router = APIRouter(prefix="/v1/users", tags=["facts"])
@@ -57,7 +57,7 @@ def add_routes(api: FastAPI, pool: Pool) -> None:
         """The user's facts by id, `limit` after `after` (the answer's `next`, while there
         are more): current ones, or with `history` the replaced and withdrawn too."""
         permit(grant, "read", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             page = memory.facts(user, after_id=after, limit=limit + 1, history=history)
         more = len(page) > limit
         return Facts(user=user, facts=[fact_out(f) for f in page[:limit]],
@@ -69,7 +69,7 @@ def add_routes(api: FastAPI, pool: Pool) -> None:
         """A fact the person states, with no turn behind it: in the profile and the
         context block from now on, replaced only by a turn newer than it."""
         permit(grant, "write", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             return fact_out(memory.add_fact(user, body.statement, subject=body.subject,
                                             about=body.about, by=grant.name, why=body.why))
 
@@ -78,7 +78,7 @@ def add_routes(api: FastAPI, pool: Pool) -> None:
                 body: Annotated[Correcting, Body()]) -> FactOut:
         """New words for the fact (the answer is the new fact; the old one is history)."""
         permit(grant, "write", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             return fact_out(memory.correct(user, fact_id, body.statement, by=grant.name,
                                            why=body.why, expected_version=body.version))
 
@@ -89,7 +89,7 @@ def add_routes(api: FastAPI, pool: Pool) -> None:
         """The fact is wrong: it leaves every tier and block, and no pass makes it again
         from the turns said so far."""
         permit(grant, "write", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             return fact_out(memory.retract(user, fact_id, by=grant.name, why=body.why,
                                            expected_version=body.version))
 
@@ -99,7 +99,7 @@ def add_routes(api: FastAPI, pool: Pool) -> None:
             body: Annotated[Change, Body()]) -> FactOut:
         """The fact is in the profile and the context block whatever the ranking."""
         permit(grant, "write", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             return fact_out(memory.pin(user, fact_id, by=grant.name, why=body.why,
                                        expected_version=body.version))
 
@@ -108,7 +108,7 @@ def add_routes(api: FastAPI, pool: Pool) -> None:
     def unpin(grant: Granted, user: User, fact_id: FactId,
               body: Annotated[Change, Body()]) -> FactOut:
         permit(grant, "write", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             return fact_out(memory.unpin(user, fact_id, by=grant.name, why=body.why,
                                          expected_version=body.version))
 
@@ -117,7 +117,7 @@ def add_routes(api: FastAPI, pool: Pool) -> None:
     def history(grant: Granted, user: User, fact_id: FactId) -> History:
         """Every correction of the fact, and of the facts it was corrected into or from."""
         permit(grant, "read", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             rows = memory.history(user, fact_id)
         return History(user=user, fact_id=fact_id,
                        corrections=[correction_out(c) for c in rows])
@@ -128,7 +128,7 @@ def add_routes(api: FastAPI, pool: Pool) -> None:
                body: Annotated[Reverting, Body()]) -> CorrectionOut:
         """Undo one correction; the answer is the revert, itself a correction."""
         permit(grant, "write", user)
-        with pool.memory(user) as memory:
+        with memories.memory(user) as memory:
             return correction_out(memory.revert(user, correction_id, by=grant.name,
                                                 why=body.why))
 

@@ -12,7 +12,6 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from dreamd.store.connect import MERGE_PAGES
 from dreamd.store.corrections import drop_diary, drop_user_word
 from dreamd.store.facts import drop_facts_of_turns
 from dreamd.store.interface import Conn, Store
@@ -22,7 +21,7 @@ from dreamd.store.turns import recount_session, session_months, sessions_of
 from dreamd.store.vectors import redo_words_of, vector_models, with_neighbours, words_key
 
 STEP = 500  # turns looked at per deleting transaction: ~35-55 us a turn of write lock
-__all__ = ["MERGE_PAGES", "STEP", "finish_pending", "vacuum"]
+__all__ = ["STEP", "finish_pending", "vacuum"]
 JOURNAL, JOURNAL_SESSIONS = "forget_pending", "forget_sessions"
 
 
@@ -100,7 +99,7 @@ def _delete_ids(conn: Conn, ids: list[int], models: list[str]) -> None:
     if not ids:
         return
     gone = set(ids)
-    # A turn's indexed words hold its neighbours' (dreamd.dream.keys.context_text): the
+    # A turn's indexed words hold its neighbours' (dreamd.text.keys.context_text): the
     # survivors beside an erased turn are taken out of the index and indexed again.
     beside = {i for turn, before, after in with_neighbours(conn, ids)
               for i in (before.id if before else None, after.id if after else None)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from dreamd.errors import DreamdError, StoreAway
-from dreamd.store.connect import sqlite_failure
-from dreamd.store.postgres import engine_failure as pg_failure
-from dreamd.store.postgres import server_away
+from dreamd.store.postgres.store import engine_failure as pg_failure
+from dreamd.store.postgres.store import server_away
+from dreamd.store.sqlite.store import sqlite_failure
 
 
 def engine_failure(exc: BaseException) -> DreamdError | None:

@@ -3,12 +3,13 @@
 Above `dreamd.store`, code opens a `Store`, takes a `Conn` from `read()` or `write()` and
 hands it to the named functions of the module that owns the query (`store.turns` the
 app's tables and the tally, `store.tiers` the derived tiers, `store.vectors` vectors and
-the words index, `store.facts`, `store.pending`, `store.queues`, `store.runbook`,
+the words index, `store.facts`, `store.pending`, `store.queues`, `store.runs`,
 `store.state`); it never runs a statement of its own, never sees an engine's row type,
 never names an engine's exceptions (it asks `store.failure.engine_failure`) and never
-asks which engine it holds (a `Store` says what it can do). SQLite (`connect.SqliteStore`)
-is the embedded engine, PostgreSQL (`postgres.PgStore`) the shared one; the few
-statements they spell apart live with each engine behind its `Dialect`.
+asks which engine it holds (a `Store` says what it can do). SQLite
+(`sqlite.store.SqliteStore`) is the embedded engine, PostgreSQL (`postgres.store.PgStore`)
+the shared one, each in a package of its own; the few statements they spell apart live
+there behind its `Dialect`, and `opening` is the one place that picks an engine.
 """
 
 from __future__ import annotations
@@ -116,12 +117,12 @@ class Store(Protocol):
         (jobs side by side, dreamd.dream.lanes): its writes count in this one's
         `lock_times`, and it reads the turns this one has settled; the caller closes it.
         None where no second connection can be opened."""
-    def settle(self) -> None:
+    def checkpoint_log(self) -> None:
         """After a batch of writes: fold the write-ahead log into the store without
         waiting for anyone (SQLite: a passive checkpoint)."""
     def purge_log(self, wait: bool = True) -> bool:
         """Leave no copy of erased rows in the write-ahead log; True when none is left."""
-    def facts(self) -> dict[str, Any]:
+    def engine_info(self) -> dict[str, Any]:
         """The engine's version and known faults, for `status`."""
     def merge_words(self) -> bool:
         """Inside a write: merge a step of the words index, so no old part of it keeps an
@@ -147,7 +148,7 @@ def engine_errors() -> tuple[type[Exception], ...]:
     """The engines' own exception classes, for code that must tell a store fault from a
     bug (`except engine_errors():`). psycopg's once it is loaded: no PostgreSQL error can
     come before, and a SQLite user's command never pays for importing it."""
-    from dreamd.store.sqlite_driver import Error
+    from dreamd.store.sqlite.driver import Error
 
     psycopg = sys.modules.get("psycopg")
     return (*Error, psycopg.Error) if psycopg is not None else tuple(Error)
@@ -155,7 +156,8 @@ def engine_errors() -> tuple[type[Exception], ...]:
 
 class Dialect(Protocol):
     """The few statements the two engines spell apart, kept with their engine
-    (store/sqlite_sql.py, store/pg_sql.py); every connection carries its own."""
+    (store/sqlite/dialect.py, store/postgres/dialect.py); every connection carries its
+    own."""
 
     words_key: str  # the words index's turn-id column
 
@@ -168,6 +170,9 @@ class Dialect(Protocol):
                        idle_before: str, ripe_after: int) -> tuple[int, list[int], int]: ...
     def next_seq(self, conn: Any) -> int:
         """The next number of the counter that orders derived rows (inside a write)."""
+    def readable(self, conn: Any, newest: int) -> int:
+        """Of the turns up to `newest`, the newest dreamd may read: those whose ids are
+        final (see `Store.settle_turns`)."""
 
 
 def dialect(conn: Conn) -> Dialect:

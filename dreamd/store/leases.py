@@ -27,7 +27,7 @@ from typing import Any
 
 from dreamd.errors import StoreError
 from dreamd.store.interface import Store
-from dreamd.store.postgres import PgStore
+from dreamd.store.postgres.store import PgStore
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS dreamd_leases (

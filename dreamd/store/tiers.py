@@ -16,7 +16,7 @@ from dreamd.models import Gist
 from dreamd.store.corrections import word_seq
 from dreamd.store.interface import Conn
 from dreamd.store.queues import queue_tiers, tier_queue
-from dreamd.store.runbook import drop_outputs
+from dreamd.store.runs import drop_outputs
 from dreamd.store.state import bump_vector_epoch, next_seq, set_state
 from dreamd.store.turns import DirtySession
 from dreamd.store.vectors import delete_vectors, put_vector

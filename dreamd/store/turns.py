@@ -104,9 +104,7 @@ def newest_turn_id(conn: Conn) -> int:
 def max_exchange_id(conn: Conn) -> int:
     """The newest turn dreamd may read: on PostgreSQL, the newest settled one (see
     `Store.settle_turns`)."""
-    newest = newest_turn_id(conn)
-    settled = getattr(conn, "settled", None)
-    return newest if settled is None else min(newest, int(settled))
+    return dialect(conn).readable(conn, newest_turn_id(conn))
 
 
 @dataclass(frozen=True)
@@ -126,10 +124,8 @@ def marks(conn: Conn, space: str | None = None) -> Marks:
         "(SELECT last_exchange_id FROM dreamd_embed_state WHERE model = ?), "
         "(SELECT value FROM dreamd_state WHERE key = 'fts_id')",
         (space,)).fetchone()
-    newest = int(row[0])
-    settled = getattr(conn, "settled", None)
-    return Marks(newest if settled is None else min(newest, int(settled)),
-                 int(row[1] or 0), int(row[2] or 0), int(row[3] or 0))
+    return Marks(dialect(conn).readable(conn, int(row[0])), int(row[1] or 0), int(row[2] or 0),
+                 int(row[3] or 0))
 
 
 def counts_after(conn: Conn, turn_marks: list[int], gist_mark: int) -> tuple[list[int], int]:

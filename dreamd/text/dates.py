@@ -394,31 +394,44 @@ def implied(text: str) -> set[int]:
         if _NIGHT.search(rest):
             night = said - timedelta(days=1)
             out |= {night.day, night.month, night.year}
-        for m in _COUNT.finditer(rest):
-            unit, n = _counted(m)
-            if n < 1:
-                continue
-            began = said - (timedelta(days=n - 1) if unit == "day" else timedelta(weeks=n - 1))
-            # a week's count began on some day of that calendar week
-            days = 1 if unit == "day" else 7
-            first = began if unit == "day" else began - timedelta(days=began.weekday())
-            for k in range(days):
-                day = first + timedelta(days=k)
-                out |= {day.day, day.month, day.year}
-        for period in periods(resolve(rest, said)):
-            if period.every_year:
-                continue
-            out |= {period.first.year, period.last.year, period.first.month,
-                    period.last.month}
-            if (period.last - period.first).days <= _LONGEST_SPAN:
-                # "last week" is the seven days before, or the calendar week before:
-                # a period of days grounds the whole weeks it touches, a day itself.
-                first, last = period.first, period.last
-                if first < last:
-                    first -= timedelta(days=first.weekday())
-                    last += timedelta(days=6 - last.weekday())
-                day = first
-                while day <= last:
-                    out.add(day.day)
-                    day += timedelta(days=1)
+        out |= _counts_began(rest, said) | _periods_implied(rest, said)
+    return out
+
+
+def _counts_began(rest: str, said: date) -> set[int]:
+    """The day a count ("day 3", "week two") began; a week's, each day of its week."""
+    out: set[int] = set()
+    for m in _COUNT.finditer(rest):
+        unit, n = _counted(m)
+        if n < 1:
+            continue
+        began = said - (timedelta(days=n - 1) if unit == "day" else timedelta(weeks=n - 1))
+        # a week's count began on some day of that calendar week
+        days = 1 if unit == "day" else 7
+        first = began if unit == "day" else began - timedelta(days=began.weekday())
+        for k in range(days):
+            day = first + timedelta(days=k)
+            out |= {day.day, day.month, day.year}
+    return out
+
+
+def _periods_implied(rest: str, said: date) -> set[int]:
+    """The years and months of the periods `rest` names, and the days of a short one."""
+    out: set[int] = set()
+    for period in periods(resolve(rest, said)):
+        if period.every_year:
+            continue
+        out |= {period.first.year, period.last.year, period.first.month,
+                period.last.month}
+        if (period.last - period.first).days <= _LONGEST_SPAN:
+            # "last week" is the seven days before, or the calendar week before:
+            # a period of days grounds the whole weeks it touches, a day itself.
+            first, last = period.first, period.last
+            if first < last:
+                first -= timedelta(days=first.weekday())
+                last += timedelta(days=6 - last.weekday())
+            day = first
+            while day <= last:
+                out.add(day.day)
+                day += timedelta(days=1)
     return out

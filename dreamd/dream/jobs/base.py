@@ -30,10 +30,10 @@ from dreamd.errors import (
 )
 from dreamd.logger import Logger, silent
 from dreamd.models import JSON_TASKS, Completion, JobSpec, Prompt
-from dreamd.store import runbook
+from dreamd.store import runs
 from dreamd.store.failure import store_away
 from dreamd.store.interface import Conn, Store
-from dreamd.store.runbook import clear_failure, failure_attempts, record_failure
+from dreamd.store.runs import clear_failure, failure_attempts, record_failure
 from dreamd.store.state import get_state
 
 
@@ -442,7 +442,7 @@ def failed_items(ctx: JobContext, job: str) -> dict[str, str | None]:
     under --force, which retries them at once (but not in the pass they failed in).
     """
     with ctx.store.read() as conn:
-        rows = runbook.failures(conn, job)
+        rows = runs.failures(conn, job)
     now = ctx.now_text()
     out: dict[str, str | None] = {}
     for f in rows:

@@ -1,18 +1,10 @@
 """embed: give every new turn a vector of dreamd's model, in batches, in id order, and
-its words to the full-text index — both by the turn's key (dreamd.dream.keys)."""
+its words to the full-text index — both by the turn's key (dreamd.text.keys)."""
 
 from __future__ import annotations
 
 from dreamd.config import Config
 from dreamd.dream.jobs.base import JobContext, failed_items, note_failure, note_success
-from dreamd.dream.keys import (
-    Said,
-    addressee,
-    context_text,
-    rewriting_once,
-    space,
-    vector_key,
-)
 from dreamd.ids import user_keys
 from dreamd.models import BacklogStats, JobResult, JobSpec, Turn
 from dreamd.store.pending import (
@@ -33,6 +25,14 @@ from dreamd.store.vectors import (
     save_derived_vectors,
     save_turn_vectors,
     with_neighbours,
+)
+from dreamd.text.keys import (
+    Said,
+    addressee,
+    context_text,
+    rewriting_once,
+    space,
+    vector_key,
 )
 
 JOB = "embed"

@@ -11,9 +11,7 @@ from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.fitting import answer
 from dreamd.dream.jobs.pool import run_keyed
 from dreamd.dream.jobs.profile import sureness_of, vectors_of
-from dreamd.dream.keys import space
 from dreamd.dream.prompts import era_prompt
-from dreamd.dream.shown import era_from, when
 from dreamd.dream.word import EMPTIED, Word, read_word, scrubbed
 from dreamd.errors import OutputInvalid
 from dreamd.ids import era_key
@@ -23,9 +21,11 @@ from dreamd.store.corrections import word_seq
 from dreamd.store.facts import facts_of
 from dreamd.store.interface import Conn
 from dreamd.store.queues import tier_queue
-from dreamd.store.runbook import cached_output, save_output
+from dreamd.store.runs import cached_output, save_output
 from dreamd.store.state import Layout, core_embedding, read_layout, to_blob
 from dreamd.store.tiers import era_seqs, gists_for_month, inputs_of, save_era
+from dreamd.text.from_facts import era_from, when
+from dreamd.text.keys import space
 
 JOB = "eras"
 

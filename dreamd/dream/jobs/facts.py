@@ -1,7 +1,7 @@
 """facts: what people said about themselves and each other, as dated statements.
 
 Turns are read in id order past the job's watermark, a batch at a time. Each person's
-sentences that carry information become candidate facts (dreamd.dream.facts); a
+sentences that carry information become candidate facts (dreamd.text.facts); a
 candidate that says again what a current fact says (by the embedder) adds its turn to
 that fact's sources; one about a thing a person has one of at a time (a job, a home)
 replaces the subject's current fact about it, which keeps its row with the day it
@@ -22,7 +22,6 @@ import numpy as np
 
 from dreamd.backends import write_gate
 from dreamd.config import Config
-from dreamd.dream.facts import CHANGE, Candidate, extracted
 from dreamd.dream.jobs.base import JobContext, failed_items, note_failure, note_success
 from dreamd.dream.jobs.embed import horizon
 from dreamd.dream.jobs.facts_asked import (
@@ -33,7 +32,6 @@ from dreamd.dream.jobs.facts_asked import (
     shown_to_model,
     speaker_name,
 )
-from dreamd.dream.keys import addressee, space
 from dreamd.dream.selector import chosen, worth_a_run
 from dreamd.dream.word import older_than_word, says
 from dreamd.ids import user_keys
@@ -45,6 +43,8 @@ from dreamd.store.pending import Moved, count_unread, mark_read, unread_turns
 from dreamd.store.state import from_blob, to_blob
 from dreamd.store.turns import session_owner
 from dreamd.store.vectors import put_vector, with_neighbours
+from dreamd.text.facts import CHANGE, Candidate, extracted
+from dreamd.text.keys import addressee, space
 
 JOB = "facts"
 BATCH = 200  # turns per read and per write
@@ -216,6 +216,23 @@ def read_through(unread: list[tuple[int, str, int]]) -> dict[str, tuple[int, int
     return marks
 
 
+def due_batches(parts: list[Batch], failures: dict[str, str | None],
+                errors: list[str]) -> list[tuple[str, Batch]]:
+    """The batches to send now, each with its item name, up to the first one backing off
+    after a failure; a quarantined batch goes along (its turns are passed over)."""
+    batches = []
+    for part in parts:
+        item = f"after:{part.rows[0][0].id - 1}"  # the batch after the turns before it
+        if failures.get(item) == "quarantined":  # its record stays in status
+            errors.append(f"{item}: quarantined; its {len(part.rows)} turns are "
+                          "passed over")
+        elif failures.get(item):  # backing off: not this pass
+            errors.append(f"{item}: {failures[item]}")
+            break
+        batches.append((item, part))
+    return batches
+
+
 def run(ctx: JobContext, reason: str) -> JobResult:
     model = space(ctx.embedder.model)
     upto = horizon(ctx)
@@ -252,16 +269,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
                                   words[user][1], words[user][0])
                       for user, facts in known.items()}
             parts = in_batches(unread, rows)
-            batches = []
-            for part in parts:
-                item = f"after:{part.rows[0][0].id - 1}"  # the batch after the turns before it
-                if failures.get(item) == "quarantined":  # its record stays in status
-                    errors.append(f"{item}: quarantined; its {len(part.rows)} turns are "
-                                  "passed over")
-                elif failures.get(item):  # backing off: not this pass
-                    errors.append(f"{item}: {failures[item]}")
-                    break
-                batches.append((item, part))
+            batches = due_batches(parts, failures, errors)
             if not batches:
                 break
             shown = {user: shown_to_model(facts.current()) for user, facts in state.items()}

@@ -18,7 +18,6 @@ from typing import Any
 
 from dreamd.backends import write_gate
 from dreamd.backends.validate import Grounds, Refusal, source_of, ungrounded
-from dreamd.dream.facts import MAX_CHARS, Candidate
 from dreamd.dream.jobs.base import JobContext, Unusable
 from dreamd.dream.jobs.fitting import largest
 from dreamd.dream.jobs.pool import HEARTBEAT_SECONDS, StopClock
@@ -26,6 +25,7 @@ from dreamd.dream.prompts import facts_prompt, facts_repair_prompt
 from dreamd.errors import InputRejected, OutputInvalid
 from dreamd.models import Fact, Prompt, Turn
 from dreamd.text.dates import day_of, long_date
+from dreamd.text.facts import MAX_CHARS, Candidate
 
 JOB = "facts"
 NOT_PEOPLE = frozenset({"assistant", "system", "tool", "function", "developer"})

@@ -9,7 +9,6 @@ from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.fitting import answer
 from dreamd.dream.jobs.pool import run_keyed
 from dreamd.dream.prompts import era_lines, narrative_prompt
-from dreamd.dream.shown import narrative_from
 from dreamd.dream.word import EMPTIED, Word, read_word, scrubbed
 from dreamd.errors import OutputInvalid
 from dreamd.ids import narrative_id, profile_id
@@ -18,7 +17,7 @@ from dreamd.store.corrections import word_seq
 from dreamd.store.facts import facts_of
 from dreamd.store.interface import Conn
 from dreamd.store.queues import tier_queue
-from dreamd.store.runbook import cached_output, save_output
+from dreamd.store.runs import cached_output, save_output
 from dreamd.store.tiers import (
     Tier,
     eras_for_user,
@@ -29,6 +28,7 @@ from dreamd.store.tiers import (
     save_narrative,
     tier_inputs,
 )
+from dreamd.text.from_facts import narrative_from
 
 JOB = "narrative"
 

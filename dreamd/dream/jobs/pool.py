@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +20,7 @@ from dreamd.errors import OutputInvalid
 from dreamd.ids import user_key
 from dreamd.models import JobResult
 from dreamd.store.interface import Conn
-from dreamd.store.runbook import clear_failure, drop_outputs
+from dreamd.store.runs import clear_failure, drop_outputs
 
 Save = Callable[[Conn, Any, Any], bool]
 
@@ -49,22 +49,41 @@ def run_items(
     `after` runs on the pass thread once an item is settled, outside any transaction;
     `keys` names what an item's write changes (see `Store.write`).
     """
-    counts = ItemCounts()
     # Backend calls run in the pool, so the pass thread can stop waiting for a hung one;
     # each write waits for the workers to stop computing (see dreamd.backends.write_gate).
     pooled = ctx.llm or ctx.workers > 1
     gate = ctx.gate if pooled else None
-    quiet_write = gate.closed if gate is not None else contextlib.nullcontext
+    run = _Saving(ctx, save, on_error, after, keys,
+                  gate.closed if gate is not None else contextlib.nullcontext)
+    if gate is None:
+        _one_by_one(run, items, prepare, think)
+    else:
+        _side_by_side(run, items, prepare, think, gate)
+    return run.counts
 
-    def finish(item: Any, inputs: Any, value: Any, error: BaseException | None) -> None:
-        settle(item, inputs, value, error)
-        after(counts)
 
-    def settle(item: Any, inputs: Any, value: Any, error: BaseException | None) -> None:
+@dataclass
+class _Saving:
+    """What run_items does with an item once the backend has answered (or failed)."""
+
+    ctx: JobContext
+    save: Save
+    on_error: Callable[[Any, BaseException], str]
+    after: Callable[[ItemCounts], None]
+    keys: Callable[[Any], list[str]]
+    quiet_write: Callable[[], contextlib.AbstractContextManager[object]]
+    counts: ItemCounts = field(default_factory=ItemCounts)
+
+    def finish(self, item: Any, inputs: Any, value: Any, error: BaseException | None) -> None:
+        self._settle(item, inputs, value, error)
+        self.after(self.counts)
+
+    def _settle(self, item: Any, inputs: Any, value: Any, error: BaseException | None) -> None:
+        ctx, counts = self.ctx, self.counts
         if error is None and value is not None:
             try:
-                with quiet_write(), ctx.store.write(*keys(inputs)) as conn:
-                    stored = ctx.still_current(conn) and save(conn, inputs, value)
+                with self.quiet_write(), ctx.store.write(*self.keys(inputs)) as conn:
+                    stored = ctx.still_current(conn) and self.save(conn, inputs, value)
             except Exception as exc:  # a failed write is recorded like a failed call
                 error = exc
             else:
@@ -76,24 +95,32 @@ def run_items(
         if error is None:
             counts.skipped += 1
             return
-        counts.errors.append(on_error(item, error))
+        counts.errors.append(self.on_error(item, error))
         counts.failed += 1
 
-    if gate is None:
-        for item in items:
-            if ctx.stopped():
-                break
-            inputs = prepare(item)
-            if inputs is None:
-                continue
-            try:
-                value = think(inputs)
-            except Exception as exc:  # one bad item must not stop the pass
-                finish(item, inputs, None, exc)
-                continue
-            finish(item, inputs, value, None)
-        return counts
 
+def _one_by_one(run: _Saving, items: Iterable[Any], prepare: Callable[[Any], Any],
+                think: Callable[[Any], Any]) -> None:
+    """On the pass's own thread, an item at a time."""
+    for item in items:
+        if run.ctx.stopped():
+            break
+        inputs = prepare(item)
+        if inputs is None:
+            continue
+        try:
+            value = think(inputs)
+        except Exception as exc:  # one bad item must not stop the pass
+            run.finish(item, inputs, None, exc)
+            continue
+        run.finish(item, inputs, value, None)
+
+
+def _side_by_side(run: _Saving, items: Iterable[Any], prepare: Callable[[Any], Any],
+                  think: Callable[[Any], Any], gate: write_gate.Gate) -> None:
+    """Up to `workers` backend calls at once on a thread pool; prepare and save stay on
+    the pass's thread."""
+    ctx = run.ctx
     in_flight: dict[Future[Any], tuple[Any, Any]] = {}
     iterator = iter(items)
     exhausted = False
@@ -101,14 +128,10 @@ def run_items(
     pool = ThreadPoolExecutor(max_workers=ctx.workers, thread_name_prefix="dreamd-llm")
     try:
         while True:
-            while not exhausted and len(in_flight) < ctx.workers * 2 and not ctx.stopped():
-                item = next(iterator, _END)
-                if item is _END:
-                    exhausted = True
-                    break
-                inputs = prepare(item)
-                if inputs is not None:
-                    in_flight[pool.submit(gate.run, think, inputs)] = (item, inputs)
+            if not exhausted:
+                exhausted = _send_more(ctx, iterator, in_flight,
+                                       lambda inputs: pool.submit(gate.run, think, inputs),
+                                       prepare)
             if not in_flight:
                 break
             if clock.stopping():
@@ -125,13 +148,27 @@ def run_items(
             for future in done:
                 item, inputs = in_flight.pop(future)
                 error = future.exception()
-                finish(item, inputs, None if error else future.result(), error)
+                run.finish(item, inputs, None if error else future.result(), error)
             if ctx.stopped():
                 exhausted = True  # finish what is in flight, start nothing new
     finally:
         with write_gate.waiting():
             pool.shutdown(wait=not ctx.abandoned, cancel_futures=True)
-    return counts
+
+
+def _send_more(ctx: JobContext, iterator: Iterator[Any],
+               in_flight: dict[Future[Any], tuple[Any, Any]],
+               submit: Callable[[Any], Future[Any]], prepare: Callable[[Any], Any]) -> bool:
+    """Keep twice `workers` calls in flight while the pass goes on; True once the items
+    have run out."""
+    while len(in_flight) < ctx.workers * 2 and not ctx.stopped():
+        item = next(iterator, _END)
+        if item is _END:
+            return True
+        inputs = prepare(item)
+        if inputs is not None:
+            in_flight[submit(inputs)] = (item, inputs)
+    return False
 
 
 HEARTBEAT_SECONDS = 0.5

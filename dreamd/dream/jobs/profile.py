@@ -1,6 +1,6 @@
 """profile: standing facts about each user.
 
-Offline, it is the user's current facts grouped by topic (dreamd.dream.facts); with an
+Offline, it is the user's current facts grouped by topic (dreamd.text.facts); with an
 LLM, the model folds the gists newer than the profile into it."""
 
 from __future__ import annotations
@@ -14,10 +14,8 @@ from dreamd.config import Config
 from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.fitting import answer
 from dreamd.dream.jobs.pool import run_keyed
-from dreamd.dream.keys import space
 from dreamd.dream.prompts import profile_prompt
 from dreamd.dream.selector import for_model
-from dreamd.dream.shown import profile_from
 from dreamd.dream.word import Word, line_changes, masked, profile_kept, read_word
 from dreamd.errors import OutputInvalid
 from dreamd.ids import profile_id
@@ -26,7 +24,7 @@ from dreamd.store.corrections import word_seq, write_diary
 from dreamd.store.facts import fact_vectors, facts_of
 from dreamd.store.interface import Conn
 from dreamd.store.queues import tier_queue
-from dreamd.store.runbook import cached_output, save_output
+from dreamd.store.runs import cached_output, save_output
 from dreamd.store.state import from_blob
 from dreamd.store.tiers import (
     Tier,
@@ -39,6 +37,8 @@ from dreamd.store.tiers import (
     save_profile,
     tier_inputs,
 )
+from dreamd.text.from_facts import profile_from
+from dreamd.text.keys import space
 
 JOB = "profile"
 USER_ROLE = "user"

@@ -16,7 +16,7 @@ from dreamd.errors import OutputInvalid
 from dreamd.ids import self_state_id
 from dreamd.models import BacklogStats, JobResult, JobSpec, Prompt, Turn
 from dreamd.store.interface import Conn
-from dreamd.store.runbook import cached_output, save_output
+from dreamd.store.runs import cached_output, save_output
 from dreamd.store.tiers import (
     ReflectionMarks,
     max_gist_seq,

@@ -17,7 +17,6 @@ from dreamd.dream.gist import readable
 from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.fitting import fold, largest
 from dreamd.dream.jobs.pool import run_keyed
-from dreamd.dream.keys import space
 from dreamd.dream.prompts import merge_prompt, summary_prompt, turn_line
 from dreamd.dream.sensing import is_idle
 from dreamd.dream.word import EMPTIED, Word, read_word, scrubbed
@@ -29,6 +28,7 @@ from dreamd.store.state import Layout, core_embedding, read_layout, to_blob
 from dreamd.store.tiers import save_gist, summary_row
 from dreamd.store.turns import DirtySession, dirty_sessions, session_turns
 from dreamd.store.vectors import turn_vectors
+from dreamd.text.keys import space
 
 JOB = "summarize"
 # The gist of a session whose every turn greeted, thanked or reacted: it says so, and

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from dreamd.errors import NotMigrated, StoreError
 from dreamd.store.leases import SCHEMA as LEASES
-from dreamd.store.postgres import CHANNEL, PgConn, PgStore, quoted_name
+from dreamd.store.postgres.store import CHANNEL, PgConn, PgStore, quoted_name
 
 # The tables below stand for migrations 1 to BASE of the SQLite file; UPGRADES take a
 # schema on from there to VERSION (a new one, and one an older dreamd set up).
@@ -234,7 +234,7 @@ def migrate(store: PgStore) -> list[int]:
             "name TEXT NOT NULL, applied_at TEXT NOT NULL)")
         applied = {int(r[0]) for r in conn.raw.execute("SELECT version FROM dreamd_migrations")}
         now = datetime.now(UTC).isoformat()
-        from dreamd.store.migrations import MIGRATIONS
+        from dreamd.store.sqlite.schema import MIGRATIONS
 
         names = {m.version: m.name for m in MIGRATIONS}
         if applied:

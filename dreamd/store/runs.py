@@ -1,4 +1,5 @@
-"""The run book: passes, failures and quarantine, stored LLM outputs, tokens used."""
+"""The record of runs: passes (dreamd_runs), failures and quarantine, stored LLM outputs,
+tokens used."""
 
 from __future__ import annotations
 

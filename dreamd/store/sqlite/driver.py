@@ -24,12 +24,12 @@ mutex serializes the calls).
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 import apsw
 
-from dreamd.store.sqlite_sql import SQLITE
+from dreamd.store.sqlite.dialect import SQLITE
 
 BUNDLED = "bundled"
 SYSTEM = "system"
@@ -57,6 +57,11 @@ def is_not_a_database(exc: BaseException) -> bool:
         isinstance(exc, sqlite3.DatabaseError) and "file is not a database" in str(exc))
 
 
+# SQLite's WAL hook: (the library's connection, the database's name, the WAL's pages)
+# -> SQLITE_OK.
+WalHook = Callable[[Any, str, int], int]
+
+
 class Raw(Protocol):
     """A connection as `connect.SqliteStore` uses it: `SqliteConn` or `sqlite3.Connection`."""
 
@@ -66,6 +71,10 @@ class Raw(Protocol):
     def in_transaction(self) -> bool: ...
     @property
     def total_changes(self) -> int: ...
+    def on_commit(self, hook: WalHook) -> bool:
+        """Call `hook` after each commit has written its frames to the WAL, in SQLite's
+        automatic checkpoint's place; False where the library offers no such hook (then
+        SQLite's own checkpoint stays)."""
     def close(self) -> None: ...
 
 
@@ -73,6 +82,9 @@ class SystemConn(sqlite3.Connection):
     """A `sqlite3` connection that says which dialect it speaks."""
 
     dialect = SQLITE
+
+    def on_commit(self, hook: WalHook) -> bool:
+        return False  # Python's sqlite3 has no WAL hook
 
 
 class Rows:
@@ -124,6 +136,10 @@ class SqliteConn:
     def total_changes(self) -> int:
         """Rows changed since the connection opened, triggers and FTS5's own included."""
         return int(self.raw.total_changes())
+
+    def on_commit(self, hook: WalHook) -> bool:
+        self.raw.set_wal_hook(hook)
+        return True
 
     def close(self) -> None:
         self.raw.close()

@@ -54,5 +54,9 @@ class SqliteDialect:
                      "ON CONFLICT(key) DO UPDATE SET value = excluded.value", (str(seq),))
         return seq
 
+    def readable(self, conn: Any, newest: int) -> int:
+        """SQLite hands out ids under its write lock: every id a reader sees is final."""
+        return newest
+
 
 SQLITE = SqliteDialect()

@@ -63,5 +63,9 @@ class PgDialect:
         (reflect's marks) reads the counter while no write runs (`Store.write` alone)."""
         return int(conn.execute("SELECT nextval('dreamd_seq')").fetchone()[0])
 
+    def readable(self, conn: Any, newest: int) -> int:
+        """Up to the settled id the transaction's store has seen (`PgStore.settle_turns`)."""
+        return min(newest, int(conn.settled))
+
 
 POSTGRESQL = PgDialect()

@@ -19,11 +19,11 @@ from dreamd.memory.api import Memory
 WAIT_SECONDS = 30.0  # for a free connection, before a request is answered 503
 
 
-class PoolBusy(StoreBusy):
+class MemoriesBusy(StoreBusy):
     """Every connection stayed taken: the server is overloaded, not broken."""
 
 
-class Pool:
+class Memories:
     def __init__(self, config: Config, *, size: int, create: bool = False) -> None:
         self.config = config
         self.size = size
@@ -32,7 +32,7 @@ class Pool:
         self._all: list[Memory] = []
         try:
             for n in range(size):
-                # dreamd's own process: its bundled SQLite (see store/sqlite_driver.py)
+                # dreamd's own process: its bundled SQLite (see store/sqlite/driver.py)
                 self._all.append(Memory(where, config=config, embedder=self.embedder,
                                         create=create and n == 0, sqlite="bundled"))
         except BaseException:
@@ -47,7 +47,7 @@ class Pool:
         n = (zlib.crc32(user.encode("utf-8")) if user is not None
              else next(self._turns)) % self.size
         if not self._locks[n].acquire(timeout=WAIT_SECONDS):
-            raise PoolBusy(f"the store connection stayed busy for {WAIT_SECONDS:g} s; "
+            raise MemoriesBusy(f"the store connection stayed busy for {WAIT_SECONDS:g} s; "
                            "try again")
         try:
             yield self._all[n]

@@ -14,9 +14,9 @@ from datetime import UTC, datetime
 
 from dreamd.errors import NotMigrated, StoreError
 from dreamd.ids import DEFAULT_USER
-from dreamd.store import sqlite_driver as driver
-from dreamd.store.connect import SqliteStore
 from dreamd.store.interface import Conn
+from dreamd.store.sqlite import driver
+from dreamd.store.sqlite.store import SqliteStore
 
 CORE_TABLES = """
 CREATE TABLE IF NOT EXISTS exchanges (
@@ -336,7 +336,7 @@ def _queues(conn: Conn) -> None:
 
 def _seq_sequence(conn: Conn) -> None:
     """On PostgreSQL, derived rows are numbered from a sequence, so that workers writing
-    different users do not wait for each other's commit (store/pg_sql.py). SQLite's one
+    different users do not wait for each other's commit (store/postgres/dialect.py). SQLite's one
     writer keeps numbering them from a row of dreamd_state: nothing changes here."""
 
 

@@ -7,9 +7,9 @@ import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
-from dreamd.store import sqlite_driver as driver
 from dreamd.store.interface import Conn
-from dreamd.store.migrations import CORE_TABLES
+from dreamd.store.sqlite import driver
+from dreamd.store.sqlite.schema import CORE_TABLES
 
 
 @contextlib.contextmanager

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 from dreamd.errors import StoreAway, StoreBusy, StoreError
 from dreamd.store.interface import WriteLockTimes
-from dreamd.store.pg_sql import POSTGRESQL
+from dreamd.store.postgres.dialect import POSTGRESQL
 from dreamd.url import shown
 
 if TYPE_CHECKING:
@@ -304,7 +304,7 @@ class PgStore:
                 return newest
             time.sleep(0.02)
 
-    def settle(self) -> None:
+    def checkpoint_log(self) -> None:
         """PostgreSQL checkpoints its own log."""
 
     def purge_log(self, wait: bool = True) -> bool:
@@ -313,7 +313,7 @@ class PgStore:
         recycles its segments."""
         return False
 
-    def facts(self) -> dict[str, object]:
+    def engine_info(self) -> dict[str, object]:
         return {"version": self.raw.info.parameter_status("server_version") or "unknown",
                 "schema": self.schema}
 

@@ -1,6 +1,6 @@
 """Facts as memory shows them: a profile, a month's era, the narrative, a context line.
 
-Pure: the facts in, text out. What a fact is and where it comes from is dreamd.dream.facts.
+Pure: the facts in, text out. What a fact is and where it comes from is dreamd.text.facts.
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
-from dreamd.dream.facts import MONTHS, NUMBER, PROPER
 from dreamd.models import Fact
 from dreamd.text import speech
 from dreamd.text.dates import day_of, long_date
+from dreamd.text.facts import MONTHS, NUMBER, PROPER
 from dreamd.text.speech import CALENDAR
 
 # Topics of a profile, in order: the areas of a life, in general English (not any one

@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from dreamd.errors import StoreBusy, StoreError
-from dreamd.store import sqlite_driver as driver
 from dreamd.store.interface import WriteLockTimes
-from dreamd.store.sqlite_driver import BUNDLED, SYSTEM, Raw
+from dreamd.store.sqlite import driver
+from dreamd.store.sqlite.driver import BUNDLED, SYSTEM, Raw
 
 AUTOCHECKPOINT_PAGES = 1000  # SQLite's default wal_autocheckpoint
 
@@ -47,7 +47,7 @@ TIDY_PAGES = 16
 class SqliteStore:
     """The embedded engine: one SQLite connection with dreamd's rules attached.
 
-    No transaction is ever opened implicitly (see `sqlite_driver`, which also says why
+    No transaction is ever opened implicitly (see `driver`, which also says why
     dreamd's processes run the bundled library and a `Memory` the system's); writes go
     through `write()`, which is BEGIN IMMEDIATE: a deferred transaction that later
     upgrades to a write fails at once with SQLITE_BUSY,
@@ -87,9 +87,8 @@ class SqliteStore:
         self._writer = threading.Lock()
         self.quiet: Callable[[], contextlib.AbstractContextManager[object]] = \
             contextlib.nullcontext
-        raw = getattr(conn, "raw", None)  # dreamd's own library (apsw): see `_committed`
-        if raw is not None and self.checkpoints:
-            raw.set_wal_hook(self._committed)
+        if self.checkpoints:  # dreamd's own library (apsw) has the hook: see `_committed`
+            conn.on_commit(self._committed)
 
     @property
     def in_transaction(self) -> bool:
@@ -124,7 +123,7 @@ class SqliteStore:
                 self.lock_times.add((self._released or time.perf_counter()) - locked,
                                     self.conn.total_changes - before)
         if time.monotonic() - self._checkpointed >= self.CHECKPOINT_EVERY:
-            self.settle()
+            self.checkpoint_log()
 
     def take(self, conn: Any, key: str) -> bool:
         return True  # the one writer: nobody else holds it
@@ -168,7 +167,7 @@ class SqliteStore:
         return int(self.conn.execute("SELECT COALESCE(MAX(id), 0) FROM exchanges")
                    .fetchone()[0])
 
-    def settle(self) -> None:
+    def checkpoint_log(self) -> None:
         """Copy what it can of the WAL into the database without waiting for anyone:
         keeps the WAL bounded and never blocks the chat app's writes. (Not on an affected
         library: see `checkpoints`.)"""
@@ -193,7 +192,7 @@ class SqliteStore:
         self._checkpointed = time.monotonic()
         return bool(busy == 0)
 
-    def facts(self) -> dict[str, object]:
+    def engine_info(self) -> dict[str, object]:
         return {"version": driver.library_version(self.library), "library": self.library,
                 "wal_reset_bug": has_wal_reset_bug(sqlite_version(self.library)),
                 "system": {"version": driver.library_version(SYSTEM),
