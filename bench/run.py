@@ -73,11 +73,13 @@ def steady_state(db: Path) -> None:
                          (covered, done, covered, done, sid))
         conn.execute("INSERT OR REPLACE INTO dreamd_state VALUES ('seq', ?)", (len(rows),))
         top = conn.execute("SELECT MAX(id) FROM exchanges").fetchone()[0]
-        # Embedded and reflected up to the last few hundred turns.
+        # Embedded, indexed and reflected up to the last few hundred turns.
         # (The model "m" under the key scheme's vector space, as sensing reads it.)
         from dreamd.text.keys import space
 
         conn.execute("INSERT INTO dreamd_embed_state VALUES (?, 384, ?)", (space("m"), top - 300))
+        # The words index as far as the vectors (its watermark: see store.pending).
+        conn.execute("INSERT OR REPLACE INTO dreamd_state VALUES ('fts_id', ?)", (top - 300,))
         marks = {"dreamd": {"reflected_exchange_id": top - 500, "reflected_seq": len(rows) - 40,
                             "reflected_at": "2025-12-31T00:00:00+00:00"}}
         conn.execute("INSERT INTO self_state VALUES ('assistant', ?, '2025-12-31')",
