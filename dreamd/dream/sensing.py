@@ -12,9 +12,16 @@ from dreamd.store import tiers
 from dreamd.store import turns as turns_sql
 from dreamd.store.interface import Conn, Store
 from dreamd.store.pending import count_unembedded
-from dreamd.store.queues import owner_changes, tier_queue, unqueue_owners
+from dreamd.store.queues import owner_changes, owners_queued, tier_queue, unqueue_owners
 from dreamd.store.state import iso_utc
-from dreamd.store.tiers import gists_past_profile, reflection_marks, rehome_session
+from dreamd.store.tiers import (
+    REFLECTION_MARKS,
+    ReflectionMarks,
+    gists_past_profile,
+    parse_reflection_marks,
+    reflection_marks,
+    rehome_session,
+)
 from dreamd.store.turns import (
     DirtyTotals,
     TallyRow,
@@ -42,9 +49,8 @@ def sync_owners(store: Store, agent_id: str, chunk: int = 500) -> int:
     owner the app names, and what the other user's memory built from it is dropped.
     Only the sessions rows the app added or moved since the last look are compared (a
     trigger on `sessions` queues them), `chunk` to a short write. Returns sessions moved."""
-    with store.read() as conn:
-        if not owner_changes(conn, 1)[1]:
-            return 0  # nothing queued: an idle pass writes nothing
+    if not owners_queued(store):
+        return 0  # nothing queued: an idle pass writes nothing
     moved = 0
     while True:
         with store.write() as conn:
@@ -96,22 +102,24 @@ def with_unfolded(totals: DirtyTotals, tally: dict[str, TallyRow],
     return DirtyTotals(dirty, unsummarized, ripe, idle_ripe, idle_turns), new_sessions
 
 
-def tier_backlog(conn: Conn, users: list[str] | None) -> tuple[int, int, int]:
+def tier_backlog(conn: Conn, users: list[str] | None, queued: bool = True
+                 ) -> tuple[int, int, int]:
     """Gists newer than their user's profile, stale eras, stale narratives: of the queued
-    users (of `users`) only, whose tiers may be behind (the rest are current)."""
+    users (of `users`) only, whose tiers may be behind (the rest are current); none
+    when the caller has seen the queue empty (`queued`)."""
     newer_than_profile = stale = narratives = 0
-    for user in tier_queue(conn, users):
+    for user in tier_queue(conn, users) if queued else []:
         newer_than_profile += gists_past_profile(conn, user)
         stale += len(tiers.stale_months(conn, user))
         narratives += tiers.narrative_stale(conn, user)
     return newer_than_profile, stale, narratives
 
 
-def since_reflection(conn: Conn, config: Config, embedded: int | None = None
-                     ) -> dict[str, Any]:
+def since_reflection(conn: Conn, config: Config, embedded: int | None = None,
+                     marks: ReflectionMarks | None = None) -> dict[str, Any]:
     """What the agent has not reflected on yet, over every user (reflect is the agent's),
     and with an embed watermark, how many turns wait past it: one count for all."""
-    marks = reflection_marks(conn, config.agent.id)
+    marks = marks or reflection_marks(conn, config.agent.id)
     after = [marks.exchange_id] if embedded is None else [marks.exchange_id, embedded]
     turns, gists = counts_after(conn, after, marks.seq)
     found = {"turns_since_reflection": turns[0], "gists_since_reflection": gists,
@@ -135,7 +143,13 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
     with store.read() as conn:
         totals = session_totals(conn, config.summarize.after, idle_before)
         dirty = totals.dirty
-        marks = turns_sql.marks(conn, space(embed_model))
+        # Where the turns, the tally, the embedding and reflection stand, and whether any
+        # user's tiers wait: one statement.
+        row = conn.execute(f"SELECT {turns_sql.MARKS}, {REFLECTION_MARKS}, "
+                           "(SELECT COUNT(*) FROM dreamd_tier_queue)",
+                           (space(embed_model), config.agent.id)).fetchone()
+        marks = turns_sql.marks_of(conn, row[:3])
+        reflected = parse_reflection_marks(row[3], row[4])
         max_id, counted = marks.newest, marks.tallied
         new_sessions = 0
         limit = max_id if upto is None else min(max_id, upto)
@@ -144,7 +158,7 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
             tally = tally_rows(conn, [g[0] for g in groups])
             dirty, new_sessions = with_unfolded(dirty, tally, groups, config.summarize.after,
                                                 idle_before)
-        newer_than_profile, stale, narratives = tier_backlog(conn, None)
+        newer_than_profile, stale, narratives = tier_backlog(conn, None, row[5] > 0)
         return BacklogStats(
             sessions=totals.sessions + new_sessions,
             dirty=dirty.dirty,
@@ -156,7 +170,7 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,
             narrative_stale=narratives > 0,
-            **since_reflection(conn, config, marks.embedded),
+            **since_reflection(conn, config, marks.embedded, reflected),
             max_exchange_id=max_id,
         )
 

@@ -396,6 +396,17 @@ def _word(conn: Conn) -> None:
         conn.execute(statement)
 
 
+# Sensing sums the turns of the sessions facts have not read from this index alone, so
+# its count costs what is unread rather than a lookup of each such session's row.
+UNREAD_INDEX = ("CREATE INDEX dreamd_sessions_unread ON dreamd_sessions("
+                "user_id, facts_id, last_id, turns, facts_turns) WHERE last_id > facts_id")
+
+
+def _unread_covered(conn: Conn) -> None:
+    conn.execute("DROP INDEX dreamd_sessions_unread")
+    conn.execute(UNREAD_INDEX)
+
+
 MIGRATIONS = (
     Migration(1, "core tables (prior-art layout)", _core),
     Migration(2, "dreamd bookkeeping, tally, vectors, runs", _dreamd_base),
@@ -411,6 +422,7 @@ MIGRATIONS = (
               _seq_sequence),
     Migration(12, "API tokens limited to users and scopes", _tokens),
     Migration(13, "a person's word on facts: corrections, versions, pins; the diary", _word),
+    Migration(14, "sensing's count of unread turns from its index alone", _unread_covered),
 )
 
 

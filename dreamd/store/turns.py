@@ -9,7 +9,7 @@ from dreamd.ids import (
     DEFAULT_USER,
 )
 from dreamd.models import Turn
-from dreamd.store.interface import Conn, dialect
+from dreamd.store.interface import Conn, Store, dialect
 from dreamd.store.state import (
     column_required,
     get_state,
@@ -119,15 +119,27 @@ class Marks:
 def marks(conn: Conn, space: str | None = None) -> Marks:
     """Where the turns, the tally and (for a vector space) the embedding stand, in one
     round trip."""
-    row = conn.execute(
-        "SELECT (SELECT COALESCE(MAX(id), 0) FROM exchanges), "
-        "(SELECT value FROM dreamd_state WHERE key = 'tally_id'), "
-        "(SELECT last_exchange_id FROM dreamd_embed_state WHERE model = ?)",
-        (space,)).fetchone()
+    return marks_of(conn, conn.execute(f"SELECT {MARKS}", (space,)).fetchone())
+
+
+# The marks as columns another statement may carry (the space its one parameter).
+MARKS = ("(SELECT COALESCE(MAX(id), 0) FROM exchanges), "
+         "(SELECT value FROM dreamd_state WHERE key = 'tally_id'), "
+         "(SELECT last_exchange_id FROM dreamd_embed_state WHERE model = ?)")
+
+
+def marks_of(conn: Conn, row: Any) -> Marks:
+    """Marks from MARKS' three columns, as read on `conn`."""
     newest = int(row[0])
     settled = getattr(conn, "settled", None)
     return Marks(newest if settled is None else min(newest, int(settled)),
                  int(row[1] or 0), int(row[2] or 0))
+
+
+def tally_mark(store: Store) -> int:
+    """The tally's watermark, by a read of its own (`Store.peek`)."""
+    rows = store.peek("SELECT value FROM dreamd_state WHERE key = 'tally_id'")
+    return int(rows[0][0]) if rows and rows[0][0] else 0
 
 
 def counts_after(conn: Conn, turn_marks: list[int], gist_mark: int) -> tuple[list[int], int]:
