@@ -13,7 +13,10 @@ window:     the profile of 500 gists for a model with a 4,096-token window: the 
 acceptance: the output guards on the good and bad answer corpora (tests/data/answers_*),
             kept and refused per check and per job; the off-topic floor chosen on one
             person's requests, checked on the other's; requests per gist on the sample
-            conversations when the server answers as a capable model.
+            conversations when the server answers as a capable model; and, where
+            ../shared/data is, the LoCoMo dev slice answered with its own session
+            summaries and observations (bench/capable.py): gists and facts kept from the
+            model, requests per item.
 """
 
 from __future__ import annotations
@@ -286,6 +289,10 @@ def bench_acceptance() -> None:
     print(f"sample conversations, the server answering as a capable model: {gists[0]} of "
           f"{gists[1]} gists kept from the model, {asked} summarize requests "
           f"({asked / gists[1]:.2f} a gist)")
+    from bench import capable
+
+    if capable.DATA.exists():  # the dev slice: every figure held out, nothing chosen on it
+        capable.report()
 
 
 def main() -> None:
