@@ -13,7 +13,10 @@ window:     the profile of 500 gists for a model with a 4,096-token window: the 
 acceptance: the output guards on the good and bad answer corpora (tests/data/answers_*),
             kept and refused per check and per job; the off-topic floor chosen on one
             person's requests, checked on the other's; requests per gist on the sample
-            conversations when the server answers as a capable model.
+            conversations when the server answers as a capable model; and, where
+            ../shared/data is, the LoCoMo dev slice answered with its own session
+            summaries and observations (bench/capable.py): gists and facts kept from the
+            model, requests per item.
 """
 
 from __future__ import annotations
@@ -267,11 +270,9 @@ def bench_acceptance() -> None:
     """The guards on both answer corpora, per check and per job; the off-topic floor
     chosen on one person's conversations and checked on the other's; and the requests a
     pass sends per gist when the server answers as a capable model does."""
-    import math
-
     from dreamd.backends.local import LocalEmbedder
-    from dreamd.dream.jobs.topic import ON_TOPIC, topic_cosine
-    from testkit.acceptance import acceptance, bad_cases, good_cases, person, table
+    from dreamd.dream.jobs.topic import ON_TOPIC
+    from testkit.acceptance import acceptance, held_out, requests_per_gist, table
 
     embedder = LocalEmbedder()
     checks, jobs = acceptance(embedder)
@@ -279,60 +280,19 @@ def bench_acceptance() -> None:
     print("\n".join(f"  {line}" for line in table(checks)))
     print("acceptance, per job (all its checks):")
     print("\n".join(f"  {line}" for line in table(jobs)))
-    good = [c for c in good_cases() if c.prompt.task not in ("facts", "reflect")]
-    off = [c for c in bad_cases(good_cases()) if c.check == "off-topic"]
-    for chosen_on in ("sam", "jonah"):
-        bad = sorted(topic_cosine(embedder, c.answer, c.prompt.items) for c in off
-                     if person(c) == chosen_on)
-        floor = math.ceil(100 * bad[math.ceil(0.98 * len(bad)) - 1]) / 100
-        held = [topic_cosine(embedder, c.answer, c.prompt.items) for c in good
-                if person(c) != chosen_on]
-        held_bad = [topic_cosine(embedder, c.answer, c.prompt.items) for c in off
-                    if person(c) != chosen_on]
-        print(f"off-topic floor chosen on {chosen_on}'s requests (98 % of bad under it): "
-              f"{floor:.2f}; on the other's, good kept {sum(x >= floor for x in held)}/"
-              f"{len(held)}, bad refused {sum(x < floor for x in held_bad)}/{len(held_bad)}"
-              f" (in use: {ON_TOPIC[embedder.model]})")
+    for held in held_out(embedder):
+        print(f"off-topic floor chosen on {held.chosen_on}'s requests (half way between "
+              f"good's 2nd and bad's 98th percentile): {held.floor:.2f}; on the other's, "
+              f"good kept {held.kept}/{held.good}, bad refused {held.refused}/{held.bad} "
+              f"(in use: {ON_TOPIC[embedder.model]})")
     gists, asked = requests_per_gist()
     print(f"sample conversations, the server answering as a capable model: {gists[0]} of "
           f"{gists[1]} gists kept from the model, {asked} summarize requests "
           f"({asked / gists[1]:.2f} a gist)")
+    from bench import capable
 
-
-def requests_per_gist() -> tuple[tuple[int, int], int]:
-    """A forced pass over the demo's sample conversations, each summarize request answered
-    with the good corpus's gist of its session: (gists the model's, gists), requests."""
-    from dreamd.cli.demo import sample_sessions, write_sessions
-    from dreamd.config import AgentConfig, FactsConfig, UserConfig
-    from dreamd.dream.prompts import summary_prompt
-    from testkit.requests import DATA, chats, gist_of, read_answers, said
-
-    good = read_answers(DATA / "answers_good.txt")
-    chat = chats()[0]
-    corpus = {summary_prompt(chat.names, None, said(s), 8).user: str(gist_of(s, good))
-              for s in chat.sessions}
-    server = FakeOpenAI(answers=corpus).start()
-    with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "m.db"
-        conn = new_file(db)
-        write_sessions(conn, sample_sessions())
-        conn.close()
-        config = config_for(db, server)
-        config = Config(db=str(db), completer=config.completer,
-                        user=UserConfig(name="Sam"), agent=AgentConfig(name="Wren"),
-                        facts=FactsConfig(producer="offline"))
-        store = open_store(config)
-        from dreamd.dream.factory import make_embedder
-
-        with OpenAICompleter(config.completer, environ={}) as completer:
-            run_pass(store, config, make_embedder(config), completer, trigger="bench",
-                     force=True)
-        with store.read() as read:
-            sources = [r[0] for r in read.execute("SELECT dreamd_source FROM summaries")]
-        store.close()
-    server.stop()
-    return (sum(s.startswith("llm:") for s in sources), len(sources)), \
-        server.tasks().count("summarize")
+    if capable.DATA.exists():  # the dev slice: every figure held out, nothing chosen on it
+        capable.report()
 
 
 def main() -> None:

@@ -21,7 +21,7 @@ from dreamd.backends.protocols import Embedder
 from dreamd.backends.validate import CHECKS, FOR_JSON, Grounds, source_of
 from dreamd.dream.jobs.facts_asked import ITEM_CHECKS, PER_TURN, fact_refusal
 from dreamd.dream.jobs.reflect import validate as reflection
-from dreamd.dream.jobs.topic import ON_TOPIC, topic_cosine
+from dreamd.dream.jobs.topic import ON_TOPIC, chosen_floor, topic_score
 from dreamd.errors import OutputInvalid
 from dreamd.models import JSON_TASKS, Prompt
 from testkit.requests import DATA, read_answers, requests
@@ -102,12 +102,24 @@ def turn_ids(prompt: Prompt) -> set[int]:
     return {int(m) for m in re.findall(r"^\[(\d+)\]", prompt.user, re.MULTILINE)}
 
 
+_SCORES: dict[tuple[str, str, tuple[str, ...]], float] = {}
+
+
+def scored(embedder: Embedder, answer: str, items: tuple[str, ...]) -> float:
+    """topic_score, once per answer and material (the table and the floor's choice both
+    need it)."""
+    key = (embedder.model, answer, items)
+    if key not in _SCORES:
+        _SCORES[key] = topic_score(embedder, answer, items)
+    return _SCORES[key]
+
+
 def refused_by(check: str, case: Case, embedder: Embedder) -> list[bool]:
     """Whether `check` alone refuses the answer: one verdict, or one per fact."""
     text, p = case.answer.strip(), case.prompt
     if check == "off-topic":
         floor = ON_TOPIC.get(embedder.model)
-        return [floor is not None and topic_cosine(embedder, text, p.items) < floor]
+        return [floor is not None and scored(embedder, text, p.items) < floor]
     if check in CHECKS and (p.task not in JSON_TASKS or check in FOR_JSON):
         return [CHECKS[check](text, p) is not None]
     if p.task == "reflect":
@@ -185,3 +197,83 @@ def table(tally: Tally) -> list[str]:
     names = list(dict.fromkeys([*tally.good, *tally.bad]))
     return [f"{name:<10} good kept {share(tally.kept[name], tally.good[name]):<18} "
             f"bad refused {share(tally.refused[name], tally.bad[name])}" for name in names]
+
+
+@dataclass(frozen=True)
+class Held:
+    """The off-topic floor chosen on one person's requests, and what it does on the
+    other's (which it was not chosen on)."""
+
+    chosen_on: str
+    floor: float
+    kept: int
+    good: int
+    refused: int
+    bad: int
+
+
+def held_out(embedder: Embedder) -> list[Held]:
+    """The floor `chosen_floor` picks on each person's text requests (their good answers
+    against their off-topic bad ones), and its rates on the other person's."""
+    good = good_cases()
+    scores = [(person(c), True, scored(embedder, c.answer, c.prompt.items))
+              for c in good if c.prompt.task not in JSON_TASKS]
+    scores += [(person(c), False, scored(embedder, c.answer, c.prompt.items))
+               for c in bad_cases(good) if c.check == "off-topic"]
+    out = []
+    for chosen_on in ("sam", "jonah"):
+        floor = chosen_floor([s for p, g, s in scores if p == chosen_on and g],
+                             [s for p, g, s in scores if p == chosen_on and not g])
+        held_good = [s for p, g, s in scores if p != chosen_on and g]
+        held_bad = [s for p, g, s in scores if p != chosen_on and not g]
+        out.append(Held(chosen_on, floor, sum(s >= floor for s in held_good), len(held_good),
+                        sum(s < floor for s in held_bad), len(held_bad)))
+    return out
+
+
+def requests_per_gist() -> tuple[tuple[int, int], int]:
+    """A forced pass over the demo's sample conversations (all-MiniLM-L6-v2, the embedder
+    whose off-topic floor is measured), each summarize request answered with the good
+    corpus's gist of its session: (gists the model's, gists), summarize requests sent."""
+    import sqlite3
+    import tempfile
+    from pathlib import Path
+
+    from dreamd.backends.local import LocalEmbedder
+    from dreamd.backends.openai_backend import OpenAICompleter
+    from dreamd.cli.demo import sample_sessions, write_sessions
+    from dreamd.config import AgentConfig, CompleterConfig, Config, FactsConfig, UserConfig
+    from dreamd.dream.cycle import run_pass
+    from dreamd.dream.prompts import summary_prompt
+    from dreamd.store.opening import open_store
+    from dreamd.store.sqlite.schema import CORE_TABLES
+    from testkit.openai_server import FakeOpenAI
+    from testkit.requests import chats, gist_of, said
+
+    good = read_answers(DATA / "answers_good.txt")
+    chat = chats()[0]
+    corpus = {summary_prompt(chat.names, None, said(s), 8).user: str(gist_of(s, good))
+              for s in chat.sessions}
+    server = FakeOpenAI(answers=corpus).start()
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            db = Path(tmp) / "m.db"
+            conn = sqlite3.connect(db, isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.executescript(CORE_TABLES)
+            write_sessions(conn, sample_sessions())
+            conn.close()
+            config = Config(db=str(db), completer=CompleterConfig(
+                backend="openai", base_url=server.base_url, model="capable",
+                read_timeout_seconds=10), user=UserConfig(name="Sam"),
+                agent=AgentConfig(name="Wren"), facts=FactsConfig(producer="offline"))
+            store = open_store(config)
+            with OpenAICompleter(config.completer, environ={"OPENAI_API_KEY": "k"}) as llm:
+                run_pass(store, config, LocalEmbedder(), llm, trigger="bench", force=True)
+            with store.read() as read:
+                sources = [r[0] for r in read.execute("SELECT dreamd_source FROM summaries")]
+            store.close()
+    finally:
+        server.stop()
+    return (sum(s.startswith("llm:") for s in sources), len(sources)), \
+        server.tasks().count("summarize")

@@ -21,6 +21,7 @@ import json
 import re
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -104,7 +105,8 @@ def padded(content: str, size: int) -> str:
 class FakeOpenAI:
     def __init__(self, delay: float = 0.0, pad: int = 0, context_tokens: int = 0,
                  schema: str = "honour", hold: dict[str, str] | None = None,
-                 answers: dict[str, str] | None = None) -> None:
+                 answers: dict[str, str] | None = None,
+                 author: Callable[[str, str], str | None] | None = None) -> None:
         """`context_tokens`: the model's window (longer requests are refused, /props
         reports it as llama.cpp's server does). `schema`, what a `response_format` JSON
         schema meets: "honour" (the answer follows it, as a grammar makes it), "refuse"
@@ -119,6 +121,10 @@ class FakeOpenAI:
         # A request's user message -> the answer to give it (a corpus of what a capable
         # model writes, see testkit.requests); any other request gets `answer`.
         self.answers = answers or {}
+        # (system, user) -> the answer, or None for `answer`'s: answers made from the request
+        # itself (a request that shows earlier answers, as a facts batch shows the known
+        # facts, cannot be looked up by its text before they are given).
+        self.author = author
         self.context_tokens = context_tokens
         self.largest_request = 0  # prompt + max_tokens of the largest chat request served
         self.refused = 0  # chat requests refused as longer than the context window
@@ -301,7 +307,8 @@ class Handler(BaseHTTPRequestHandler):
         if shape.get("type") == "json_schema" and self.fake.schema == "json_object":
             return self.error(500, message="1 validation error: body.response_format"
                               ".type: Input should be 'text' or 'json_object'")
-        content = self.fake.answers.get(user) or answer(system, user)
+        content = self.fake.answers.get(user) or (
+            self.fake.author(system, user) if self.fake.author else None) or answer(system, user)
         if self.fake.pad and task_of(system) not in ("reflect", "facts"):
             content = padded(content, self.fake.pad)
         if kind == "say":  # answer like a weak model: exactly this text

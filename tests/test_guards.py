@@ -43,17 +43,11 @@ def minilm() -> LocalEmbedder:
     return LocalEmbedder()
 
 
-# Short of the 98 % a check alone is held to, and why. Off-topic: another person's profile,
-# narrative or month reads close to this person's (cosine 0.40-0.43 against a floor of
-# 0.38, the lowest good answer at 0.44); each is refused by the names it holds (grounded),
-# and the job's checks together are held to 98 % below. Raising the floor to pass would fit
-# it to this corpus.
-ALONE = {"off-topic": 0.95}
-
-
 def test_each_check_keeps_the_good_corpus_and_refuses_the_bad(minilm: LocalEmbedder) -> None:
     """At least 98 % of good answers (or facts) kept and 98 % of bad ones refused, by each
-    check alone; and by each job's checks together."""
+    check alone; and by each job's checks together. On 724f86e off-topic alone let
+    another person's profile, narrative or month through (107 of 111 refused, 96.4 %):
+    against the centre of the material they read alike (cosine 0.40-0.43)."""
     from testkit.acceptance import acceptance
 
     checks, jobs = acceptance(minilm)
@@ -61,11 +55,36 @@ def test_each_check_keeps_the_good_corpus_and_refuses_the_bad(minilm: LocalEmbed
                                 "grounded", "off-topic", "json", "shape", "turns"}
     for name in checks.good:
         assert checks.kept[name] >= 0.98 * checks.good[name], (name, checks.misses)
-        assert checks.refused[name] >= ALONE.get(name, 0.98) * checks.bad[name], (
-            name, checks.misses)
+        assert checks.refused[name] >= 0.98 * checks.bad[name], (name, checks.misses)
     for job in jobs.good:
         assert jobs.kept[job] >= 0.98 * jobs.good[job], (job, checks.misses)
         assert jobs.refused[job] >= 0.98 * jobs.bad[job], (job, checks.misses)
+
+
+def test_the_off_topic_floor_is_chosen_on_one_person_and_holds_on_the_other(
+        minilm: LocalEmbedder) -> None:
+    """The floor in use is the one the corpora choose by a rule stated beforehand (half way
+    between the good answers' 2nd percentile and the bad's 98th), whichever person's
+    requests it is chosen on; and on the other person's, which it was not chosen on, it
+    keeps 98 % of the good answers and refuses 98 % of the bad."""
+    from dreamd.backends.model_files import MODEL_ID
+    from dreamd.dream.jobs.topic import ON_TOPIC
+    from testkit.acceptance import held_out
+
+    for held in held_out(minilm):
+        assert held.floor == ON_TOPIC[MODEL_ID], held
+        assert held.kept >= 0.98 * held.good and held.refused >= 0.98 * held.bad, held
+
+
+def test_a_capable_models_gists_take_one_request_each() -> None:
+    """The demo's sample conversations, the server answering each summarize request as a
+    capable model does (the good corpus): every gist is the model's, and dreamd asks at
+    most 1.1 times a gist (on 99a8389, 55 requests for 30 sessions)."""
+    from testkit.acceptance import requests_per_gist
+
+    (kept, gists), asked = requests_per_gist()
+    assert gists == 12 and kept == gists
+    assert asked <= 1.1 * gists
 
 
 def test_a_good_gist_is_measured_against_its_turns_text(minilm: LocalEmbedder) -> None:

@@ -20,7 +20,7 @@ from dreamd.backends.validate import AGAIN, Refusal, refusal
 from dreamd.config import Config
 from dreamd.dream.extractive import ExtractiveCompleter
 from dreamd.dream.jobs.budget import Budget, Tokens
-from dreamd.dream.jobs.topic import ON_TOPIC, topic_cosine
+from dreamd.dream.jobs.topic import ON_TOPIC, topic_score
 from dreamd.errors import (
     PASS_STOPPING,
     BudgetExhausted,
@@ -363,10 +363,10 @@ class JobContext:
         floor = ON_TOPIC.get(self.embedder.model)
         if floor is None or prompt.task in JSON_TASKS or not prompt.items:
             return None
-        cosine = topic_cosine(self.embedder, answer, prompt.items)
-        if cosine >= floor:
+        score = topic_score(self.embedder, answer, prompt.items)
+        if score >= floor:
             return None
-        return f"the answer is not about its input (cosine {cosine:.2f} with it, under {floor})"
+        return f"the answer is not about its input (score {score:.2f}, under {floor})"
 
     @contextlib.contextmanager
     def call_slot(self) -> Iterator[None]:
