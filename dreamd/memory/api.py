@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -54,6 +55,7 @@ from dreamd.memory.recall import (
     named,
     query_words,
     top_k,
+    topic_words,
 )
 from dreamd.memory.serial import serialized
 from dreamd.memory.steering import Steering
@@ -317,7 +319,7 @@ class Memory(Steering):
             "eras": _best_eras({m: scrubbed(c, word) for m, c in eras.items()}, era_vectors,
                                vector, 2),
             "facts": relevant_facts(facts, fact_vectors, vector, query or "", FACTS),
-            "gists": self._gist_lines(vector, session, user, word),
+            "gists": self._gist_lines(vector, session, user, word, query or ""),
             # Best first; as many as the budget takes (the tier's share, and what the
             # tiers before it left over).
             "details": [line for h in self.recall(query, k=DETAILS + 5, users=[user])
@@ -338,14 +340,14 @@ class Memory(Steering):
             return _whose(conn, session, user, spoken=bool(last_turns(conn, session, 1)))
 
     def _gist_lines(self, vector: np.ndarray, session: str | None, user: str,
-                    word: Word) -> list[str]:
+                    word: Word, query: str) -> list[str]:
         best = self.indexes.gists(user).best(vector, 3, exclude=session)
         if not best:
             return []
         with self.store.read() as conn:
             rows = gist_texts(conn, best)
-        return [_within_tokens(" / ".join(_lines(scrubbed(rows[s], word))))
-                for s in best if s in rows]
+        asked = topic_words(query)
+        return [gist_shown(_lines(scrubbed(rows[s], word)), asked) for s in best if s in rows]
 
     def _allowed(self, users: list[str], session: str | None) -> Callable[[str], bool]:
         """Whether a session's turns may be returned: it belongs to one of `users` (a
@@ -403,6 +405,46 @@ GIST_CHARS = 320  # of a gist in the context block: its opening lines
 GIST_TOKENS = 80
 # An era's point likewise fits in what a 1,000-token block gives the eras (4 %).
 ERA_TOKENS = 34
+
+
+def gist_shown(lines: list[str], asked: list[str]) -> str:
+    """A gist as the context block shows it, within GIST_TOKENS: its opening line (the
+    About line, where it has one), then the lines that share the most of the query's
+    topic words `asked`, in the order said; with none in common, its opening lines. A
+    gist is a whole session, and the block shows a few of its lines: the ones the
+    question is about, not the ones said first."""
+    def said(line: str) -> int:
+        return sum(any(_same_word(w, a) for a in asked) for w in set(_WORD.findall(line.lower())))
+
+    def text(picked: set[int]) -> str:
+        shown = " / ".join(lines[i] for i in sorted(picked))
+        return shown + " …" if len(picked) < len(lines) else shown
+
+    scores = [said(line) for line in lines]
+    if len(lines) < 3 or not any(scores[1:]):
+        return _within_tokens(" / ".join(lines))
+    picked = {0}
+    for i in sorted(range(1, len(lines)), key=lambda i: (-scores[i], i)):
+        wider = text(picked | {i})
+        if len(wider) <= GIST_CHARS and estimate_tokens(wider) <= GIST_TOKENS:
+            picked.add(i)
+    if picked == {0}:  # the line asked about is long: it is shown cut, after the opening
+        best = max(range(1, len(lines)), key=lambda i: (scores[i], -i))
+        return _within_tokens(f"{lines[0]} / {lines[best]}")
+    return text(picked)
+
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+def _same_word(word: str, asked: str) -> bool:
+    """Whether a gist's word is one of the query's, give or take its ending ("gift",
+    "gifts"; "company", "companies")."""
+    if word == asked:
+        return True
+    short, longer = sorted((word, asked), key=len)
+    return len(short) >= 4 and (longer.startswith(short) or (
+        len(short) >= 5 and short[:5] == longer[:5]))
 
 
 def _within_tokens(text: str, tokens: int = GIST_TOKENS, chars: int = GIST_CHARS) -> str:
