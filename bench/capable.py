@@ -29,7 +29,7 @@ from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.config import CompleterConfig, Config
 from dreamd.dream.cycle import run_pass
 from dreamd.memory.importers import parse_locomo, write_sessions
-from dreamd.store import app_file
+from dreamd.store.sqlite import app_file
 from dreamd.store.interface import Store
 from dreamd.store.opening import open_store
 from testkit.openai_server import FakeOpenAI, task_of

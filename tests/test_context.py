@@ -119,3 +119,43 @@ def test_an_era_of_one_conversation_is_not_headed_twice(tmp_path: Path) -> None:
         named, _, point = line.partition(": ")
         assert re.fullmatch(r"2026-0[1-3]", named), line
         assert not re.match(r"(\d{4}-\d{2}: )?\d+ conversations?\.$", point), line
+
+
+def test_a_gist_shows_the_lines_the_question_is_about(tmp_path: Path) -> None:
+    """The context block has room for a few lines of each gist: of a long session, the
+    ones that share the question's words, not only the ones said first (it showed the
+    session's opening lines whatever was asked)."""
+    db = tmp_path / "m.db"
+    conn = make_chat_file(db)
+    said = ["I started a new job at the hospital in Leeds as a night nurse last month.",
+            "My sister Ruth is visiting from Glasgow with her two boys next weekend.",
+            "I have been hiking in the Peak District every Sunday since the spring.",
+            "I finally finished reading all of the Earthsea books by Ursula Le Guin.",
+            "My landlord put the rent up again, so I may move to a flat near the river.",
+            "I signed up for cello lessons with Mrs Okafor on Thursday evenings."]
+    texts = [t for line in said for t in (line, "That sounds like a lot, tell me more.")]
+    add_turns(conn, "long", texts, start=datetime(2026, 3, 2, 9, 0, tzinfo=UTC))
+    add_turns(conn, "now", ["Hello again."], start=datetime(2026, 4, 2, 9, 0, tzinfo=UTC))
+    conn.close()
+    embedder = HashingEmbedder()
+    memory = Memory(db, config=Config(db=str(db), embed=EmbedConfig(backend="hashing")),
+                    embedder=embedder)
+    try:
+        run_pass(memory.store, memory.config, embedder,
+                 RecordingCompleter(memory.store, embedder), trigger="test", force=True)
+        with memory.store.read() as read:
+            (gist,) = [r[0] for r in read.execute(
+                "SELECT content FROM summaries WHERE session_id = 'long'")]
+        asked = memory.context("now", query="When are my cello lessons?", budget=1000,
+                               raw_turns=False)
+        other = memory.context("now", query="How is the new job going?", budget=1000,
+                               raw_turns=False)
+    finally:
+        memory.close()
+    assert "cello" in gist.split("\n", 1)[1]  # the session's gist holds it, past its opening
+    (shown,) = dict(asked.sections)["gists"]
+    assert "Okafor on Thursday" in shown, shown
+    assert shown.startswith("2026-03 About: ")  # what the session was about stays first
+    assert estimate_tokens(shown) <= 80
+    (opening,) = dict(other.sections)["gists"]
+    assert "hospital" in opening and "cello" not in opening, opening

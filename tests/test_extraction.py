@@ -153,6 +153,21 @@ def test_rewritten_sentences_keep_their_verbs_in_agreement(said: str, told: str)
     assert (in_third_person(said, "Mia", "Leo") or "").startswith(told)
 
 
+@pytest.mark.parametrize(("said", "told"), [
+    ("Gonna repaint my kitchen this weekend.", "Mia is going to repaint Mia's kitchen"),
+    ("Going to visit my aunt in Cork next month.", "Mia is going to visit Mia's aunt in Cork"),
+])
+def test_a_plan_without_its_subject_is_the_speakers(said: str, told: str) -> None:
+    """"Gonna ..." and "Going to ..." without a subject are the speaker's own plan (told
+    as "Gonna continue Mia's course" it was a verb without its subject, an agreement
+    break in every tier that showed it)."""
+    [fact] = extract("Mia", said, SAID, "Leo")
+    assert fact.statement.startswith(told), fact.statement
+    # Whose "gonna be" is is not said ("it"): no one is made the subject of a long week.
+    assert not any(c.statement.startswith("Mia is going to be") for c in extract(
+        "Mia", "Gonna be a long week at the depot.", SAID, "Leo"))
+
+
 @pytest.mark.parametrize("said", [
     "I read it yesterday.",  # read now, or read then?
     "We are adopting a child.",  # "we" is more than the speaker

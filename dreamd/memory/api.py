@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-from dreamd.backends.llm_output import estimate_tokens
 from dreamd.backends.protocols import Embedder
 from dreamd.config import Config
 from dreamd.config import load as load_config
@@ -33,6 +32,13 @@ from dreamd.ids import (
     session_key,
 )
 from dreamd.memory import corrections
+from dreamd.memory.block_lines import (
+    best_era_points,
+    gist_shown,
+    self_state_lines,
+    tier_lines,
+    tier_points,
+)
 from dreamd.memory.context import Context
 from dreamd.memory.context import build as build_context
 from dreamd.memory.export import export_user
@@ -52,6 +58,7 @@ from dreamd.memory.recall import (
     named,
     query_words,
     top_k,
+    topic_words,
 )
 from dreamd.memory.serial import serialized
 from dreamd.memory.steering import Steering
@@ -311,15 +318,15 @@ class Memory(Steering):
             query = next((c for r, c, _ in reversed(turns) if r == USER_ROLE), "")
         vector = self.embedder.embed([self.as_named(query, [user]) or " "])[0]
         parts: dict[str, list[str]] = {
-            "self": _self_lines({**(state[0] if state else {}),
+            "self": self_state_lines({**(state[0] if state else {}),
                                  "drives": (agent_state[0] if agent_state else {}).get("drives")}),
             # A person's word holds from the moment it is given, before a pass rebuilds.
-            "profile": _lines(profile_kept(profile.content if profile else "", word)),
-            "narrative": _bullets(scrubbed(narrative.content if narrative else "", word)),
-            "eras": _best_eras({m: scrubbed(c, word) for m, c in eras.items()}, era_vectors,
+            "profile": tier_lines(profile_kept(profile.content if profile else "", word)),
+            "narrative": tier_points(scrubbed(narrative.content if narrative else "", word)),
+            "eras": best_era_points({m: scrubbed(c, word) for m, c in eras.items()}, era_vectors,
                                vector, 2),
             "facts": relevant_facts(facts, fact_vectors, vector, query or "", FACTS),
-            "gists": self._gist_lines(vector, session, user, word),
+            "gists": self._gist_lines(vector, session, user, word, query or ""),
             # Best first; as many as the budget takes (the tier's share, and what the
             # tiers before it left over).
             "details": [line for h in self.recall(query, k=DETAILS + 5, users=[user])
@@ -340,14 +347,14 @@ class Memory(Steering):
             return _whose(conn, session, user, spoken=bool(last_turns(conn, session, 1)))
 
     def _gist_lines(self, vector: np.ndarray, session: str | None, user: str,
-                    word: Word) -> list[str]:
+                    word: Word, query: str) -> list[str]:
         best = self.indexes.gists(user).best(vector, 3, exclude=session)
         if not best:
             return []
         with self.store.read() as conn:
             rows = gist_texts(conn, best)
-        return [_within_tokens(" / ".join(_lines(scrubbed(rows[s], word))))
-                for s in best if s in rows]
+        asked = topic_words(query)
+        return [gist_shown(tier_lines(scrubbed(rows[s], word)), asked) for s in best if s in rows]
 
     def _allowed(self, users: list[str], session: str | None) -> Callable[[str], bool]:
         """Whether a session's turns may be returned: it belongs to one of `users` (a
@@ -396,75 +403,3 @@ def relevant_facts(facts: list[Fact], vectors: dict[int, bytes], query: np.ndarr
 def scope_of(users: list[str]) -> Owners:
     """The matrix for these users (a session nobody has filed yet is the default user's)."""
     return Owners(tuple(sorted(set(users))), DEFAULT_USER in users)
-
-
-GIST_CHARS = 320  # of a gist in the context block: its opening lines
-# ... and at most these tokens, so that one fits in what a 1,000-token block gives the
-# gists (9 %): a gist told in the third person, with quotes and dates, has more of them
-# to a character than turns kept verbatim.
-GIST_TOKENS = 80
-# An era's point likewise fits in what a 1,000-token block gives the eras (4 %).
-ERA_TOKENS = 34
-
-
-def _within_tokens(text: str, tokens: int = GIST_TOKENS, chars: int = GIST_CHARS) -> str:
-    """`text` shortened to `chars`, and further until it is `tokens` at most."""
-    limit = chars
-    cut = _shortened(text, limit)
-    while estimate_tokens(cut) > tokens and limit > 40:
-        limit = limit * 9 // 10
-        cut = _shortened(text, limit)
-    return cut
-
-
-def _shortened(text: str, limit: int) -> str:
-    """At most `limit` characters, cut at a line or word boundary, marked when cut."""
-    if len(text) <= limit:
-        return text
-    cut = text[:limit]
-    at = cut.rfind(" / ")
-    cut = cut[:at] if at > limit // 2 else cut[:cut.rfind(" ")]
-    return cut.rstrip() + " …"
-
-
-def _lines(text: str) -> list[str]:
-    return [ln.strip() for ln in text.splitlines() if ln.strip()]
-
-
-def _self_lines(state: dict[str, object]) -> list[str]:
-    out = []
-    if state.get("self_narrative"):
-        out.append(str(state["self_narrative"]))
-    if state.get("mood"):
-        out.append(f"mood: {state['mood']}; energy: {state.get('energy', '?')}")
-    drives = state.get("drives")
-    if isinstance(drives, dict):
-        out.append("drives: " + ", ".join(f"{k} {v}" for k, v in drives.items()))
-    return out
-
-
-def _best_eras(eras: dict[str, str], vectors: dict[str, bytes], query: np.ndarray,
-               k: int) -> list[str]:
-    months = [m for m in eras if m in vectors]
-    if not months:
-        return []
-    scores = np.stack([np.frombuffer(vectors[m], dtype=np.float32) for m in months]) @ query
-    return [_within_tokens(f"{months[i]}: {line}", ERA_TOKENS) for i in top_k(scores, k)
-            for line in _era_points(months[i], eras[months[i]])]
-
-
-def _era_points(month: str, text: str) -> list[str]:
-    """An era's points without its own heading ("2026-03: 1 conversation."): the context
-    names the month on every point."""
-    lines = _lines(text)
-    if lines and lines[0].startswith(f"{month}:"):
-        lines = lines[1:]
-    return _bullets("\n".join(lines)) if lines else []
-
-
-def _bullets(text: str) -> list[str]:
-    """The points of a derived tier without its heading line ("Recent arc (...):")."""
-    lines = _lines(text)
-    points = [ln[2:] if ln.startswith("- ") else ln for ln in lines
-              if not ln.endswith(":") and not ln.endswith("conversations.")]
-    return points or lines

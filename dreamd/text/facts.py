@@ -272,6 +272,15 @@ def _told(sentence: str, speaker: str, addressee: str | None, said: date | None,
         text = f"I {text[:1].lower()}{text[1:]}"
     elif own and words and words[0] == "Been":  # "Been running longer since we talked"
         text = f"I have {text[:1].lower()}{text[1:]}"
+    elif own and len(words) > 2 and (words[0], words[1]) != ("Gonna", "be") \
+            and words[:3] != ["Going", "to", "be"] \
+            and (words[0] == "Gonna" or words[:2] == ["Going", "to"]):
+        # "Gonna take the bus", "Going to try the new gym": the speaker's own plan (it
+        # was told as "Gonna continue Sam's course", a verb without its subject); not
+        # "Gonna be a long week", whose subject is "it".
+        rest = text[len(words[0]):].lstrip()
+        rest = rest[len("to "):] if words[0] == "Going" else rest
+        text = f"I'm going to {rest}"
     elif own and words and speech.base_verb(words[0]) and not speech.describing(words[0]) \
             and re.search(r"\b[Mm]y\b", text):
         # "Love my new job"; not "Last Fri my kids ...", whose first word also describes.
