@@ -29,9 +29,9 @@ from dreamd.backends.openai_backend import OpenAICompleter
 from dreamd.config import CompleterConfig, Config
 from dreamd.dream.cycle import run_pass
 from dreamd.memory.importers import parse_locomo, write_sessions
-from dreamd.store.sqlite import app_file
 from dreamd.store.interface import Store
 from dreamd.store.opening import open_store
+from dreamd.store.sqlite import app_file
 from testkit.openai_server import FakeOpenAI, task_of
 
 DATA = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "locomo_dev.json"
