@@ -80,7 +80,7 @@ def generate(path: Path, turns: int, sessions: int, users: int, months: int,
 
 def assign_users(path: Path) -> None:
     """Give each session its user (sessions.user_id, a column dreamd's migrations add)."""
-    from dreamd.store.sqlite.schema import migrate
+    from dreamd.store.sqlite.migrate import migrate
     from dreamd.store.sqlite.store import connect
 
     store = connect(path)

@@ -116,6 +116,7 @@ class BacklogStats:
     unsummarized_turns: int = 0
     idle_ripe_turns: int = 0
     unembedded_turns: int = 0
+    unindexed_turns: int = 0  # turns not in the words index yet (a vector may be)
     turns_without_facts: int = 0
     gists_newer_than_profile: int = 0
     stale_months: int = 0

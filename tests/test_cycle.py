@@ -437,6 +437,33 @@ def test_pass_budget_leaves_the_rest_for_the_next_pass(target: str) -> None:
         assert app.value("SELECT COUNT(*) FROM summaries") == 6
 
 
+def words_held(app: App) -> int:
+    return int(app.value("SELECT COUNT(*) FROM exchanges e WHERE EXISTS "
+                         f"(SELECT 1 FROM dreamd_fts f WHERE f.{'id' if app.pg else 'rowid'} "
+                         "= e.id)"))
+
+
+def test_turns_with_a_vector_and_no_words_are_indexed_by_the_next_pass(target: str) -> None:
+    """A pass that ends between a batch's vectors and their words (its budget spent here;
+    a crash, a stop or the server going away do the same) leaves turns that have a vector
+    and no entry in the words index. The next pass indexes them: it does not wait for
+    turns without a vector to make the embed job due."""
+    budget = PassConfig(max_seconds=0, max_items=1)
+    embed = EmbedConfig(backend="hashing", batch_size=256)
+    with on_engine(target, pass_=budget, embed=embed) as (store, app, config):
+        for i in range(3):
+            app.turns(f"s{i}", chat_texts(i, 6), LATER - timedelta(days=30 - i))
+        store.settle_turns(wait=5.0)
+        completer = RecordingCompleter(store)
+        pass_(store, completer, config, force=False)
+        assert app.value("SELECT COUNT(*) FROM dreamd_exchange_vectors") == 18
+        assert words_held(app) == 0  # the one batch spent the pass's budget
+        for _ in range(10):
+            if pass_(store, completer, config, force=False).outcome == "ok":
+                break
+        assert words_held(app) == 18
+
+
 def test_drives_persist_between_passes(target: str) -> None:
     from dreamd.dream.cycle import read_drives
 

@@ -36,6 +36,10 @@ def due(stats: BacklogStats, force: bool = False) -> set[str]:
         (BacklogStats(unembedded_turns=5), False, set()),
         (BacklogStats(unembedded_turns=64), False, {"embed"}),
         (BacklogStats(unembedded_turns=5), True, {"embed"}),
+        # Turns with vectors and no words (a pass cut between the two): the same.
+        (BacklogStats(unindexed_turns=5), False, set()),
+        (BacklogStats(unindexed_turns=64), False, {"embed"}),
+        (BacklogStats(unindexed_turns=5), True, {"embed"}),
         # New gists: profile and eras both follow (coherence 0.5 from a stale month).
         (BacklogStats(gists_newer_than_profile=1, stale_months=1), False,
          {"profile", "eras"}),

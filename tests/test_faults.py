@@ -251,12 +251,7 @@ FAULTS = {
 @pytest.mark.parametrize(("fault", "times"), [
     ("restart_fast", 1), ("terminate", 1),
     pytest.param("restart_fast", 4, marks=pytest.mark.soak),
-    # Known defect, open: after the merges of this round, one run of four immediate
-    # restarts left turns with a vector and no words-index entry (the exactly-once check
-    # below caught it). Marked so a run says XFAIL, not passed, until it is found.
-    pytest.param("restart_immediate", 4, marks=[pytest.mark.soak, pytest.mark.xfail(
-        reason="turns left without a words entry after immediate restarts (open)",
-        strict=False)]),
+    pytest.param("restart_immediate", 4, marks=pytest.mark.soak),
     pytest.param("terminate", 4, marks=pytest.mark.soak),
     pytest.param("sigstop", 2, marks=pytest.mark.soak),
     pytest.param("down_2_min", 1, marks=pytest.mark.soak),

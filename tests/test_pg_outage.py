@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from dreamd.backends.hashing import HashingEmbedder
-from dreamd.config import Config, EmbedConfig, WorkersConfig
+from dreamd.config import Config, EmbedConfig, PassConfig, WorkersConfig
 from dreamd.dream.cycle import run_pass
 from dreamd.dream.extractive import ExtractiveCompleter
 from dreamd.dream.workers import Claims
@@ -152,6 +152,35 @@ def test_a_pass_the_server_cuts_short_leaves_no_lease_renewed(pg_server: Any) ->
     finally:
         claims.stop()
         store.close()
+
+
+def test_a_workers_pass_indexes_the_words_a_cut_pass_left_behind(pg_server: Any) -> None:
+    """A worker's pass that ends between its users' vectors and their words (its budget
+    spent: a restart or a kill does the same) leaves those turns out of the words index.
+    The worker's next pass, holding the same users, indexes them, though none of their
+    turns waits for a vector."""
+    url = pg_server.new_database()
+    cat_owners(url, 3)
+    config = Config(db=url, embed=EmbedConfig(backend="hashing", batch_size=256),
+                    pass_=PassConfig(max_seconds=0, max_items=1))
+    store = open_store(config)
+    embedder = HashingEmbedder()
+    claims = Claims(store, config)
+    claims.start()
+    app = App(url)
+    try:
+        run_pass(store, config, embedder, ExtractiveCompleter(embedder), trigger="test",
+                 force=False, claims=claims)
+        assert app.value("SELECT COUNT(*) FROM dreamd_exchange_vectors") == 12
+        assert app.value("SELECT COUNT(*) FROM dreamd_fts") == 0
+        for _ in range(10):
+            run_pass(store, config, embedder, ExtractiveCompleter(embedder), trigger="test",
+                     force=False, claims=claims)
+        assert app.value("SELECT COUNT(*) FROM dreamd_fts") == 12
+    finally:
+        claims.stop()
+        store.close()
+        app.close()
 
 
 def test_a_connection_lost_inside_a_write_ends_the_pass_and_blames_no_item(

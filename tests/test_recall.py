@@ -179,3 +179,53 @@ def test_the_hashing_embedder_is_a_bag_of_signed_token_hashes_alone_or_in_a_batc
             assert np.array_equal(row, defined(text, dim))
             assert np.array_equal(embedder.embed([text])[0], row)
     assert HashingEmbedder(16).embed([]).shape == (0, 16)
+
+
+def test_scores_are_the_recipe_written_plainly_and_follow_new_facts(tmp_path: Path) -> None:
+    """The index's vectorized scores against the recipe computed row by row: own +
+    context, the session's best (or its gist's), the best of the facts a turn gave
+    (never below nothing; facts in any order, one turn given several, a turn the
+    matrix lacks). A fact added since the last query counts in the next one."""
+    from dreamd.memory.recall import (
+        CONTEXT_WEIGHT,
+        FACT_WEIGHT,
+        GIST_WEIGHT,
+        SESSION_WEIGHT,
+    )
+
+    memory = build(tmp_path / "m.db", HashingEmbedder())
+    index = memory.index
+    index.refresh()
+    rng = np.random.default_rng(7)
+    query = rng.standard_normal(index.matrix.shape[1]).astype(np.float32)
+    ids, codes = index.base_ids.tolist(), index.codes.tolist()
+    gists = {index.sessions[codes[0]]: 0.9}
+    turns = np.array([ids[3], ids[1], ids[3], ids[0], max(ids) + 100], dtype=np.int64)
+    cosines = np.array([0.5, -0.4, 0.8, 0.1, 0.9], dtype=np.float32)
+
+    def plainly(turns: np.ndarray, cosines: np.ndarray) -> list[float]:
+        own = [float(index.matrix[i] @ query) for i in range(len(ids))]
+        base = []
+        for i in range(len(ids)):
+            near = [j for j in range(len(ids)) if codes[j] == codes[i] and abs(j - i) <= 1]
+            # (rows of a session are consecutive here: one conversation at a time)
+            norm = float(np.linalg.norm(sum(index.matrix[j] for j in near)))
+            base.append(own[i] + CONTEXT_WEIGHT * sum(own[j] for j in near) / norm)
+        out = []
+        for i in range(len(ids)):
+            session = [base[j] for j in range(len(ids)) if codes[j] == codes[i]]
+            best = max([*session, GIST_WEIGHT * gists.get(index.sessions[codes[i]], -9)])
+            fact = max([0.0, *(float(c) for t, c in zip(turns, cosines, strict=True)
+                               if t == ids[i])])
+            out.append(base[i] + SESSION_WEIGHT * best + FACT_WEIGHT * fact)
+        return out
+
+    assert index.scores(query, gists, (turns, cosines)) == pytest.approx(
+        plainly(turns, cosines), abs=1e-5)
+    assert index.scores(query, gists, (turns, cosines)) == pytest.approx(
+        plainly(turns, cosines), abs=1e-5)  # asked again: the same
+    more = np.append(turns, ids[5])
+    more_cosines = np.append(cosines, np.float32(0.7))
+    assert index.scores(query, gists, (more, more_cosines)) == pytest.approx(
+        plainly(more, more_cosines), abs=1e-5)
+    memory.close()

@@ -12,7 +12,8 @@ from dreamd.errors import StoreError
 from dreamd.runtime.log import get_logger
 from dreamd.store.opening import open_store
 from dreamd.store.sqlite import driver
-from dreamd.store.sqlite.schema import MIGRATIONS, migrate
+from dreamd.store.sqlite.migrate import migrate
+from dreamd.store.sqlite.schema import MIGRATIONS
 from dreamd.store.sqlite.store import SqliteStore as Store
 from dreamd.store.sqlite.store import connect, has_wal_reset_bug
 from tests.helpers import PRIOR_ART_DDL, config_for, open_sqlite, sqlite

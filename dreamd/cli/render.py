@@ -173,6 +173,8 @@ def render_status(data: dict[str, Any]) -> str:
         f"{_n(b['sessions'], 'session')}, {b['dirty']} with unsummarized turns "
         f"({_n(b['unsummarized_turns'], 'turn')}; {b['ripe']} ripe, {b['idle_ripe']} idle), "
         f"{_n(b['unembedded_turns'], 'turn')} unembedded, "
+        + (f"{_n(b['unindexed_turns'], 'turn')} not in the words index, "
+           if b.get("unindexed_turns") else "") +
         f"{_n(b['stale_months'], 'stale month')}, "
         f"narrative {'stale' if b['narrative_stale'] else 'current'}, "
         f"{_n(b['turns_since_reflection'], 'turn')} since the last reflection",

@@ -65,7 +65,8 @@ def outcome_of(results: list[JobResult], stopped: bool, budget: Budget,
         return "interrupted"
     if any(r.failed for r in results):
         return "failed"
-    pending = (after.dirty or after.unembedded_turns or after.gists_newer_than_profile
+    pending = (after.dirty or after.unembedded_turns or after.unindexed_turns
+               or after.gists_newer_than_profile
                or after.stale_months or after.narrative_stale)
     if budget.exhausted() and pending:
         return "partial"

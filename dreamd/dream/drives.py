@@ -37,6 +37,7 @@ def continuity(stats: BacklogStats, config: Config) -> float:
         saturate(stats.idle_ripe_turns, config.summarize.after),
         saturate(stats.idle_ripe, 1),
         saturate(stats.unembedded_turns, config.embed.batch_size),
+        saturate(stats.unindexed_turns, config.embed.batch_size),
         saturate(stats.turns_without_facts, config.embed.batch_size),
     )
 
@@ -68,6 +69,7 @@ def stability(stats: BacklogStats, config: Config) -> float:
     return (
         (1 - saturate(stats.unsummarized_turns, config.summarize.after))
         * (1 - saturate(stats.unembedded_turns, config.embed.batch_size))
+        * (1 - saturate(stats.unindexed_turns, config.embed.batch_size))
         * (1 - coherence(stats))
     )
 

@@ -10,10 +10,16 @@ from dreamd.models import BacklogStats
 from dreamd.store import tiers
 from dreamd.store import turns as turns_sql
 from dreamd.store.interface import Conn, Store
-from dreamd.store.pending import count_unembedded
-from dreamd.store.queues import owner_changes, tier_queue, unqueue_owners
+from dreamd.store.pending import count_unembedded, count_unindexed
+from dreamd.store.queues import owner_changes, owners_queued, tier_queue, unqueue_owners
+from dreamd.store.standing import standing
 from dreamd.store.state import iso_utc
-from dreamd.store.tiers import gists_past_profile, reflection_marks, rehome_session
+from dreamd.store.tiers import (
+    ReflectionMarks,
+    gists_past_profile,
+    reflection_marks,
+    rehome_session,
+)
 from dreamd.store.turns import (
     DirtyTotals,
     TallyRow,
@@ -22,7 +28,7 @@ from dreamd.store.turns import (
     session_totals,
     tally_rows,
 )
-from dreamd.store.vectors import embed_watermark
+from dreamd.store.vectors import embed_watermark, fts_watermark
 from dreamd.text.keys import space
 
 
@@ -42,9 +48,8 @@ def sync_owners(store: Store, agent_id: str, chunk: int = 500) -> int:
     owner the app names, and what the other user's memory built from it is dropped.
     Only the sessions rows the app added or moved since the last look are compared (a
     trigger on `sessions` queues them), `chunk` to a short write. Returns sessions moved."""
-    with store.read() as conn:
-        if not owner_changes(conn, 1)[1]:
-            return 0  # nothing queued: an idle pass writes nothing
+    if not owners_queued(store):
+        return 0  # nothing queued: an idle pass writes nothing
     moved = 0
     while True:
         with store.write() as conn:
@@ -96,27 +101,31 @@ def with_unfolded(totals: DirtyTotals, tally: dict[str, TallyRow],
     return DirtyTotals(dirty, unsummarized, ripe, idle_ripe, idle_turns), new_sessions
 
 
-def tier_backlog(conn: Conn, users: list[str] | None) -> tuple[int, int, int]:
+def tier_backlog(conn: Conn, users: list[str] | None, queued: bool = True
+                 ) -> tuple[int, int, int]:
     """Gists newer than their user's profile, stale eras, stale narratives: of the queued
-    users (of `users`) only, whose tiers may be behind (the rest are current)."""
+    users (of `users`) only, whose tiers may be behind (the rest are current); none
+    when the caller has seen the queue empty (`queued`)."""
     newer_than_profile = stale = narratives = 0
-    for user in tier_queue(conn, users):
+    for user in tier_queue(conn, users) if queued else []:
         newer_than_profile += gists_past_profile(conn, user)
         stale += len(tiers.stale_months(conn, user))
         narratives += tiers.narrative_stale(conn, user)
     return newer_than_profile, stale, narratives
 
 
-def since_reflection(conn: Conn, config: Config, embedded: int | None = None
-                     ) -> dict[str, Any]:
+def since_reflection(conn: Conn, config: Config, done: tuple[int, int] | None = None,
+                     marks: ReflectionMarks | None = None) -> dict[str, Any]:
     """What the agent has not reflected on yet, over every user (reflect is the agent's),
-    and with an embed watermark, how many turns wait past it: one count for all."""
-    marks = reflection_marks(conn, config.agent.id)
-    after = [marks.exchange_id] if embedded is None else [marks.exchange_id, embedded]
-    turns, gists = counts_after(conn, after, marks.seq)
+    and with the embed and words-index watermarks (`done`), how many turns wait past
+    each: one round trip for all."""
+    marks = marks or reflection_marks(conn, config.agent.id)
+    turns, gists = counts_after(conn, [marks.exchange_id, *(done or ())], marks.seq)
     found = {"turns_since_reflection": turns[0], "gists_since_reflection": gists,
              "last_reflection_at": marks.at}
-    return found if embedded is None else {**found, "unembedded_turns": turns[1]}
+    if done is None:
+        return found
+    return {**found, "unembedded_turns": turns[1], "unindexed_turns": turns[2]}
 
 
 def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
@@ -135,7 +144,8 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
     with store.read() as conn:
         totals = session_totals(conn, config.summarize.after, idle_before)
         dirty = totals.dirty
-        marks = turns_sql.marks(conn, space(embed_model))
+        now_at = standing(conn, space(embed_model), config.agent.id)
+        marks, reflected = now_at.marks, now_at.reflected
         max_id, counted = marks.newest, marks.tallied
         new_sessions = 0
         limit = max_id if upto is None else min(max_id, upto)
@@ -144,7 +154,7 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
             tally = tally_rows(conn, [g[0] for g in groups])
             dirty, new_sessions = with_unfolded(dirty, tally, groups, config.summarize.after,
                                                 idle_before)
-        newer_than_profile, stale, narratives = tier_backlog(conn, None)
+        newer_than_profile, stale, narratives = tier_backlog(conn, None, now_at.tiers_queued)
         return BacklogStats(
             sessions=totals.sessions + new_sessions,
             dirty=dirty.dirty,
@@ -156,7 +166,7 @@ def read_backlog(store: Store, config: Config, now: datetime, embed_model: str,
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,
             narrative_stale=narratives > 0,
-            **since_reflection(conn, config, marks.embedded),
+            **since_reflection(conn, config, (marks.embedded, marks.indexed), reflected),
             max_exchange_id=max_id,
         )
 
@@ -183,6 +193,7 @@ def scoped_backlog(store: Store, config: Config, now: datetime, embed_model: str
             idle_ripe_turns=dirty.idle_ripe_turns,
             unembedded_turns=count_unembedded(conn, model, embed_watermark(conn, model),
                                                 limit, users),
+            unindexed_turns=count_unindexed(conn, fts_watermark(conn), limit, users),
             turns_without_facts=totals.unread,
             gists_newer_than_profile=newer_than_profile,
             stale_months=stale,

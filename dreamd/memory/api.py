@@ -216,9 +216,11 @@ class Memory(Steering):
         evidence = [self.indexes.facts(user).evidence(named_vector) for user in users]
         for user in users:
             gists.update(self.indexes.gists(user).scores(named_vector))
-        facts = (np.concatenate([t for t, _ in evidence]),
-                 np.concatenate([c for _, c in evidence]))
-        if len(evidence) > 1:  # several users' facts: in turn order again
+        # One user's facts as the index holds them (the matrix matches the same turn ids
+        # to its rows once); several users' in turn order again.
+        facts = evidence[0] if len(evidence) == 1 else (
+            np.concatenate([t for t, _ in evidence]), np.concatenate([c for _, c in evidence]))
+        if len(evidence) > 1:
             order = np.argsort(facts[0], kind="stable")
             facts = (facts[0][order], facts[1][order])
         scores = index.scores(query_vector, gists, facts)

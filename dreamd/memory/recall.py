@@ -124,7 +124,10 @@ class VectorIndex:
         self.context_norm = np.zeros(0, dtype=np.float32)
         self.days = np.zeros(0, dtype="datetime64[D]")  # the day each row was said
         self._last_of: dict[int, int] = {}  # session code -> its newest row
-        self._by_session: tuple[np.ndarray, np.ndarray] | None = None
+        self._by_session: tuple[np.ndarray | None, np.ndarray, np.ndarray] | None = None
+        self._weights: tuple[np.ndarray, np.ndarray] | None = None
+        self._fact_rows: tuple[np.ndarray, np.ndarray,
+                               tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
         self._extra: list[tuple[int, bytes, str, str, str]] = []
 
     def _read(self, after: int, upto: int | None) -> list[tuple[int, bytes, str, str, str]]:
@@ -182,7 +185,7 @@ class VectorIndex:
             [self.context_norm, np.ones(len(rows), dtype=np.float32)])
         rows_touched = np.fromiter(sorted(touched), dtype=np.int64, count=len(touched))
         self.context_norm[rows_touched] = self._norms(rows_touched)
-        self._by_session = None
+        self._by_session = self._weights = None
 
     def _norms(self, rows: np.ndarray) -> np.ndarray:
         total = self.matrix[rows].copy()
@@ -197,42 +200,84 @@ class VectorIndex:
         """Per row (in `ids` order): own + context score, plus the session signal — the
         best score in the session or its gist's (`gists`: session -> cosine) — plus a
         share of the best cosine of a fact the turn gave (`facts`: turn ids, cosines; in
-        turn order, for speed)."""
+        turn order, for speed; the same turn ids again are matched to rows once).
+
+        Each step writes into the arrays the one before made, so a query over the
+        matrix costs its product and a few passes, not a new array at every step."""
         query = query.astype(np.float32)
-        own = self.matrix @ query if len(self.base_ids) else np.zeros(0, dtype=np.float32)
-        padded = np.append(own, np.float32(0))  # index -1 reads the 0 at the end
-        context = (own + padded[self.prev] + padded[self.next]) / self.context_norm
-        score = own + CONTEXT_WEIGHT * context
-        if len(score):
+        n = len(self.base_ids)
+        padded = np.empty(n + 1, dtype=np.float32)  # index -1 reads the 0 at the end
+        own = padded[:n]
+        if n:
+            np.matmul(self.matrix, query, out=own)
+        padded[n] = 0
+        # own + CONTEXT_WEIGHT * (own + the rows before and after) / their norm
+        self_weight, context_weight = self.context_weights()
+        score = np.take(padded, self.prev)
+        score += np.take(padded, self.next)
+        score *= context_weight
+        score += own * self_weight
+        if n:
             best = self.session_best(score)
             for session, cosine in (gists or {}).items():
                 code = self._code_of.get(session)
                 if code is not None:
                     best[code] = max(best[code], GIST_WEIGHT * cosine)
-            score = score + SESSION_WEIGHT * best[self.codes]
+            best *= SESSION_WEIGHT
+            score += np.take(best, self.codes)
             if facts is not None and len(facts[0]):
-                turns, cosines = facts
-                rows = np.searchsorted(self.base_ids, turns)
-                found = rows < len(self.base_ids)
-                found[found] = self.base_ids[rows[found]] == turns[found]
-                best = np.zeros(len(score), dtype=np.float32)
-                np.maximum.at(best, rows[found], cosines[found])
-                score = score + FACT_WEIGHT * best
+                rows, picked, starts = self.fact_rows(facts[0])
+                if len(rows):
+                    shares = np.maximum.reduceat(facts[1][picked], starts)
+                    np.maximum(shares, 0, out=shares)  # a fact never counts against
+                    score[rows] += FACT_WEIGHT * shares
         if self._extra:
             block = np.frombuffer(b"".join(r[1] for r in self._extra), dtype=np.float32)
             score = np.concatenate([score, 2 * (block.reshape(len(self._extra), -1) @ query)])
         result: np.ndarray = score
         return result
 
+    def context_weights(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per row, what its own cosine and its neighbours' weigh in `scores`."""
+        if self._weights is None:
+            context = np.float32(CONTEXT_WEIGHT) / self.context_norm
+            self._weights = (1 + context, context)
+        return self._weights
+
+    def fact_rows(self, turns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For facts' turn ids (sorted): the rows of those turns the matrix holds (each
+        once, ascending), which of the ids they are, and where each row's run of them
+        starts. Kept for the same array of ids (a user's facts change by a new one)."""
+        kept = self._fact_rows
+        if kept is not None and kept[0] is turns and kept[1] is self.base_ids:
+            return kept[2]
+        rows = np.searchsorted(self.base_ids, turns)
+        found = rows < len(self.base_ids)
+        found[found] = self.base_ids[rows[found]] == turns[found]
+        picked = np.flatnonzero(found)
+        rows = rows[picked]
+        if len(rows) and np.any(rows[1:] < rows[:-1]):  # not in turn order after all
+            order = np.argsort(rows, kind="stable")
+            picked, rows = picked[order], rows[order]
+        starts = np.flatnonzero(np.r_[True, np.diff(rows) != 0]) if len(rows) else \
+            np.zeros(0, dtype=np.int64)
+        mapped = (rows[starts], picked, starts)
+        self._fact_rows = (turns, self.base_ids, mapped)
+        return mapped
+
     def session_best(self, score: np.ndarray) -> np.ndarray:
         """The best score in each session (by session code)."""
         if self._by_session is None:
-            order = np.argsort(self.codes, kind="stable")
-            starts = np.flatnonzero(np.r_[True, np.diff(self.codes[order]) != 0])
-            self._by_session = (order, starts)
-        order, starts = self._by_session
+            # Rows already grouped by session (one conversation at a time) need no order.
+            grouped = bool(np.all(self.codes[1:] >= self.codes[:-1]))
+            order = None if grouped else np.argsort(self.codes, kind="stable")
+            codes = self.codes if order is None else self.codes[order]
+            starts = np.flatnonzero(np.r_[True, np.diff(codes) != 0])
+            self._by_session = (order, starts, codes[starts])
+        order, starts, first_codes = self._by_session
         best = np.full(len(self.sessions), -np.inf, dtype=np.float32)
-        best[self.codes[order[starts]]] = np.maximum.reduceat(score[order], starts)
+        best[first_codes] = np.maximum.reduceat(score if order is None else score[order],
+                                                starts)
         return best
 
     @property

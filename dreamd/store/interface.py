@@ -103,6 +103,11 @@ class Store(Protocol):
         other dreamd write running (forget, an import, moving a session to another user).
         On a shared engine writes wait only for one that names a key they name, or for
         one alone; SQLite lets one writer in at a time whatever they name."""
+    def peek(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
+        """The rows of one read, on a snapshot of its own: for a look that needs no other
+        statement's view of the store (whether anything waits). On PostgreSQL the read
+        transaction travels with the statement, one round trip where `read` takes three;
+        a caller that reads twice uses `read`."""
     def take(self, conn: Conn, key: str) -> bool:
         """Inside a write: `key`'s lock if no other write holds it, else False at once;
         for work any one of many workers may do, so that the others go on instead of

@@ -21,7 +21,7 @@ from dreamd.store.postgres.store import PgStore
 from dreamd.store.postgres.store import connect as pg_connect
 from dreamd.store.sqlite import driver
 from dreamd.store.sqlite.driver import BUNDLED, LIBRARIES
-from dreamd.store.sqlite.schema import migrate, require_current
+from dreamd.store.sqlite.migrate import migrate, require_current
 from dreamd.store.sqlite.store import (
     SqliteStore,
     connect,

@@ -67,6 +67,21 @@ def unindexed_ids(conn: Conn, after: int, upto: int, limit: int,
         f"AND {_unindexed(conn)} ORDER BY e.id LIMIT ?", (after, upto, *params, limit))]
 
 
+def count_unindexed(conn: Conn, after: int, upto: int, users: list[str] | None = None
+                    ) -> int:
+    """The turns in the range (of `users`) less those the words index holds: two range
+    scans, as `count_unembedded`."""
+    join, where, params = _scope(users)
+    turns = conn.execute(
+        f"SELECT COUNT(*) FROM exchanges e {join}WHERE e.id > ? AND e.id <= ? {where}",
+        (after, upto, *params)).fetchone()[0]
+    key = words_key(conn)
+    held = conn.execute(
+        f"SELECT COUNT(*) FROM dreamd_fts f JOIN exchanges e ON e.id = f.{key} {join}"
+        f"WHERE f.{key} > ? AND f.{key} <= ? {where}", (after, upto, *params)).fetchone()[0]
+    return int(turns) - int(held)
+
+
 def indexed(conn: Conn, ids: list[int]) -> set[int]:
     """Which of these turns the words index holds."""
     if not ids:

@@ -5,7 +5,7 @@ queues them inside the app's own INSERT or UPDATE)."""
 
 from __future__ import annotations
 
-from dreamd.store.interface import Conn
+from dreamd.store.interface import Conn, Store
 from dreamd.store.state import of_users
 
 
@@ -22,6 +22,11 @@ def tier_queue(conn: Conn, users: list[str] | None = None) -> list[str]:
     rows = conn.execute(f"SELECT user_id FROM dreamd_tier_queue WHERE 1 = 1{where} "
                         "ORDER BY user_id", params)
     return [str(r[0]) for r in rows]
+
+
+def owners_queued(store: Store) -> bool:
+    """Whether any sessions row waits to be compared, by a read of its own."""
+    return bool(store.peek("SELECT 1 FROM dreamd_owner_queue LIMIT 1"))
 
 
 def owner_changes(conn: Conn, limit: int = 500

@@ -23,7 +23,9 @@ def sync_tally(store: Store, chunk: int = TALLY_CHUNK) -> int:
     and a pass that went on with part of it would finish early and reflect beside the
     others' gists.)
     """
-    store.settle_turns(wait=SETTLE_SECONDS)
+    settled = store.settle_turns(wait=SETTLE_SECONDS)
+    if settled <= turns.tally_mark(store):
+        return 0  # the usual look between passes: nothing new, one short read
     folded = 0
     while True:
         with store.read() as conn:

@@ -445,9 +445,18 @@ def reflection_marks(conn: Conn, agent_id: str) -> ReflectionMarks:
     Kept in dreamd_state; a file from before per-user reflection has them in the agent's
     self-state row.
     """
-    raw, old = conn.execute(
-        "SELECT (SELECT value FROM dreamd_state WHERE key = 'reflected'), "
-        "(SELECT data FROM self_state WHERE id = ?)", (agent_id,)).fetchone()
+    raw, old = conn.execute(f"SELECT {REFLECTION_MARKS}", (agent_id,)).fetchone()
+    return parse_reflection_marks(raw, old)
+
+
+# Where reflection's marks are kept (see `reflection_marks`), as columns another statement
+# may carry; the agent's id its one parameter.
+REFLECTION_MARKS = ("(SELECT value FROM dreamd_state WHERE key = 'reflected'), "
+                    "(SELECT data FROM self_state WHERE id = ?)")
+
+
+def parse_reflection_marks(raw: str | None, old: Any) -> ReflectionMarks:
+    """The marks from REFLECTION_MARKS' two columns."""
     if raw is None:
         state = loaded(old) if old is not None else {}
         marks = state.get("dreamd") or {}

@@ -9,7 +9,7 @@ from dreamd.ids import (
     DEFAULT_USER,
 )
 from dreamd.models import Turn
-from dreamd.store.interface import Conn, dialect
+from dreamd.store.interface import Conn, Store, dialect
 from dreamd.store.state import (
     column_required,
     get_state,
@@ -112,17 +112,33 @@ class Marks:
     newest: int  # the newest turn dreamd may read (see max_exchange_id)
     tallied: int  # the tally's watermark
     embedded: int  # the embed watermark of the model's space
+    indexed: int  # the words index's watermark
 
 
 def marks(conn: Conn, space: str | None = None) -> Marks:
-    """Where the turns, the tally and (for a vector space) the embedding stand, in one
-    round trip."""
-    row = conn.execute(
-        "SELECT (SELECT COALESCE(MAX(id), 0) FROM exchanges), "
-        "(SELECT value FROM dreamd_state WHERE key = 'tally_id'), "
-        "(SELECT last_exchange_id FROM dreamd_embed_state WHERE model = ?)",
-        (space,)).fetchone()
-    return Marks(dialect(conn).readable(conn, int(row[0])), int(row[1] or 0), int(row[2] or 0))
+    """Where the turns, the tally, (for a vector space) the embedding and the words index
+    stand, in one round trip."""
+    return marks_of(conn, conn.execute(f"SELECT {MARKS}", (space,)).fetchone())
+
+
+# The marks as columns another statement may carry (the space its one parameter).
+MARKS = ("(SELECT COALESCE(MAX(id), 0) FROM exchanges), "
+         "(SELECT value FROM dreamd_state WHERE key = 'tally_id'), "
+         "(SELECT last_exchange_id FROM dreamd_embed_state WHERE model = ?), "
+         "(SELECT value FROM dreamd_state WHERE key = 'fts_id')")
+MARK_COLUMNS = 4
+
+
+def marks_of(conn: Conn, row: Any) -> Marks:
+    """Marks from MARKS' columns, as read on `conn`."""
+    return Marks(dialect(conn).readable(conn, int(row[0])), int(row[1] or 0), int(row[2] or 0),
+                 int(row[3] or 0))
+
+
+def tally_mark(store: Store) -> int:
+    """The tally's watermark, by a read of its own (`Store.peek`)."""
+    rows = store.peek("SELECT value FROM dreamd_state WHERE key = 'tally_id'")
+    return int(rows[0][0]) if rows and rows[0][0] else 0
 
 
 def counts_after(conn: Conn, turn_marks: list[int], gist_mark: int) -> tuple[list[int], int]:

@@ -194,7 +194,12 @@ def embed_derived(ctx: JobContext, errors: list[str]) -> int:
 
 
 def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:
-    return stats.unembedded_turns > 0, f"{stats.unembedded_turns} turns without a vector"
+    """Due for turns without a vector, and for turns with one whose words are not indexed
+    yet (a pass that ended between the two writes: a crash, a stop, the store going away,
+    its budget spent)."""
+    if stats.unembedded_turns:
+        return True, f"{stats.unembedded_turns} turns without a vector"
+    return stats.unindexed_turns > 0, f"{stats.unindexed_turns} turns not in the words index"
 
 
 SPEC = JobSpec(name=JOB, drive="continuity", work=work, run=run, model_key="",

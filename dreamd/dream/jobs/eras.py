@@ -53,68 +53,77 @@ class Work:
         return era_key(self.user_id, self.month)
 
 
-def prepare(ctx: JobContext, user_month: tuple[str, str]) -> Work | None:
-    user, month = user_month
-    with ctx.store.read() as conn:
-        gists = gists_for_month(conn, user, month)
-        current = era_seqs(conn, user).get(month)
-        cached = cached_output(conn, JOB, era_key(user, month))
-        facts = facts_of(conn, user)
-        word = read_word(conn, user, [f for f in facts if f.current])
-        vectors = {} if ctx.asks_model else vectors_of(
-            ctx, conn, [f for f in facts if when(f)[:7] == month])
-    return Work(user, month, gists, current, cached, facts, word,
-                sureness_of(ctx, vectors)) if gists else None
+class Eras:
+    """Months whose era is stale: each user's month built and saved apart.
+    A KeyedJob (see dreamd.dream.jobs.pool.run_keyed)."""
 
+    name = JOB
+    progress = False
 
-def think(ctx: JobContext, work: Work) -> tuple[str, str, str, np.ndarray]:
-    body = "" if ctx.asks_model else era_from(work.facts, work.month, ctx.config.eras.lines,
-                                              work.sureness)
-    digest = raw = ""
-    if not body:  # with an LLM, or a month without dated facts: from the gists
-        lines = [ln for g in work.gists for ln in g.content.splitlines() if ln.strip()]
-        names = ctx.names_for(work.user_id)
-        completion, digest = answer(
-            ctx, lines, None, lambda before, chunk: era_prompt(
-                names, work.month, chunk, ctx.config.eras.lines, before), work.cached)
-        body, raw = completion.text.strip(), completion.text
-    if body:  # nothing a person withdrew (a body that said nothing else says so)
-        body = scrubbed(body, work.word) or EMPTIED
-    if not body:
-        raise OutputInvalid(f"empty digest for {work.month}")
-    count = len(work.gists)
-    content = f"{work.month}: {count} conversation{'' if count == 1 else 's'}.\n{body}"
-    return content, digest, raw, ctx.embedder.embed([content])[0]
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
 
+    def todo(self, ctx: JobContext) -> list[tuple[str, str]]:
+        return stale_months(ctx)
 
-def save(ctx: JobContext, conn: Conn, work: Work,
-         result: tuple[str, str, str, np.ndarray], layout: Layout) -> bool:
-    """Inside the caller's write transaction: the era, if its inputs are unchanged."""
-    content, digest, raw, vector = result
-    if word_seq(conn, work.user_id) != work.word.seq:
-        return False  # a person corrected a fact meanwhile: built again, never over it
-    stored = save_era(
-        conn, month=work.month, user_id=work.user_id, content=content,
-        session_count=len(work.gists), seq=max(max(g.seq for g in work.gists), work.word.seq),
-        expected_seq=work.current_seq, source=ctx.source, now=ctx.now_text(),
-        embedding=core_embedding(layout.eras_embedding_required),
-        vector=to_blob(vector), model=space(ctx.embedder.model), inputs=inputs_of(work.gists),
-    )
-    if stored and digest:
-        save_output(conn, JOB, work.key, digest, raw)
-    return stored
+    def remaining(self, ctx: JobContext) -> int:
+        return len(stale_months(ctx))
+
+    def key(self, user_month: tuple[str, str]) -> str:
+        return era_key(*user_month)
+
+    def prepare(self, ctx: JobContext, user_month: tuple[str, str]) -> Work | None:
+        user, month = user_month
+        with ctx.store.read() as conn:
+            gists = gists_for_month(conn, user, month)
+            current = era_seqs(conn, user).get(month)
+            cached = cached_output(conn, JOB, era_key(user, month))
+            facts = facts_of(conn, user)
+            word = read_word(conn, user, [f for f in facts if f.current])
+            vectors = {} if ctx.asks_model else vectors_of(
+                ctx, conn, [f for f in facts if when(f)[:7] == month])
+        return Work(user, month, gists, current, cached, facts, word,
+                    sureness_of(ctx, vectors)) if gists else None
+
+    def think(self, ctx: JobContext, work: Work) -> tuple[str, str, str, np.ndarray]:
+        body = "" if ctx.asks_model else era_from(work.facts, work.month, ctx.config.eras.lines,
+                                                  work.sureness)
+        digest = raw = ""
+        if not body:  # with an LLM, or a month without dated facts: from the gists
+            lines = [ln for g in work.gists for ln in g.content.splitlines() if ln.strip()]
+            names = ctx.names_for(work.user_id)
+            completion, digest = answer(
+                ctx, lines, None, lambda before, chunk: era_prompt(
+                    names, work.month, chunk, ctx.config.eras.lines, before), work.cached)
+            body, raw = completion.text.strip(), completion.text
+        if body:  # nothing a person withdrew (a body that said nothing else says so)
+            body = scrubbed(body, work.word) or EMPTIED
+        if not body:
+            raise OutputInvalid(f"empty digest for {work.month}")
+        count = len(work.gists)
+        content = f"{work.month}: {count} conversation{'' if count == 1 else 's'}.\n{body}"
+        return content, digest, raw, ctx.embedder.embed([content])[0]
+
+    def save(self, ctx: JobContext, conn: Conn, work: Work,
+             result: tuple[str, str, str, np.ndarray]) -> bool:
+        """Inside the caller's write transaction: the era, if its inputs are unchanged."""
+        content, digest, raw, vector = result
+        if word_seq(conn, work.user_id) != work.word.seq:
+            return False  # a person corrected a fact meanwhile: built again, never over it
+        stored = save_era(
+            conn, month=work.month, user_id=work.user_id, content=content,
+            session_count=len(work.gists), seq=max(max(g.seq for g in work.gists), work.word.seq),
+            expected_seq=work.current_seq, source=ctx.source, now=ctx.now_text(),
+            embedding=core_embedding(self.layout.eras_embedding_required),
+            vector=to_blob(vector), model=space(ctx.embedder.model), inputs=inputs_of(work.gists),
+        )
+        if stored and digest:
+            save_output(conn, JOB, work.key, digest, raw)
+        return stored
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
-    layout = read_layout(ctx.store)
-    return run_keyed(
-        ctx, JOB, reason, stale_months(ctx),
-        key=lambda user_month: era_key(*user_month),
-        prepare=lambda user_month: prepare(ctx, user_month),
-        think=lambda work: think(ctx, work),
-        save=lambda conn, work, result: save(ctx, conn, work, result, layout),
-        remaining=lambda: len(stale_months(ctx)),
-    )
+    return run_keyed(ctx, Eras(read_layout(ctx.store)), reason)
 
 
 def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:

@@ -56,68 +56,78 @@ class Work:
         return narrative_id(self.user_id)
 
 
-def prepare(ctx: JobContext, user: str) -> Work | None:
-    with ctx.store.read() as conn:
-        profile = profile_row(conn, profile_id(user))
-        eras = eras_for_user(conn, user)[-ctx.config.narrative.months :]
-        inputs = tier_inputs(conn, "profile", "id = ?", (profile_id(user),))
-        for month, _, _ in eras:
-            for session, last_id in tier_inputs(
-                    conn, "eras", "user_id = ? AND month = ?", (user, month)).items():
-                inputs[session] = max(inputs.get(session, 0), last_id)
-        facts = facts_of(conn, user)
-        work = Work(user, narrative_row(conn, narrative_id(user)),
-                    max_tier_seq(conn, user, profile_id(user)),
-                    profile.content if profile else None, [(m, c) for m, c, _ in eras], inputs,
-                    cached_output(conn, JOB, narrative_id(user)), facts,
-                    read_word(conn, user, [f for f in facts if f.current]))
-    if work.inputs_seq == 0 or (work.current is not None and work.current.seq >= work.inputs_seq):
-        return None
-    return work
+class Narratives:
+    """Users whose narrative is older than its inputs: each built and saved apart.
+    A KeyedJob (see dreamd.dream.jobs.pool.run_keyed)."""
 
+    name = JOB
+    progress = False
 
-def think(ctx: JobContext, work: Work) -> tuple[str, str, str]:
-    since = f"{work.eras[0][0]}-01" if work.eras else ""
-    body = "" if ctx.asks_model else narrative_from(work.facts, since, ctx.config.narrative.lines)
-    digest = raw = ""
-    if not body:  # with an LLM, or nothing dated changed: from the profile and eras
-        names = ctx.names_for(work.user_id)
-        completion, digest = answer(
-            ctx, era_lines(work.eras), None, lambda before, chunk: narrative_prompt(
-                names, work.profile, [], ctx.config.narrative.lines, before, chunk),
-            work.cached)
-        body, raw = completion.text.strip(), completion.text
-    if body:  # nothing a person withdrew (a body that said nothing else says so)
-        body = scrubbed(body, work.word) or EMPTIED
-    if not body:
-        raise OutputInvalid("empty narrative")
-    span = f"{work.eras[0][0]} to {work.eras[-1][0]}" if work.eras else "so far"
-    return f"Recent arc ({span}):\n{body}", digest, raw
+    def todo(self, ctx: JobContext) -> list[str]:
+        return stale_users(ctx)
 
+    def remaining(self, ctx: JobContext) -> int:
+        return len(stale_users(ctx))
 
-def save(ctx: JobContext, conn: Conn, work: Work,
-         result: tuple[str, str, str]) -> bool:
-    content, digest, raw = result
-    if word_seq(conn, work.user_id) != work.word.seq:
-        return False  # a person corrected a fact meanwhile: built again, never over it
-    stored = save_narrative(
-        conn, narrative_id=work.key, user_id=work.user_id, content=content,
-        seq=work.inputs_seq, expected_seq=work.current.seq if work.current else None,
-        source=ctx.source, now=ctx.now_text(), inputs=work.inputs,
-    )
-    if stored and digest:
-        save_output(conn, JOB, work.key, digest, raw)
-    return stored
+    def key(self, user: str) -> str:
+        return narrative_id(user)
+
+    def prepare(self, ctx: JobContext, user: str) -> Work | None:
+        with ctx.store.read() as conn:
+            profile = profile_row(conn, profile_id(user))
+            eras = eras_for_user(conn, user)[-ctx.config.narrative.months :]
+            inputs = tier_inputs(conn, "profile", "id = ?", (profile_id(user),))
+            for month, _, _ in eras:
+                for session, last_id in tier_inputs(
+                        conn, "eras", "user_id = ? AND month = ?", (user, month)).items():
+                    inputs[session] = max(inputs.get(session, 0), last_id)
+            facts = facts_of(conn, user)
+            work = Work(user, narrative_row(conn, narrative_id(user)),
+                        max_tier_seq(conn, user, profile_id(user)),
+                        profile.content if profile else None, [(m, c) for m, c, _ in eras], inputs,
+                        cached_output(conn, JOB, narrative_id(user)), facts,
+                        read_word(conn, user, [f for f in facts if f.current]))
+        if work.inputs_seq == 0 or (work.current is not None
+                                    and work.current.seq >= work.inputs_seq):
+            return None
+        return work
+
+    def think(self, ctx: JobContext, work: Work) -> tuple[str, str, str]:
+        since = f"{work.eras[0][0]}-01" if work.eras else ""
+        body = "" if ctx.asks_model else narrative_from(work.facts, since,
+                                                       ctx.config.narrative.lines)
+        digest = raw = ""
+        if not body:  # with an LLM, or nothing dated changed: from the profile and eras
+            names = ctx.names_for(work.user_id)
+            completion, digest = answer(
+                ctx, era_lines(work.eras), None, lambda before, chunk: narrative_prompt(
+                    names, work.profile, [], ctx.config.narrative.lines, before, chunk),
+                work.cached)
+            body, raw = completion.text.strip(), completion.text
+        if body:  # nothing a person withdrew (a body that said nothing else says so)
+            body = scrubbed(body, work.word) or EMPTIED
+        if not body:
+            raise OutputInvalid("empty narrative")
+        span = f"{work.eras[0][0]} to {work.eras[-1][0]}" if work.eras else "so far"
+        return f"Recent arc ({span}):\n{body}", digest, raw
+
+    def save(self, ctx: JobContext, conn: Conn, work: Work,
+             result: tuple[str, str, str]) -> bool:
+        content, digest, raw = result
+        if word_seq(conn, work.user_id) != work.word.seq:
+            return False  # a person corrected a fact meanwhile: built again, never over it
+        stored = save_narrative(
+            conn, narrative_id=work.key, user_id=work.user_id, content=content,
+            seq=work.inputs_seq, expected_seq=work.current.seq if work.current else None,
+            source=ctx.source, now=ctx.now_text(), inputs=work.inputs,
+        )
+        if stored and digest:
+            save_output(conn, JOB, work.key, digest, raw)
+        return stored
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
-    return run_keyed(
-        ctx, JOB, reason, stale_users(ctx), key=narrative_id,
-        prepare=lambda user: prepare(ctx, user),
-        think=lambda work: think(ctx, work),
-        save=lambda conn, work, result: save(ctx, conn, work, result),
-        remaining=lambda: len(stale_users(ctx)),
-    )
+    return run_keyed(ctx, Narratives(), reason)
 
 
 def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from dreamd.backends import write_gate
 from dreamd.dream.jobs.base import FellBack, JobContext, failed_items, note_failure
@@ -204,49 +204,90 @@ class StopClock:
 _END = object()
 
 
-def run_keyed(
-    ctx: JobContext,
-    job: str,
-    reason: str,
-    todo: list[Any],
-    key: Callable[[Any], str],
-    prepare: Callable[[Any], Any],
-    think: Callable[[Any], Any],
-    save: Save,
-    remaining: Callable[[], int],
-    progress: bool = False,
-) -> JobResult:
+class ItemWork(Protocol):
+    """What a keyed job's `prepare` reads for an item: it names the item and its user."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def user_id(self) -> str: ...
+
+
+Item = TypeVar("Item")
+Work = TypeVar("Work", bound=ItemWork)
+Result = TypeVar("Result")
+
+
+class KeyedJob(Protocol[Item, Work, Result]):
+    """A job whose work comes in keyed items (a session, a user, a user's month), each
+    read, thought over and written apart; `run_keyed` drives it. An instance lasts one
+    run of the job, and may keep what the run read once."""
+
+    name: str
+    progress: bool  # whether the pass's progress is told after each item
+
+    def todo(self, ctx: JobContext) -> list[Item]:
+        """The items due now, in the order they are done."""
+        ...
+
+    def remaining(self, ctx: JobContext) -> int:
+        """The items still due after the run (the pass's budget ran out)."""
+        ...
+
+    def key(self, item: Item) -> str:
+        """The item's name in the failure book."""
+        ...
+
+    def prepare(self, ctx: JobContext, item: Item) -> Work | None:
+        """A short read: what thinking needs; None when the item has nothing to do."""
+        ...
+
+    def think(self, ctx: JobContext, work: Work) -> Result | None:
+        """With no transaction open: the model's call, or the extractive producer's
+        work; None leaves the item unsaved."""
+        ...
+
+    def save(self, ctx: JobContext, conn: Conn, work: Work, result: Result) -> bool:
+        """Inside the item's write (its user's lock): whether it was stored (False: its
+        inputs changed meanwhile)."""
+        ...
+
+
+def run_keyed(ctx: JobContext, keyed: KeyedJob[Item, Work, Result], reason: str
+              ) -> JobResult:
     """run_items for a job whose items have keys in the failure book: quarantined and
     backing-off items wait, a success clears the item's record. Each item's inputs name
     its user (`user_id`): its write holds that user's lock."""
+    job, todo, key = keyed.name, keyed.todo(ctx), keyed.key
     failures = failed_items(ctx, job)
     blocked = [key(item) for item in todo if failures.get(key(item))]
     fallen: list[tuple[str, str]] = []  # (item, why) the fallback built, noted after
 
-    def think_or_fall_back(inputs: Any) -> Any:
+    def think_or_fall_back(inputs: Work) -> Result | FellBack | None:
         """The model's result; where its answers were rejected twice, the extractive
         producer's (unless jobs.fallback is off)."""
         try:
-            return think(inputs)
+            return keyed.think(ctx, inputs)
         except OutputInvalid as exc:
             if not ctx.fallback:
                 raise
             why = str(exc)
         with ctx.falling_back(why):
-            value = think(inputs)
+            value = keyed.think(ctx, inputs)
         return None if value is None else FellBack(value, why)
 
-    def save_and_clear(conn: Conn, inputs: Any, value: Any) -> bool:
+    def save_and_clear(conn: Conn, inputs: Work, value: Result | FellBack) -> bool:
         if isinstance(value, FellBack):
             with ctx.falling_back(value.why):
-                stored = save(conn, inputs, value.value)
+                stored = keyed.save(ctx, conn, inputs, value.value)
             if stored:
                 # Not kept as the answer to this input: an unchanged input next time
                 # must go to the model, not come back from the cache as the model's.
                 drop_outputs(conn, job, inputs.key)
                 fallen.append((inputs.key, value.why))
         else:
-            stored = save(conn, inputs, value)
+            stored = keyed.save(ctx, conn, inputs, value)
         if stored and inputs.key in failures:
             clear_failure(conn, job, inputs.key)
         return stored
@@ -254,17 +295,17 @@ def run_keyed(
     counts = run_items(
         ctx,
         (item for item in todo if not failures.get(key(item))),
-        prepare=prepare,
+        prepare=lambda item: keyed.prepare(ctx, item),
         think=think_or_fall_back,
         save=save_and_clear,
         on_error=lambda item, exc: note_failure(ctx, job, key(item), exc),
         after=(lambda t: ctx.progress(job, t.done + t.failed + t.skipped, len(todo)))
-        if progress else (lambda t: None),
+        if keyed.progress else (lambda t: None),
         keys=lambda inputs: [user_key(inputs.user_id)],
     )
     for item, why in fallen:
         ctx.note_fallback(job, item, why)
     errors = tuple(counts.errors) + tuple(f"{k}: {failures[k]}" for k in blocked[:5])
     return JobResult(job, True, reason, done=counts.done, failed=counts.failed,
-                     skipped=counts.skipped + len(blocked), remaining=remaining(),
+                     skipped=counts.skipped + len(blocked), remaining=keyed.remaining(ctx),
                      errors=errors)

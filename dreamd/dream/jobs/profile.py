@@ -69,25 +69,6 @@ class Work:
         return profile_id(self.user_id)
 
 
-def prepare(ctx: JobContext, user: str) -> Work | None:
-    key = profile_id(user)
-    with ctx.store.read() as conn:
-        current = profile_row(conn, key)
-        seen = current.seq if current else 0
-        new_gists = [g for g in gists_for_user(conn, user) if g.seq > seen]
-        if not new_gists and word_seq(conn, user) <= seen:
-            return None  # nothing new: no facts or vectors read
-        facts = facts_of(conn, user, current_only=True)
-        word = read_word(conn, user, facts)
-        vectors = vectors_of(ctx, conn, facts)
-        return Work(
-            user_id=user, current=current,
-            previous_inputs=tier_inputs(conn, "profile", "id = ?", (key,)) if current else {},
-            new_gists=new_gists, top_seq=max(max_gist_seq(conn, user), word.seq),
-            sessions=count_gists(conn, user), cached=cached_output(conn, JOB, key),
-            facts=facts, sureness=sureness_of(ctx, vectors), vectors=vectors, word=word)
-
-
 def vectors_of(ctx: JobContext, conn: Conn, facts: list[Fact]) -> dict[int, np.ndarray]:
     """The facts' stored vectors (of this embedder's space), by fact id."""
     if not facts:
@@ -107,17 +88,6 @@ def sureness_of(ctx: JobContext, vectors: dict[int, np.ndarray]) -> dict[int, fl
     ids = list(vectors)
     scores = selector.scores(np.stack([vectors[i] for i in ids]))
     return {i: float(s) for i, s in zip(ids, scores, strict=True)}
-
-
-def think(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
-    """The profile as the person's word has it: nothing they withdrew, all they stand
-    behind (a change of their word alone needs no model: the profile is kept to it)."""
-    content, completion, digest = drafted(ctx, work)
-    kept = profile_kept(content, work.word) or \
-        f"(no standing facts about {ctx.names_for(work.user_id)['user']} stated yet)"
-    if kept != content:
-        completion = dataclasses.replace(completion, text=kept)
-    return kept, completion, digest
 
 
 def drafted(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
@@ -147,24 +117,6 @@ def drafted(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
     return content, completion, digest
 
 
-def save(ctx: JobContext, conn: Conn, work: Work,
-         result: tuple[str, Completion, str]) -> bool:
-    content, completion, digest = result
-    if word_seq(conn, work.user_id) != work.word.seq:
-        return False  # a person corrected a fact meanwhile: built again, never over it
-    stored = save_profile(
-        conn, profile_id=work.key, user_id=work.user_id, content=content,
-        sessions_covered=work.sessions, seq=work.top_seq,
-        expected_seq=work.current.seq if work.current else None, source=ctx.source,
-        now=ctx.now_text(), inputs=inputs_of(work.new_gists, work.previous_inputs),
-    )
-    if stored and digest:
-        save_output(conn, JOB, work.key, digest, completion.text)
-    if stored:
-        noted(ctx, conn, work, content)
-    return stored
-
-
 def noted(ctx: JobContext, conn: Conn, work: Work, content: str) -> None:
     """The pass's diary: the profile's lines added and dropped, and the corrections it
     now keeps."""
@@ -182,14 +134,70 @@ def noted(ctx: JobContext, conn: Conn, work: Work, content: str) -> None:
                         {"correction": c.id, "action": c.action, "fact": c.fact_id}, now)
 
 
+class Profiles:
+    """Users whose gists are newer than their profile: each profile built and saved apart.
+    A KeyedJob (see dreamd.dream.jobs.pool.run_keyed)."""
+
+    name = JOB
+    progress = False
+
+    def todo(self, ctx: JobContext) -> list[str]:
+        return stale_users(ctx)
+
+    def remaining(self, ctx: JobContext) -> int:
+        return len(stale_users(ctx))
+
+    def key(self, user: str) -> str:
+        return profile_id(user)
+
+    def prepare(self, ctx: JobContext, user: str) -> Work | None:
+        key = profile_id(user)
+        with ctx.store.read() as conn:
+            current = profile_row(conn, key)
+            seen = current.seq if current else 0
+            new_gists = [g for g in gists_for_user(conn, user) if g.seq > seen]
+            if not new_gists and word_seq(conn, user) <= seen:
+                return None  # nothing new: no facts or vectors read
+            facts = facts_of(conn, user, current_only=True)
+            word = read_word(conn, user, facts)
+            vectors = vectors_of(ctx, conn, facts)
+            return Work(
+                user_id=user, current=current,
+                previous_inputs=tier_inputs(conn, "profile", "id = ?", (key,)) if current else {},
+                new_gists=new_gists, top_seq=max(max_gist_seq(conn, user), word.seq),
+                sessions=count_gists(conn, user), cached=cached_output(conn, JOB, key),
+                facts=facts, sureness=sureness_of(ctx, vectors), vectors=vectors, word=word)
+
+    def think(self, ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
+        """The profile as the person's word has it: nothing they withdrew, all they stand
+        behind (a change of their word alone needs no model: the profile is kept to it)."""
+        content, completion, digest = drafted(ctx, work)
+        kept = profile_kept(content, work.word) or \
+            f"(no standing facts about {ctx.names_for(work.user_id)['user']} stated yet)"
+        if kept != content:
+            completion = dataclasses.replace(completion, text=kept)
+        return kept, completion, digest
+
+    def save(self, ctx: JobContext, conn: Conn, work: Work,
+             result: tuple[str, Completion, str]) -> bool:
+        content, completion, digest = result
+        if word_seq(conn, work.user_id) != work.word.seq:
+            return False  # a person corrected a fact meanwhile: built again, never over it
+        stored = save_profile(
+            conn, profile_id=work.key, user_id=work.user_id, content=content,
+            sessions_covered=work.sessions, seq=work.top_seq,
+            expected_seq=work.current.seq if work.current else None, source=ctx.source,
+            now=ctx.now_text(), inputs=inputs_of(work.new_gists, work.previous_inputs),
+        )
+        if stored and digest:
+            save_output(conn, JOB, work.key, digest, completion.text)
+        if stored:
+            noted(ctx, conn, work, content)
+        return stored
+
+
 def run(ctx: JobContext, reason: str) -> JobResult:
-    return run_keyed(
-        ctx, JOB, reason, stale_users(ctx), key=profile_id,
-        prepare=lambda user: prepare(ctx, user),
-        think=lambda work: think(ctx, work),
-        save=lambda conn, work, result: save(ctx, conn, work, result),
-        remaining=lambda: len(stale_users(ctx)),
-    )
+    return run_keyed(ctx, Profiles(), reason)
 
 
 def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:

@@ -110,81 +110,91 @@ class Work:
     sessions: int
     cached: tuple[str, str] | None
 
+class Reflections:
+    """Users with turns or gists since the last reflection: each one's self-state
+    reflected and saved apart. A KeyedJob (see dreamd.dream.jobs.pool.run_keyed)."""
 
-def prepare(ctx: JobContext, user: str) -> Work | None:
-    key = self_state_id(ctx.config.agent.id, user)
-    with ctx.store.read() as conn:
-        current = self_state(conn, key)
-        previous, updated_at = current if current else ({}, None)
-        marks = previous.get("dreamd", {}) if isinstance(previous.get("dreamd"), dict) else {}
-        seen_id = int(marks.get("reflected_exchange_id", 0))
-        work = Work(
-            user_id=user, key=key, previous=previous, updated_at=updated_at,
-            turns=recent_user_turns(conn, user, seen_id, RECENT_TURNS),
-            new_turns=count_user_turns_after(conn, user, seen_id),
-            top_id=max_exchange_id(conn), top_seq=max_gist_seq(conn, user),
-            sessions=count_sessions(conn, user), cached=cached_output(conn, JOB, key))
-    if work.new_turns == 0 and work.top_seq <= int(marks.get("reflected_seq", 0)):
-        return None
-    return work
+    name = JOB
+    progress = False
 
+    def __init__(self, agent: str, users: list[str]) -> None:
+        self.agent = agent
+        self.users = users
 
-def think(ctx: JobContext, work: Work) -> tuple[dict[str, Any], str, str]:
-    """The reflection, validated; one repair attempt when an LLM's answer is invalid."""
-    def build(lines: list[str]) -> Prompt:
-        return reflect_prompt(
-            ctx.names_for(work.user_id), work.previous, lines,
-            {"new_turns": work.new_turns, "sessions": work.sessions, "now": ctx.now_text()})
+    def todo(self, ctx: JobContext) -> list[str]:
+        return self.users
 
-    # What the people said, whoever they are ("user", or the names an imported chat
-    # keeps): not the agent's own replies.
-    agent = {"assistant", ctx.names_for(work.user_id)["agent"].strip().lower()}
-    said = [turn_line(t.role, t.content) for t in work.turns if t.role.lower() not in agent]
-    prompt = build(newest_that_fit(ctx, said, build))  # the latest turns, as many as fit
-    source = source_of(prompt) if ctx.asks_model else ""
+    def remaining(self, ctx: JobContext) -> int:
+        return 0  # the next pass looks again, past the marks this one leaves
 
-    def check(raw: str) -> Refusal | None:
-        try:
-            validate(raw, source)
-        except OutputInvalid as exc:
-            why = str(exc)
-            return Refusal("grounded" if "names what" in why else "shape", why)
-        return None
+    def key(self, user: str) -> str:
+        return self_state_id(self.agent, user)
 
-    # One repair request where it can help; if that fails too, the old self-state stays.
-    completion, digest = complete_once(ctx, prompt, work.cached, check=check,
-                                       again=lambda _, why, raw: repair_prompt(raw, why.why))
-    raw = completion.text
-    return validate(raw, source), digest, raw
+    def prepare(self, ctx: JobContext, user: str) -> Work | None:
+        key = self_state_id(ctx.config.agent.id, user)
+        with ctx.store.read() as conn:
+            current = self_state(conn, key)
+            previous, updated_at = current if current else ({}, None)
+            marks = previous.get("dreamd", {}) if isinstance(previous.get("dreamd"), dict) else {}
+            seen_id = int(marks.get("reflected_exchange_id", 0))
+            work = Work(
+                user_id=user, key=key, previous=previous, updated_at=updated_at,
+                turns=recent_user_turns(conn, user, seen_id, RECENT_TURNS),
+                new_turns=count_user_turns_after(conn, user, seen_id),
+                top_id=max_exchange_id(conn), top_seq=max_gist_seq(conn, user),
+                sessions=count_sessions(conn, user), cached=cached_output(conn, JOB, key))
+        if work.new_turns == 0 and work.top_seq <= int(marks.get("reflected_seq", 0)):
+            return None
+        return work
 
+    def think(self, ctx: JobContext, work: Work) -> tuple[dict[str, Any], str, str]:
+        """The reflection, validated; one repair attempt when an LLM's answer is invalid."""
+        def build(lines: list[str]) -> Prompt:
+            return reflect_prompt(
+                ctx.names_for(work.user_id), work.previous, lines,
+                {"new_turns": work.new_turns, "sessions": work.sessions, "now": ctx.now_text()})
 
-def save(ctx: JobContext, conn: Conn, work: Work,
-         result: tuple[dict[str, Any], str, str]) -> bool:
-    reflection, digest, raw = result
-    state = evolve(work.previous, reflection, {
-        "reflected_exchange_id": work.top_id,
-        "reflected_seq": work.top_seq,
-        "reflected_at": ctx.now_text(),
-        "source": ctx.source,
-        "user_id": work.user_id,
-    }, ctx.config.reflect.max_reflections)
-    stored = save_self_state(conn, work.key, state, ctx.now_text(), work.updated_at)
-    if stored:
-        save_output(conn, JOB, work.key, digest, raw)
-    return stored
+        # What the people said, whoever they are ("user", or the names an imported chat
+        # keeps): not the agent's own replies.
+        agent = {"assistant", ctx.names_for(work.user_id)["agent"].strip().lower()}
+        said = [turn_line(t.role, t.content) for t in work.turns if t.role.lower() not in agent]
+        prompt = build(newest_that_fit(ctx, said, build))  # the latest turns, as many as fit
+        source = source_of(prompt) if ctx.asks_model else ""
+
+        def check(raw: str) -> Refusal | None:
+            try:
+                validate(raw, source)
+            except OutputInvalid as exc:
+                why = str(exc)
+                return Refusal("grounded" if "names what" in why else "shape", why)
+            return None
+
+        # One repair request where it can help; if that fails too, the old self-state stays.
+        completion, digest = complete_once(ctx, prompt, work.cached, check=check,
+                                           again=lambda _, why, raw: repair_prompt(raw, why.why))
+        raw = completion.text
+        return validate(raw, source), digest, raw
+
+    def save(self, ctx: JobContext, conn: Conn, work: Work,
+             result: tuple[dict[str, Any], str, str]) -> bool:
+        reflection, digest, raw = result
+        state = evolve(work.previous, reflection, {
+            "reflected_exchange_id": work.top_id,
+            "reflected_seq": work.top_seq,
+            "reflected_at": ctx.now_text(),
+            "source": ctx.source,
+            "user_id": work.user_id,
+        }, ctx.config.reflect.max_reflections)
+        stored = save_self_state(conn, work.key, state, ctx.now_text(), work.updated_at)
+        if stored:
+            save_output(conn, JOB, work.key, digest, raw)
+        return stored
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
     """One reflection per user with news; the agent's marks move once all are done."""
     users, reached = users_to_reflect(ctx)
-    agent = ctx.config.agent.id
-    result = run_keyed(
-        ctx, JOB, reason, users, key=lambda user: self_state_id(agent, user),
-        prepare=lambda user: prepare(ctx, user),
-        think=lambda work: think(ctx, work),
-        save=lambda conn, work, value: save(ctx, conn, work, value),
-        remaining=lambda: 0,
-    )
+    result = run_keyed(ctx, Reflections(ctx.config.agent.id, users), reason)
     if not result.failed and not result.skipped and not ctx.stopped():
         with ctx.store.write() as conn:
             if ctx.still_current(conn):

@@ -110,77 +110,85 @@ class Work:
         return self.session.user_id
 
 
-def prepare(ctx: JobContext, session: DirtySession) -> Work:
-    with ctx.store.read() as conn:
-        existing = summary_row(conn, session.session_id)
-        turns = session_turns(conn, session.session_id, session.summarized_id, session.last_id)
-        vectors = turn_vectors(conn, space(ctx.embedder.model), [t.id for t in turns])
-        word = read_word(conn, session.user_id)
-    # A mark at the start with a gist stored: the gist is being made afresh (a fallback's
-    # retry), from every turn and not from itself.
-    previous = existing[0] if existing and session.summarized_id else None
-    return Work(session, previous, turns, vectors, word)
+class Summaries:
+    """Sessions due a gist: each one's gist made and saved apart.
+    A KeyedJob (see dreamd.dream.jobs.pool.run_keyed)."""
 
+    name = JOB
+    progress = True
 
-def think(ctx: JobContext, work: Work) -> tuple[str, bytes] | None:
-    """The new gist and its vector. Input the backend rejects is split once, smaller."""
-    if not work.turns:
-        if not work.previous:
-            return None
-        gist = work.previous  # the new turns were deleted by the app: only the mark moves
-    else:
-        try:
-            gist = gist_for(ctx, work.session.user_id, work.previous, work.turns, work.vectors)
-        except InputRejected:
-            size = max(2, min(len(work.turns), ctx.config.summarize.chunk_turns) // 2)
-            gist = gist_for(ctx, work.session.user_id, work.previous, work.turns, work.vectors,
-                            chunk=size)
-    # What a reader stumbles on is cut, whoever wrote it (a model that copies a stage
-    # direction or a greeting into a gist); a gist that was nothing else is no gist.
-    gist = readable(gist)
-    if not gist.strip() and ctx.asks_model:
-        raise OutputInvalid("the gist held only greetings, reactions or stage directions")
-    gist = gist or CHIT_CHAT  # offline: a session that told nothing says so
-    # Nothing a person withdrew: a gist made again from the same turns does not say it.
-    gist = scrubbed(gist, work.word) or EMPTIED
-    return gist, to_blob(ctx.embedder.embed([gist])[0])
+    def __init__(self, layout: Layout) -> None:
+        self.layout = layout
 
+    def todo(self, ctx: JobContext) -> list[DirtySession]:
+        return candidates(ctx)
 
-def save(ctx: JobContext, conn: Conn, work: Work,
-         result: tuple[str, bytes], layout: Layout) -> bool:
-    """Inside the caller's write transaction: the gist, if its inputs are unchanged."""
-    gist, vector = result
-    if word_seq(conn, work.user_id) != work.word.seq:
-        return False  # a person corrected a fact meanwhile: made again, never over it
-    stored = save_gist(
-        conn,
-        session=work.session,
-        content=gist,
-        last_exchange_id=work.session.last_id,
-        turns_covered=work.session.summarized_turns + len(work.turns),
-        source=ctx.source,
-        created_at=ctx.now_text(),
-        embedding=core_embedding(layout.summaries_embedding_required),
-        vector=vector,
-        model=space(ctx.embedder.model),
-    )
-    if stored:
-        write_diary(conn, ctx.run_id, work.user_id, JOB, "gist",
-                    {"session": work.session.session_id}, ctx.now_text())
-    return stored
+    def remaining(self, ctx: JobContext) -> int:
+        return len(candidates(ctx))
+
+    def key(self, session: DirtySession) -> str:
+        return session.session_id
+
+    def prepare(self, ctx: JobContext, session: DirtySession) -> Work:
+        with ctx.store.read() as conn:
+            existing = summary_row(conn, session.session_id)
+            turns = session_turns(conn, session.session_id, session.summarized_id, session.last_id)
+            vectors = turn_vectors(conn, space(ctx.embedder.model), [t.id for t in turns])
+            word = read_word(conn, session.user_id)
+        # A mark at the start with a gist stored: the gist is being made afresh (a fallback's
+        # retry), from every turn and not from itself.
+        previous = existing[0] if existing and session.summarized_id else None
+        return Work(session, previous, turns, vectors, word)
+
+    def think(self, ctx: JobContext, work: Work) -> tuple[str, bytes] | None:
+        """The new gist and its vector. Input the backend rejects is split once, smaller."""
+        if not work.turns:
+            if not work.previous:
+                return None
+            gist = work.previous  # the new turns were deleted by the app: only the mark moves
+        else:
+            try:
+                gist = gist_for(ctx, work.session.user_id, work.previous, work.turns, work.vectors)
+            except InputRejected:
+                size = max(2, min(len(work.turns), ctx.config.summarize.chunk_turns) // 2)
+                gist = gist_for(ctx, work.session.user_id, work.previous, work.turns, work.vectors,
+                                chunk=size)
+        # What a reader stumbles on is cut, whoever wrote it (a model that copies a stage
+        # direction or a greeting into a gist); a gist that was nothing else is no gist.
+        gist = readable(gist)
+        if not gist.strip() and ctx.asks_model:
+            raise OutputInvalid("the gist held only greetings, reactions or stage directions")
+        gist = gist or CHIT_CHAT  # offline: a session that told nothing says so
+        # Nothing a person withdrew: a gist made again from the same turns does not say it.
+        gist = scrubbed(gist, work.word) or EMPTIED
+        return gist, to_blob(ctx.embedder.embed([gist])[0])
+
+    def save(self, ctx: JobContext, conn: Conn, work: Work,
+             result: tuple[str, bytes]) -> bool:
+        """Inside the caller's write transaction: the gist, if its inputs are unchanged."""
+        gist, vector = result
+        if word_seq(conn, work.user_id) != work.word.seq:
+            return False  # a person corrected a fact meanwhile: made again, never over it
+        stored = save_gist(
+            conn,
+            session=work.session,
+            content=gist,
+            last_exchange_id=work.session.last_id,
+            turns_covered=work.session.summarized_turns + len(work.turns),
+            source=ctx.source,
+            created_at=ctx.now_text(),
+            embedding=core_embedding(self.layout.summaries_embedding_required),
+            vector=vector,
+            model=space(ctx.embedder.model),
+        )
+        if stored:
+            write_diary(conn, ctx.run_id, work.user_id, JOB, "gist",
+                        {"session": work.session.session_id}, ctx.now_text())
+        return stored
 
 
 def run(ctx: JobContext, reason: str) -> JobResult:
-    layout = read_layout(ctx.store)
-    return run_keyed(
-        ctx, JOB, reason, candidates(ctx),
-        key=lambda session: session.session_id,
-        prepare=lambda session: prepare(ctx, session),
-        think=lambda work: think(ctx, work),
-        save=lambda conn, work, result: save(ctx, conn, work, result, layout),
-        remaining=lambda: len(candidates(ctx)),
-        progress=True,
-    )
+    return run_keyed(ctx, Summaries(read_layout(ctx.store)), reason)
 
 
 def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:

@@ -18,7 +18,7 @@ from dreamd.store.postgres.store import CHANNEL, PgConn, PgStore, quoted_name
 # The tables below stand for migrations 1 to BASE of the SQLite file; UPGRADES take a
 # schema on from there to VERSION (a new one, and one an older dreamd set up).
 BASE = 10
-VERSION = 13
+VERSION = 14
 
 CORE_TABLES = """
 CREATE TABLE IF NOT EXISTS exchanges (
@@ -186,6 +186,11 @@ CREATE TABLE IF NOT EXISTS dreamd_diary (
     made_at TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS dreamd_diary_run ON dreamd_diary(run_id, user_id);
 CREATE INDEX IF NOT EXISTS dreamd_diary_user ON dreamd_diary(user_id)
+""",
+    14: """
+DROP INDEX IF EXISTS dreamd_sessions_unread;
+CREATE INDEX dreamd_sessions_unread ON dreamd_sessions(user_id, facts_id, last_id, turns,
+    facts_turns) WHERE last_id > facts_id
 """,
 }
 

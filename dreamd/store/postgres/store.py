@@ -211,12 +211,37 @@ class PgStore:
         """Run a statement outside any transaction. A connection the server closed while
         it sat idle is only found out by using it: then it is opened again and the
         statement run on the new one, once (nothing had been done on the old)."""
+        return self.first_with(statement, None)
+
+    def first_with(self, statement: str, parameters: Any) -> Any:
+        """`first`, with parameters bound into the statement."""
         try:
-            return self.fresh().execute(statement)
+            return self.fresh().execute(statement, parameters)
         except _psycopg().OperationalError:
             if self._reopen is None or not (self.raw.closed or self.raw.broken):
                 raise
-            return self.fresh().execute(statement)
+            return self.fresh().execute(statement, parameters)
+
+    def peek(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
+        """A read-only transaction begun, read and ended by one message (the statements of
+        a simple query run in turn): its rows come back with the others' empty results."""
+        text, numbered = translate(sql)
+        local = self._local.replace("%", "%%")
+        self.fresh()
+        if self.in_transaction:
+            raise StoreError("internal: peek inside a transaction")
+        try:
+            cur = self.first_with(f"BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; {local}; "
+                                  f"{text}; COMMIT", _bound(numbered, tuple(parameters)))
+        except BaseException:
+            if self.in_transaction:
+                self.raw.execute("ROLLBACK")
+            raise
+        rows: list[Any] = []
+        while True:  # the one statement with rows among BEGIN, SET, it and COMMIT
+            rows = list(cur.fetchall()) if cur.description is not None else rows
+            if not cur.nextset():
+                return rows
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[PgConn]:

@@ -10,13 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
-from dreamd.errors import NotMigrated, StoreError
 from dreamd.ids import DEFAULT_USER
 from dreamd.store.interface import Conn
-from dreamd.store.sqlite import driver
-from dreamd.store.sqlite.store import SqliteStore
 
 CORE_TABLES = """
 CREATE TABLE IF NOT EXISTS exchanges (
@@ -396,6 +392,17 @@ def _word(conn: Conn) -> None:
         conn.execute(statement)
 
 
+# Sensing sums the turns of the sessions facts have not read from this index alone, so
+# its count costs what is unread rather than a lookup of each such session's row.
+UNREAD_INDEX = ("CREATE INDEX dreamd_sessions_unread ON dreamd_sessions("
+                "user_id, facts_id, last_id, turns, facts_turns) WHERE last_id > facts_id")
+
+
+def _unread_covered(conn: Conn) -> None:
+    conn.execute("DROP INDEX dreamd_sessions_unread")
+    conn.execute(UNREAD_INDEX)
+
+
 MIGRATIONS = (
     Migration(1, "core tables (prior-art layout)", _core),
     Migration(2, "dreamd bookkeeping, tally, vectors, runs", _dreamd_base),
@@ -411,6 +418,7 @@ MIGRATIONS = (
               _seq_sequence),
     Migration(12, "API tokens limited to users and scopes", _tokens),
     Migration(13, "a person's word on facts: corrections, versions, pins; the diary", _word),
+    Migration(14, "sensing's count of unread turns from its index alone", _unread_covered),
 )
 
 
@@ -421,71 +429,3 @@ def _statements(script: str) -> list[str]:
 
 def _columns(conn: Conn, table: str) -> set[str]:
     return {row[1] for row in conn.execute(f"PRAGMA table_info({table})")}
-
-
-def applied_versions(store: SqliteStore) -> set[int]:
-    conn = store.conn
-    exists = conn.execute(
-        "SELECT 1 FROM sqlite_master WHERE type='table' AND name='dreamd_migrations'"
-    ).fetchone()
-    if not exists:
-        return set()
-    return {row[0] for row in conn.execute("SELECT version FROM dreamd_migrations")}
-
-
-def require_current(store: SqliteStore) -> None:
-    """For read-only use: the file must carry every migration this dreamd knows, since
-    reading must not apply them. Says plainly when dreamd has not run on it yet."""
-    applied = applied_versions(store)
-    known = {m.version for m in MIGRATIONS}
-    if not applied:
-        raise NotMigrated(
-            f"dreamd has not run on {store.path} yet: nothing to read until its first pass "
-            f"(dreamd --db {store.path} --force)")
-    if applied - known:
-        raise StoreError(
-            f"{store.path} was migrated by a newer dreamd (version {max(applied - known)}); "
-            "upgrade dreamd")
-    if known - applied:
-        raise NotMigrated(
-            f"{store.path} was last set up by an older dreamd; the next pass upgrades it "
-            f"(dreamd --db {store.path} --force)")
-
-
-def migrate(store: SqliteStore, upto: int | None = None) -> list[int]:
-    """Apply every pending migration (up to version `upto`, to build an older file), each in
-    its own IMMEDIATE transaction with its record."""
-    done: list[int] = []
-    known = {m.version for m in MIGRATIONS}
-    for migration in MIGRATIONS:
-        if upto is not None and migration.version > upto:
-            break
-        with store.write() as conn:
-            conn.execute(
-                "CREATE TABLE IF NOT EXISTS dreamd_migrations ("
-                "version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
-            )
-            # Checked inside the write lock: two dreamd processes starting at once
-            # cannot both apply the same migration.
-            row = conn.execute(
-                "SELECT 1 FROM dreamd_migrations WHERE version = ?", (migration.version,)
-            ).fetchone()
-            if row:
-                continue
-            try:
-                migration.apply(conn)
-            except driver.Error as exc:
-                raise StoreError(
-                    f"migration {migration.version} ({migration.name}) failed: {exc}"
-                ) from None
-            conn.execute(
-                "INSERT INTO dreamd_migrations (version, name, applied_at) VALUES (?, ?, ?)",
-                (migration.version, migration.name, datetime.now(UTC).isoformat()),
-            )
-        done.append(migration.version)
-    newer = applied_versions(store) - known
-    if newer:
-        raise StoreError(
-            f"{store.path} was migrated by a newer dreamd (version {max(newer)}); upgrade dreamd"
-        )
-    return done

@@ -148,6 +148,10 @@ class SqliteStore:
             if self.conn.in_transaction:
                 self.conn.execute("COMMIT")
 
+    def peek(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
+        with self.read() as conn:
+            return list(conn.execute(sql, tuple(parameters)).fetchall())
+
     def _committed(self, raw: Any, name: str, pages: int) -> int:
         """SQLite's WAL hook: a commit has written its frames and let go of the write
         lock. It marks that moment, so the write lock's time is what the app could have
