@@ -13,8 +13,8 @@ from dreamd.config import Config, StoreConfig
 from dreamd.dream.sensing import OWNERS_KEY, sync_owners
 from dreamd.errors import StoreBusy
 from dreamd.ids import user_key
-from dreamd.store.failure import engine_failure
-from dreamd.store.interface import Store, engine_errors
+from dreamd.store.failure import engine_errors, engine_failure
+from dreamd.store.interface import Store
 from dreamd.store.opening import open_store
 from dreamd.store.postgres import schema as pg_schema
 from dreamd.store.runs import failures, finish_run, record_failure, start_run

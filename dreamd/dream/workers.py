@@ -14,7 +14,8 @@ from dreamd.errors import DreamdError
 from dreamd.ids import agent_key, user_key
 from dreamd.logger import Logger, silent
 from dreamd.store import leases
-from dreamd.store.interface import Store, engine_errors
+from dreamd.store.failure import engine_errors
+from dreamd.store.interface import Store
 from dreamd.text.keys import space
 
 

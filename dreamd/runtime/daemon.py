@@ -28,8 +28,7 @@ from dreamd.runtime.notify import Notifier
 from dreamd.runtime.outage import Outage, record_return
 from dreamd.runtime.pass_process import PassProcess, PassRequest
 from dreamd.runtime.schedule import in_quiet_hours, next_delay, retry_delay
-from dreamd.store.failure import store_away
-from dreamd.store.interface import engine_errors
+from dreamd.store.failure import engine_errors, store_away
 from dreamd.store.leases import end_orphaned_runs
 from dreamd.store.opening import check_sqlite, ensure_directory, open_brief, open_store
 from dreamd.store.runs import end_crashed_runs, end_stopped_runs

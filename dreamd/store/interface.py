@@ -14,7 +14,6 @@ there behind its `Dialect`, and `opening` is the one place that picks an engine.
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -147,16 +146,6 @@ class Store(Protocol):
         `on_change` is told the error when listening stops (the server went away), and
         None once it listens again (and `wake` is set: turns may have come meanwhile)."""
     def close(self) -> None: ...
-
-
-def engine_errors() -> tuple[type[Exception], ...]:
-    """The engines' own exception classes, for code that must tell a store fault from a
-    bug (`except engine_errors():`). psycopg's once it is loaded: no PostgreSQL error can
-    come before, and a SQLite user's command never pays for importing it."""
-    from dreamd.store.sqlite.driver import Error
-
-    psycopg = sys.modules.get("psycopg")
-    return (*Error, psycopg.Error) if psycopg is not None else tuple(Error)
 
 
 class Dialect(Protocol):
