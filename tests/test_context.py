@@ -92,6 +92,16 @@ def test_context_query_picks_relevant_gists(demo_memory: Memory) -> None:
     assert any("marathon" in g for g in gists)
 
 
+def dreamed(db: Path) -> Memory:
+    """The library on `db` after one forced pass (hashing embedder, offline producers)."""
+    embedder = HashingEmbedder()
+    memory = Memory(db, config=Config(db=str(db), embed=EmbedConfig(backend="hashing")),
+                    embedder=embedder)
+    run_pass(memory.store, memory.config, embedder, RecordingCompleter(memory.store, embedder),
+             trigger="test", force=True)
+    return memory
+
+
 def test_an_era_of_one_conversation_is_not_headed_twice(tmp_path: Path) -> None:
     """An era is stored as "2026-03: 1 conversation." and its points; the context block
     names the month once per point and leaves the count out (it read
@@ -105,12 +115,8 @@ def test_an_era_of_one_conversation_is_not_headed_twice(tmp_path: Path) -> None:
     add_turns(conn, "now", ["What have I been up to this year?"],
               start=datetime(2026, 4, 2, 9, 0, tzinfo=UTC))
     conn.close()
-    embedder = HashingEmbedder()
-    memory = Memory(db, config=Config(db=str(db), embed=EmbedConfig(backend="hashing")),
-                    embedder=embedder)
+    memory = dreamed(db)
     try:
-        run_pass(memory.store, memory.config, embedder,
-                 RecordingCompleter(memory.store, embedder), trigger="test", force=True)
         eras = dict(memory.context("now", query="weekend", budget=4000).sections)["eras"]
     finally:
         memory.close()
@@ -137,12 +143,8 @@ def test_a_gist_shows_the_lines_the_question_is_about(tmp_path: Path) -> None:
     add_turns(conn, "long", texts, start=datetime(2026, 3, 2, 9, 0, tzinfo=UTC))
     add_turns(conn, "now", ["Hello again."], start=datetime(2026, 4, 2, 9, 0, tzinfo=UTC))
     conn.close()
-    embedder = HashingEmbedder()
-    memory = Memory(db, config=Config(db=str(db), embed=EmbedConfig(backend="hashing")),
-                    embedder=embedder)
+    memory = dreamed(db)
     try:
-        run_pass(memory.store, memory.config, embedder,
-                 RecordingCompleter(memory.store, embedder), trigger="test", force=True)
         with memory.store.read() as read:
             (gist,) = [r[0] for r in read.execute(
                 "SELECT content FROM summaries WHERE session_id = 'long'")]
