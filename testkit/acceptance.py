@@ -248,11 +248,12 @@ def requests_per_gist() -> tuple[tuple[int, int], int]:
     from dreamd.store.opening import open_store
     from dreamd.store.sqlite.schema import CORE_TABLES
     from testkit.openai_server import FakeOpenAI
-    from testkit.requests import chats, gist_of, said
+    from testkit.requests import chats, gist_of, said, said_at
 
     good = read_answers(DATA / "answers_good.txt")
     chat = chats()[0]
-    corpus = {summary_prompt(chat.names, None, said(s), 8).user: str(gist_of(s, good))
+    corpus = {summary_prompt(chat.names, None, said(s), 8, said_at=said_at(s)).user:
+              str(gist_of(s, good))
               for s in chat.sessions}
     server = FakeOpenAI(answers=corpus).start()
     try:

@@ -100,6 +100,10 @@ def said(session: Session) -> list[str]:
     return [turn_line(role, content) for role, content, _ in session.turns]
 
 
+def said_at(session: Session) -> list[str]:
+    return [at for _, _, at in session.turns]
+
+
 def facts_lines(chat: Chat, session: Session, first_id: int) -> list[str]:
     """The facts job's turn lines: "[id] Sunday 7 May 2023. Sam: text", people only."""
     out = []
@@ -115,13 +119,15 @@ def facts_lines(chat: Chat, session: Session, first_id: int) -> list[str]:
 def gist_requests(chat: Chat) -> Iterator[tuple[str, Prompt]]:
     lines = CONFIG.summarize.gist_lines
     for session in chat.sessions:
-        turns = said(session)
+        turns, times = said(session), said_at(session)
         if session.key in SPLIT:
             half = len(turns) // 2
-            yield f"{session.key}#1", summary_prompt(chat.names, None, turns[:half], lines)
-            yield f"{session.key}#2", summary_prompt(chat.names, None, turns[half:], lines)
+            yield f"{session.key}#1", summary_prompt(chat.names, None, turns[:half], lines,
+                                                     said_at=times[:half])
+            yield f"{session.key}#2", summary_prompt(chat.names, None, turns[half:], lines,
+                                                     said_at=times[half:])
         else:
-            yield session.key, summary_prompt(chat.names, None, turns, lines)
+            yield session.key, summary_prompt(chat.names, None, turns, lines, said_at=times)
 
 
 def gist_of(session: Session, answers: dict[str, str]) -> str | None:

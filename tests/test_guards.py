@@ -24,10 +24,12 @@ from dreamd.dream.jobs.budget import Budget
 from dreamd.dream.jobs.facts_asked import parsed
 from dreamd.dream.prompts import facts_prompt, summary_prompt
 from dreamd.errors import OutputInvalid
+from dreamd.text.dates import long_date
 from dreamd.text.keys import Said, vector_key
 from testkit.openai_server import FakeOpenAI
 from testkit.requests import DATA, chats, read_answers, said
 from tests.helpers import (
+    T0,
     RecordingCompleter,
     add_turns,
     chat_texts,
@@ -198,6 +200,51 @@ def test_one_made_up_fact_costs_that_fact_not_the_batch() -> None:
     kept = parsed(answer, {3, 4, 5}, set(), source_of(PROMPT))
     assert [c.statement for c, _, _ in kept] == ["Sam went to the lake with Ana.",
                                                  "Sam moved to Porto."]
+
+
+GIST_TURNS = ["user: I went to the lake yesterday with Ana, and we swam twice.",
+              "assistant: That sounds lovely. Was the water cold?",
+              "user: Freezing! Next Saturday we're going back with her kids."]
+GIST_SAID_AT = ["2023-09-17T14:32:00+00:00", "2023-09-17T14:33:00+00:00",
+                "2023-09-17T14:35:00+00:00"]
+
+
+@pytest.mark.parametrize("gist", [
+    "On Sunday 17 September 2023, Sam told Wren about his trip to the lake with Ana.",
+    "At 2:32 pm on 17 September 2023 Sam said he had swum in the lake with Ana.",
+    "Sam went to the lake with Ana on 16 September 2023 and swam twice.",
+    "Sam plans to go back to the lake with Ana's kids on 23 September 2023.",
+])
+def test_a_gist_may_say_when_its_session_was(gist: str) -> None:
+    """The summarize request shows when its turns were said, so that a gist may say it
+    and make the turns' relative dates absolute: neither is made up (on c5757a7, 58 of
+    the dev slice's 70 capable gists were refused for naming their session's date)."""
+    prompt = summary_prompt({"user": "Sam", "agent": "Wren"}, None, GIST_TURNS, 8,
+                            said_at=GIST_SAID_AT)
+    assert "Sunday 17 September 2023" in prompt.user
+    assert ungrounded(gist, source_of(prompt)) == []
+    assert ungrounded("Sam went to the lake on 5 September 2023.", source_of(prompt)) \
+        == ["5"]
+
+
+def test_a_session_over_two_days_shows_each_day() -> None:
+    said_at = [*GIST_SAID_AT[:2], "2023-09-18T08:05:00+00:00"]
+    prompt = summary_prompt({"user": "Sam", "agent": "Wren"}, None, GIST_TURNS, 8,
+                            said_at=said_at)
+    assert prompt.user.index("Sunday 17 September 2023") < prompt.user.index("lake") < \
+        prompt.user.index("Monday 18 September 2023") < prompt.user.index("Freezing")
+    # "Next Saturday", said on the Monday: 23 September.
+    assert ungrounded("Sam goes back on 23 September.", source_of(prompt)) == []
+
+
+def test_a_gist_naming_its_sessions_day_is_kept_first_time(tmp_path: Path) -> None:
+    """Through a pass: the session's turns were said on T0's day, and the model's gist
+    says so; it is stored as the model wrote it, with one request."""
+    answers, tasks, _ = summarize_pass(
+        tmp_path, f"say:On {long_date(T0.date())} the user talked about hiking in the "
+        "mountains with a sister, going over the details one at a time.")
+    assert tasks.count("summarize") == 1
+    assert answers == {"asked": 1, "kept_first": 1}
 
 
 def one_session(tmp_path: Path, server: FakeOpenAI, jobs: JobsConfig) -> Config:

@@ -130,7 +130,7 @@ def probe(config: Config, turns: list[tuple[str, str, str]],
 def summary_check(completer: OpenAICompleter, names: dict[str, str],
                   turns: list[tuple[int, str, str, str]], config: Config) -> Finding:
     prompt = summary_prompt(names, None, [turn_line(role, text) for _, role, text, _ in turns],
-                            config.summarize.gist_lines)
+                            config.summarize.gist_lines, said_at=[at for *_, at in turns])
     try:
         text = completer.complete(prompt).text
     except BackendError as exc:  # the server's own words say what to change

@@ -30,6 +30,18 @@ def long_date(day: date) -> str:
     return f"{WEEKDAYS[day.weekday()].capitalize()} {day.day} {MONTHS[day.month - 1]} {day.year}"
 
 
+def said_line(timestamp: str) -> str:
+    """When a conversation's turns were said, as a request shows it before them:
+    `Sunday 7 May 2023, 2:32 pm.` (`implied` reads the lines after it as said that day)."""
+    try:
+        moment = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    except ValueError:
+        return ""
+    hour = moment.hour % 12 or 12
+    noon = "am" if moment.hour < 12 else "pm"
+    return f"{long_date(moment.date())}, {hour}:{moment.minute:02d} {noon}."
+
+
 def month_name(day: date) -> str:
     return f"{MONTHS[day.month - 1]} {day.year}"
 
@@ -334,7 +346,10 @@ def asked_period(question: str, today: date) -> Period | None:
 
 # The day a dated line was said, as dreamd writes it in front of a turn ("[12] Sunday 7
 # May 2023. Sam: …", `long_date`).
-_SAID_ON = re.compile(rf"\b{_DAY} (\d{{1,2}}) ({'|'.join(MONTHS)}) (\d{{4}})\.\s", re.IGNORECASE)
+# A dated line ("[7] Sunday 7 May 2023. Sam: …") or a request's line saying when the
+# turns after it were said (`said_line`).
+_SAID_ON = re.compile(rf"\b{_DAY} (\d{{1,2}}) ({'|'.join(MONTHS)}) (\d{{4}})"
+                      r"(?:, \d{1,2}:\d\d [ap]m)?\.(?:\s|$)", re.IGNORECASE)
 _SEASON_OR_MONTH = re.compile(
     r"\b(?:spring|summer|autumn|fall|winter|" + "|".join(MONTHS) + r")\b", re.IGNORECASE)
 _WEEKDAY = re.compile(_DAY, re.IGNORECASE)
@@ -372,19 +387,22 @@ def implied(text: str) -> set[int]:
     ago": 2020; "last week": each day of that week). A month or season named without its
     year may be the one before or after the day said ("in January", said in September
     2026, is January 2027): those years too; so is the day before a line that tells of a
-    night, and the day a count ("day 3", "week two") began. Pure: a model told to make
-    dates absolute writes these, and they are not made up."""
+    night, and the day a count ("day 3", "week two") began. A line without a date of its
+    own was said on the last one named above it. Pure: a model told to make dates
+    absolute writes these, and they are not made up."""
     out: set[int] = set()
+    said: date | None = None
     for line in text.splitlines():
         said_on = _SAID_ON.search(line)
-        if said_on is None:
+        if said_on is not None:
+            try:
+                said = date(int(said_on.group(4)), _month_of(said_on.group(3)),
+                            int(said_on.group(2)))
+            except ValueError:
+                said = None
+        if said is None:
             continue
-        try:
-            said = date(int(said_on.group(4)), _month_of(said_on.group(3)),
-                        int(said_on.group(2)))
-        except ValueError:
-            continue
-        rest = line[said_on.end():]
+        rest = line[said_on.end():] if said_on is not None else line
         if _SEASON_OR_MONTH.search(rest):
             out |= {said.year - 1, said.year + 1}
         for name in _WEEKDAY.findall(rest):  # "on Friday": the one before or the coming

@@ -21,7 +21,7 @@ from dreamd.dream.prompts import merge_prompt, summary_prompt, turn_line
 from dreamd.dream.sensing import is_idle
 from dreamd.dream.word import EMPTIED, Word, read_word, scrubbed
 from dreamd.errors import InputRejected, OutputInvalid
-from dreamd.models import BacklogStats, JobResult, JobSpec, Turn
+from dreamd.models import BacklogStats, JobResult, JobSpec, Prompt, Turn
 from dreamd.store.corrections import word_seq, write_diary
 from dreamd.store.interface import Conn
 from dreamd.store.state import Layout, core_embedding, read_layout, to_blob
@@ -57,6 +57,12 @@ def validate(text: str) -> str:
     return text
 
 
+def _first_turns(names: dict[str, str], previous: str | None, lines: int,
+                 said_at: list[str], shown: list[str]) -> Prompt:
+    """The request for the first of a session's turns (`shown`, said at `said_at`)."""
+    return summary_prompt(names, previous, shown, lines, said_at=said_at[: len(shown)])
+
+
 def gist_for(ctx: JobContext, user_id: str, previous: str | None, turns: list[Turn],
              vectors: dict[int, np.ndarray], chunk: int | None = None) -> str:
     """Prompts (pure) and backend calls; no transaction is open here."""
@@ -70,16 +76,16 @@ def gist_for(ctx: JobContext, user_id: str, previous: str | None, turns: list[Tu
         return None
 
     said = [turn_line(t.role, t.content) for t in turns]
+    said_at = [t.created_at for t in turns]
     blocks: list[list[Turn]] = []
     while (at := sum(map(len, blocks))) < len(turns):  # at most `chunk` turns, and fitting
-        n = largest(ctx, functools.partial(summary_prompt, names,
-                                           previous if not blocks else None, lines=lines),
-                    said[at:], chunk)
+        n = largest(ctx, functools.partial(_first_turns, names, previous if not blocks
+                                           else None, lines, said_at[at:]), said[at:], chunk)
         blocks.append(turns[at : at + n])
     if len(blocks) == 1:
         block = blocks[0]
         prompt = summary_prompt(names, previous, said[: len(block)], lines,
-                                block_vectors(block), [t.created_at for t in block])
+                                block_vectors(block), said_at[: len(block)])
         return validate(ctx.complete(prompt).text)
     partials = []
     for block in blocks:
