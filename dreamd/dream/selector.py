@@ -91,13 +91,13 @@ class Selector:
         return self.scores(vectors) >= self.threshold
 
 
-def _data_file(name: str) -> Path:
+def data_file(name: str) -> Path:
     return Path(str(resources.files("dreamd") / "data" / name))
 
 
 @functools.cache
 def shipped() -> Selector | None:
-    path = _data_file(WEIGHTS)
+    path = data_file(WEIGHTS)
     if not path.is_file():
         return None
     data = json.loads(path.read_text("utf-8"))
@@ -222,7 +222,7 @@ def learned(embedder_model: str, embed: Callable[[list[str]], np.ndarray],
             glance: Callable[[list[str]], np.ndarray]) -> dict[str, object]:
     """The selector learned from the shipped examples, as the weights file holds it: its
     cuts chosen on the examples alone (held out in turn), never on a benchmark."""
-    text = _data_file(EXAMPLES).read_text("utf-8")
+    text = data_file(EXAMPLES).read_text("utf-8")
     told = proposals(examples(text))
     statements = [s for s, _, _ in told]
     y = np.array([label for _, label, _ in told])

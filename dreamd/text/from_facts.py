@@ -135,7 +135,8 @@ HELD = {"job": "Work", "home": "Home", "partner": "Family"}
 
 def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,
                  listeners: tuple[str, ...] = (), sureness: Mapping[int, float] | None = None,
-                 vectors: Mapping[int, np.ndarray] | None = None) -> str:
+                 vectors: Mapping[int, np.ndarray] | None = None,
+                 areas: Mapping[int, str] | None = None) -> str:
     """The current facts that read on their own, grouped by person and topic, the weightiest
     and newest first within a topic; replaced facts are not part of a profile. At most
     `per_person` facts of each person; with more than one person, "About <name>:" heads
@@ -144,11 +145,12 @@ def profile_from(facts: list[Fact], per_person: int, per_topic: int = 3,
     where it is known, in place of the names and numbers it holds. With the facts'
     `vectors` (the selector's embedder's), a fact that says much what a weightier one of
     its person says is left out, and the next one takes its place. A thing held at a time
-    goes under its own topic (a job under Work). Each person's topics run from who they
-    are (work, home, family) to their main pursuits: the topics they have most facts in
-    first."""
+    goes under its own topic (a job under Work); any other under the one `areas` (fact id
+    -> topic, by what the fact means: dreamd.dream.areas) gives it, else the first whose
+    words it has. Each person's topics run from who they are (work, home, family) to their
+    main pursuits: the topics they have most facts in first."""
     def area(f: Fact) -> str:
-        return HELD.get(f.about or "", "") or topic(f.statement)
+        return HELD.get(f.about or "", "") or (areas or {}).get(f.id) or topic(f.statement)
 
     current = [f for f in facts if f.current and stands_alone(f)]
     subjects = list(dict.fromkeys(f.subject for f in current))

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dreamd.config import Config
+from dreamd.dream import areas
 from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.fitting import answer
 from dreamd.dream.jobs.pool import run_keyed
@@ -90,6 +91,13 @@ def sureness_of(ctx: JobContext, vectors: dict[int, np.ndarray]) -> dict[int, fl
     return {i: float(s) for i, s in zip(ids, scores, strict=True)}
 
 
+def areas_of(ctx: JobContext, vectors: dict[int, np.ndarray]) -> dict[int, str] | None:
+    """Each fact's area of a life by what it says, where the area model is sure of it;
+    None without an area model for this embedder."""
+    model = areas.for_model(ctx.embedder.model)
+    return None if model is None else model.of(vectors)
+
+
 def drafted(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
     if ctx.asks_model and not work.new_gists:  # the person's word alone changed
         kept = work.current.content if work.current else ""
@@ -98,7 +106,8 @@ def drafted(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
         work.facts, ctx.config.profile.max_facts,
         listeners=(ctx.names_for(work.user_id)["agent"],), sureness=work.sureness,
         # What says the same is judged on the scale of the selector's model only.
-        vectors=work.vectors if work.sureness is not None else None)
+        vectors=work.vectors if work.sureness is not None else None,
+        areas=areas_of(ctx, work.vectors))
     if content:
         return content, Completion(content, ctx.source, "facts", extractive=True), ""
     lines = [ln for g in work.new_gists for ln in g.content.splitlines() if ln.strip()]
