@@ -18,7 +18,8 @@ from typing import Any
 
 from dreamd.backends import write_gate
 from dreamd.backends.validate import Grounds, Refusal, source_of, ungrounded
-from dreamd.dream.jobs.base import JobContext, Unusable
+from dreamd.dream.jobs.asking import Unusable
+from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.fitting import largest
 from dreamd.dream.jobs.pool import HEARTBEAT_SECONDS, StopClock
 from dreamd.dream.prompts import facts_prompt, facts_repair_prompt
@@ -63,7 +64,7 @@ def by_llm(ctx: JobContext) -> bool:
     """Whether this pass's facts come from the LLM: `facts.producer`, where "auto" means
     the LLM when the completer is one."""
     producer = ctx.config.facts.producer
-    return ctx.llm if producer == "auto" else producer == "llm" and ctx.llm
+    return ctx.asking.llm if producer == "auto" else producer == "llm" and ctx.asking.llm
 
 
 def long_day(timestamp: str) -> str:
@@ -215,9 +216,9 @@ def ask(ctx: JobContext, request: Ask) -> list[tuple[str, int, Candidate, list[i
         return (ask(ctx, dataclasses.replace(request, lines=request.lines[:half]))
                 + ask(ctx, dataclasses.replace(request, lines=request.lines[half:])))
     found = sifted(raw, part_ids, set(request.known), source)
-    if found.dropped and ctx.asks_model:
+    if found.dropped and ctx.asking.asks_model:
         for dropped in found.dropped:
-            ctx.answers.add(JOB, f"dropped:{dropped.check}")
+            ctx.asking.answers.add(JOB, f"dropped:{dropped.check}")
         ctx.log.info("facts_dropped", job=JOB, kept=len(found.kept),
                      dropped=len(found.dropped), why=found.dropped[0].why[:200])
     said = request.said
@@ -236,7 +237,7 @@ def asked(ctx: JobContext, request: Ask) -> Drawn:
     try:
         return ask(ctx, request)
     except OutputInvalid as exc:
-        if not ctx.fallback:
+        if not ctx.asking.fallback:
             raise
         return exc
 

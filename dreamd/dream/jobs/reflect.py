@@ -159,7 +159,7 @@ class Reflections:
         agent = {"assistant", ctx.names_for(work.user_id)["agent"].strip().lower()}
         said = [turn_line(t.role, t.content) for t in work.turns if t.role.lower() not in agent]
         prompt = build(newest_that_fit(ctx, said, build))  # the latest turns, as many as fit
-        source = source_of(prompt) if ctx.asks_model else ""
+        source = source_of(prompt) if ctx.asking.asks_model else ""
 
         def check(raw: str) -> Refusal | None:
             try:
@@ -182,7 +182,7 @@ class Reflections:
             "reflected_exchange_id": work.top_id,
             "reflected_seq": work.top_seq,
             "reflected_at": ctx.now_text(),
-            "source": ctx.source,
+            "source": ctx.asking.source,
             "user_id": work.user_id,
         }, ctx.config.reflect.max_reflections)
         stored = save_self_state(conn, work.key, state, ctx.now_text(), work.updated_at)
@@ -195,9 +195,9 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     """One reflection per user with news; the agent's marks move once all are done."""
     users, reached = users_to_reflect(ctx)
     result = run_keyed(ctx, Reflections(ctx.config.agent.id, users), reason)
-    if not result.failed and not result.skipped and not ctx.stopped():
+    if not result.failed and not result.skipped and not ctx.state.stopped():
         with ctx.store.write() as conn:
-            if ctx.still_current(conn):
+            if ctx.state.still_current(conn):
                 save_reflection_marks(conn, reached)
     return result
 
