@@ -18,6 +18,7 @@ from typing import Any
 
 from dreamd.backends import write_gate
 from dreamd.backends.validate import Grounds, Refusal, source_of, ungrounded
+from dreamd.dream.answers import FactItem, checked, why_of
 from dreamd.dream.jobs.asking import Unusable
 from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.fitting import largest
@@ -26,11 +27,10 @@ from dreamd.dream.prompts import facts_prompt, facts_repair_prompt
 from dreamd.errors import InputRejected, OutputInvalid
 from dreamd.models import Fact, Prompt, Turn
 from dreamd.text.dates import day_of, long_date
-from dreamd.text.facts import MAX_CHARS, Candidate
+from dreamd.text.facts import Candidate
 
 JOB = "facts"
 NOT_PEOPLE = frozenset({"assistant", "system", "tool", "function", "developer"})
-ABOUTS = frozenset({"job", "home", "partner"})
 PER_TURN = 3  # facts an LLM may draw from one turn
 KNOWN_SHOWN = 40  # current facts shown to the LLM, so it can say which a new one replaces
 
@@ -88,41 +88,35 @@ class Sifted:
 def fact_refusal(item: Any, where: str, turn_ids: set[int], known: set[int],
                  grounds: Grounds | None) -> Refusal | None:
     """Why one fact of an answer may not be kept, or None."""
-    if not isinstance(item, dict):
-        return Refusal("shape", f"{where} is not an object")
-    subject, statement = item.get("subject"), item.get("statement")
-    if not (isinstance(subject, str) and 0 < len(subject.strip()) <= 80):
-        return Refusal("shape", f"{where}: subject must be a name")
-    if not (isinstance(statement, str) and 0 < len(statement.strip()) <= MAX_CHARS):
-        return Refusal("shape", f"{where}: statement must be 1..{MAX_CHARS} characters")
-    about = item.get("about")
-    if about is not None and about not in ABOUTS:
-        return Refusal("shape", f"{where}: about must be one of {sorted(ABOUTS)} or null")
-    since = item.get("valid_from")
-    if since is not None and not (isinstance(since, str) and day_of(since) is not None):
-        return Refusal("shape", f"{where}: valid_from must be YYYY-MM-DD or null")
-    turns = item.get("turns")
-    if not (isinstance(turns, list) and turns and all(
-            isinstance(t, int) and t in turn_ids for t in turns)):
-        return Refusal("turns", f"{where}: turns must name the given [ids]")
-    replaces = item.get("replaces") or []
-    if not (isinstance(replaces, list) and all(isinstance(r, int) and r in known
-                                               for r in replaces)):
-        return Refusal("turns", f"{where}: replaces must name known #ids")
-    if grounds and subject.strip().lower() not in grounds.lowered:
-        return Refusal("grounded", f"{where} names what the turns do not: {subject.strip()}")
-    made_up = ungrounded(f"{subject}: {statement}", grounds) if grounds else []
+    found = fact_of(item, where, turn_ids, known, grounds)
+    return found if isinstance(found, Refusal) else None
+
+
+def fact_of(item: Any, where: str, turn_ids: set[int], known: set[int],
+            grounds: Grounds | None) -> FactItem | Refusal:
+    """One fact of an answer as a FactItem, or why it may not be kept: its shape first
+    (see FactItem), then whether the turns name what it does."""
+    fact = checked(FactItem, item, {"turn_ids": turn_ids, "known": known})
+    if isinstance(fact, str):
+        if not fact:
+            return Refusal("shape", f"{where} is not an object")
+        why = why_of(FactItem, fact)
+        return Refusal(why.check, f"{where}: {why.text}")
+    subject = fact.subject.strip()
+    if grounds and subject.lower() not in grounds.lowered:
+        return Refusal("grounded", f"{where} names what the turns do not: {subject}")
+    made_up = ungrounded(f"{fact.subject}: {fact.statement}", grounds) if grounds else []
     if made_up:
         return Refusal("grounded",
                        f"{where} names what the turns do not: {', '.join(made_up[:4])}")
-    return None
+    return fact
 
 
 def sifted(raw: str, turn_ids: set[int], known: set[int], source: str = "") -> Sifted:
-    """An LLM's facts, each checked against the schema and, given the prompt as `source`,
-    grounded in it: the good ones kept, the others dropped with their reasons. One bad
-    fact costs that fact, not the batch. An answer that is no list of facts, or whose
-    every fact is dropped, is Unusable, naming the (first) problem."""
+    """An LLM's facts, each checked against its model (FactItem) and, given the prompt as
+    `source`, grounded in it: the good ones kept, the others dropped with their reasons.
+    One bad fact costs that fact, not the batch. An answer that is no list of facts, or
+    whose every fact is dropped, is Unusable, naming the (first) problem."""
     try:
         data = json.loads(raw)
     except ValueError as exc:
@@ -135,14 +129,12 @@ def sifted(raw: str, turn_ids: set[int], known: set[int], source: str = "") -> S
     grounds = Grounds.of(source) if source else None
     kept, dropped = [], []
     for i, item in enumerate(items):
-        problem = fact_refusal(item, f"fact {i + 1}", turn_ids, known, grounds)
-        if problem is not None:
-            dropped.append(problem)
+        fact = fact_of(item, f"fact {i + 1}", turn_ids, known, grounds)
+        if isinstance(fact, Refusal):
+            dropped.append(fact)
             continue
-        turns, replaces = item["turns"], item.get("replaces") or []
-        kept.append((Candidate(item["subject"].strip(), item["statement"].strip(),
-                               item.get("about"), item.get("valid_from"), ""),
-                     min(turns), replaces))
+        kept.append((Candidate(fact.subject.strip(), fact.statement.strip(), fact.about,
+                               fact.valid_from, ""), min(fact.turns), fact.replaces))
     if dropped and not kept:
         first = dropped[0]
         more = f" (and {len(dropped) - 1} more)" if len(dropped) > 1 else ""
