@@ -13,7 +13,7 @@ same keys as any other writer), and its own share of the pass's budget. They sha
 a pass shares: the budget's time and items, the token count, the stops (`Ends`),
 `completer.workers` calls at once among them all (`Threads.calls`), and the write
 gate: every write of the round closes it (`Store.quiet`), and a job's own thread holds a
-share of it while it computes, as the LLM workers do, so that no thread of the pass holds
+share of it while it computes, as the LLM threads do, so that no thread of the pass holds
 the GIL while one writes. (Without that, a job's write beside another job's computing
 held the lock longer, and the chat app's INSERT p99 during an 8-worker pass rose from +3
 to +7 ms.)

@@ -50,7 +50,7 @@ class PassDeps:
 class Threads:
     """The pass's thread plumbing, shared by jobs side by side (see dreamd.dream.lanes)."""
 
-    # Writes wait for the pass's LLM workers to stop computing (see write_gate): one gate
+    # Writes wait for the pass's LLM threads to stop computing (see write_gate): one gate
     # for every job of the pass, so that none computes while another job writes.
     gate: write_gate.Gate = field(default_factory=write_gate.Gate)
     # Jobs side by side share `completer.workers` calls at once (None: one job at a

@@ -243,7 +243,7 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     # writes facts; a forget meanwhile ends the run through `still_current`).
     state: dict[str, Known] = {}
     said = Statements(ctx)
-    # With the LLM and several workers, the batches after the one being written are
+    # With the LLM and several calls at once, the batches after the one being written are
     # already with the model (their prompts show the facts known when they were read;
     # `weighed` still merges what says the same as a fact found meanwhile).
     ahead = ctx.asking.calls_at_once if by_llm(ctx) and ctx.asking.calls_at_once > 1 else 1

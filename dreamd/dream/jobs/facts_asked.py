@@ -2,7 +2,7 @@
 how an answer is checked, and the pool that sends a batch's requests at once.
 
 A batch's requests (one user's turns, as many as fit each) show the same known facts and
-do not depend on each other, so with several workers they all go out together; the
+do not depend on each other, so with several calls at once they all go out together; the
 answers are written by the job, batch by batch in turn order (dreamd.dream.jobs.facts).
 """
 
@@ -225,7 +225,7 @@ Drawn = list[Any] | OutputInvalid | None
 
 def asked(ctx: JobContext, request: Ask) -> Drawn:
     """What the LLM draws in one request, or, where its answers were rejected twice, why
-    (unless jobs.fallback is off). Backend calls only: safe on a pool worker."""
+    (unless jobs.fallback is off). Backend calls only: safe on a pool's thread."""
     try:
         return ask(ctx, request)
     except OutputInvalid as exc:
@@ -250,7 +250,7 @@ def produce(ctx: JobContext, pool: ThreadPoolExecutor | None, gate: write_gate.G
             shown: dict[str, list[Fact]],
             passed_over: bool) -> list[Future[Drawn]]:
     """What the model draws from the batch, request by request: at once without a pool,
-    else on the pool's workers (a passed-over batch has nothing; without the LLM, facts
+    else on the pool's threads (a passed-over batch has nothing; without the LLM, facts
     come sentence by sentence: None)."""
     if passed_over:
         return [resolved([])]

@@ -51,7 +51,7 @@ def run_items(
     `keys` names what an item's write changes (see `Store.write`).
     """
     # Backend calls run in the pool, so the pass thread can stop waiting for a hung one;
-    # each write waits for the workers to stop computing (see dreamd.backends.write_gate).
+    # each write waits for the pool's threads to stop computing (see backends.write_gate).
     pooled = ctx.asking.llm or ctx.asking.calls_at_once > 1
     gate = ctx.threads.gate if pooled else None
     run = _Saving(ctx, save, on_error, after, keys,
@@ -119,7 +119,7 @@ def _one_by_one(run: _Saving, items: Iterable[Any], prepare: Callable[[Any], Any
 
 def _side_by_side(run: _Saving, items: Iterable[Any], prepare: Callable[[Any], Any],
                   think: Callable[[Any], Any], gate: write_gate.Gate) -> None:
-    """Up to `workers` backend calls at once on a thread pool; prepare and save stay on
+    """Up to `calls_at_once` backend calls on a thread pool; prepare and save stay on
     the pass's thread."""
     ctx = run.ctx
     in_flight: dict[Future[Any], tuple[Any, Any]] = {}
@@ -160,7 +160,7 @@ def _side_by_side(run: _Saving, items: Iterable[Any], prepare: Callable[[Any], A
 def _send_more(ctx: JobContext, iterator: Iterator[Any],
                in_flight: dict[Future[Any], tuple[Any, Any]],
                submit: Callable[[Any], Future[Any]], prepare: Callable[[Any], Any]) -> bool:
-    """Keep twice `workers` calls in flight while the pass goes on; True once the items
+    """Keep twice `calls_at_once` calls in flight while the pass goes on; True once the items
     have run out."""
     while len(in_flight) < ctx.asking.calls_at_once * 2 and not ctx.state.stopped():
         item = next(iterator, _END)
