@@ -71,6 +71,8 @@ class JobContext:
     state: PassState
     asking: Asking
     threads: Threads = field(default_factory=Threads)
+    # The thread that uses this context's connection: a backend call made on it inside a
+    # transaction is a bug (see complete).
     owner: int = field(default_factory=threading.get_ident)
     # A job calls it once it has done what the jobs that need it read, and goes on with
     # work only it reads: side by side (dreamd.dream.lanes), they may start now. One job
