@@ -73,7 +73,7 @@ def bench_tokens() -> None:
         config = config_for(db, server)
         store = open_store(config)
         completer = OpenAICompleter(config.completer, environ={})
-        ctx = JobContext(store, config, HashingEmbedder(), completer, Budget())
+        ctx = JobContext.for_pass(store, config, HashingEmbedder(), completer, Budget())
         incremental = whole = 0
         turns: list[Turn] = []
         for step in range(20):
@@ -88,9 +88,9 @@ def bench_tokens() -> None:
             result = run_pass(store, config, ctx.embedder, completer, trigger="bench",
                               force=True)
             incremental += next(j for j in result.jobs if j.job == "summarize").tokens_in
-            before = ctx.tokens.used_in
+            before = ctx.state.tokens.used_in
             gist_for(ctx, DEFAULT_USER, None, turns, {})  # the prior art: all of it again
-            whole += ctx.tokens.used_in - before
+            whole += ctx.state.tokens.used_in - before
         store.close()
         chat.close()
     server.stop()

@@ -240,7 +240,7 @@ class JobResult:
     tokens_out: int = 0
     errors: tuple[str, ...] = ()
     seconds: float = 0.0
-    # What became of the model's answers (see dreamd.dream.jobs.base.Ledger); empty
+    # What became of the model's answers (see dreamd.dream.jobs.asking.Ledger); empty
     # without an LLM.
     answers: Mapping[str, int] = field(default_factory=dict)
 

@@ -216,9 +216,9 @@ def test_the_words_index_is_written_a_few_hundred_rows_at_a_time(tmp_path: Path)
     store = open_sqlite(config)
     try:  # the embed job alone, as a pass runs it: it writes the index
         sync_tally(store)
-        result = embed.run(JobContext(store, config, HashingEmbedder(),
-                                      RecordingCompleter(store), Budget(),
-                                      epoch="0"), "test")  # a new file's vector epoch
+        result = embed.run(JobContext.for_pass(store, config, HashingEmbedder(),
+                                               RecordingCompleter(store), Budget(),
+                                               epoch="0"), "test")  # a new file's vector epoch
         automerge = store.conn.execute(
             "SELECT v FROM dreamd_fts_config WHERE k = 'automerge'").fetchone()
         indexed = store.conn.execute("SELECT COUNT(*) FROM dreamd_fts").fetchone()[0]
@@ -253,9 +253,9 @@ def test_long_turns_go_into_the_words_index_fewer_at_a_time(tmp_path: Path) -> N
     store = open_sqlite(config)
     try:
         sync_tally(store)
-        result = embed.run(JobContext(store, config, HashingEmbedder(),
-                                      RecordingCompleter(store), Budget(),
-                                      epoch="0"), "test")  # a new file's vector epoch
+        result = embed.run(JobContext.for_pass(store, config, HashingEmbedder(),
+                                               RecordingCompleter(store), Budget(),
+                                               epoch="0"), "test")  # a new file's vector epoch
         indexed = store.conn.execute("SELECT COUNT(*) FROM dreamd_fts").fetchone()[0]
     finally:
         store.close()

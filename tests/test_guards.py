@@ -97,7 +97,7 @@ def test_a_good_gist_is_measured_against_its_turns_text(minilm: LocalEmbedder) -
     second sample's good gists fell under the floor."""
     chat = next(c for c in chats() if c.name == "second")
     answers = read_answers(DATA / "answers_good.txt")
-    ctx = JobContext(None, Config(), minilm, RecordingCompleter(None), Budget())  # type: ignore[arg-type]
+    ctx = JobContext.for_pass(None, Config(), minilm, RecordingCompleter(None), Budget())  # type: ignore[arg-type]
     kept = []
     for session in chat.sessions:
         if session.key not in answers:
@@ -108,7 +108,7 @@ def test_a_good_gist_is_measured_against_its_turns_text(minilm: LocalEmbedder) -
                 for role, content, at in session.turns]
         for vectors in (minilm.embed(keys), None):
             prompt = summary_prompt(chat.names, None, said(session), 8, vectors)
-            kept.append(ctx.off_topic(answers[session.key], prompt) is None)
+            kept.append(ctx.asking.off_topic(answers[session.key], prompt) is None)
     assert kept == [True] * 16  # every whole-session gist of the second sample, both ways
 
 

@@ -223,14 +223,14 @@ def test_jobs_side_by_side_run_on_threads_and_connections_of_their_own(db: Path)
 
     def job(name: str) -> JobSpec:
         def run(ctx: Any, reason: str) -> JobResult:
-            if ctx.workers > 1:
+            if ctx.asking.calls_at_once > 1:
                 met.wait()  # BrokenBarrierError, a failed job, if the other is not running
             with ctx.store.write() as conn:
                 conn.execute("INSERT OR REPLACE INTO dreamd_state (key, value) VALUES (?, '1')",
                              (name,))
-                busy = ctx.gate.busy
+                busy = ctx.threads.gate.busy
             seen.append({"job": name, "thread": threading.get_ident(), "store": id(ctx.store),
-                         "quiet": ctx.store.quiet == ctx.gate.closed,
+                         "quiet": ctx.store.quiet == ctx.threads.gate.closed,
                          "busy in write": busy})
             return JobResult(name, True, reason, done=1)
         return JobSpec(name=name, drive="continuity", work=lambda s, f, c: (True, "always"),
@@ -363,9 +363,9 @@ def test_a_job_that_raises_beside_others_stops_them_and_ends_the_pass(db: Path) 
 
     def slow(ctx: Any, reason: str) -> JobResult:
         deadline = time.monotonic() + 10
-        while not ctx.ending and time.monotonic() < deadline:
+        while not ctx.state.ending and time.monotonic() < deadline:
             time.sleep(0.02)
-        saw.append(ctx.ending)
+        saw.append(ctx.state.ending)
         return JobResult("slow", True, reason)
 
     def broken(stats: Any, force: bool, config: Any) -> tuple[bool, str]:
@@ -393,10 +393,10 @@ def test_a_call_queued_behind_the_others_is_not_made_once_a_stop_came() -> None:
     from tests.helpers import RecordingCompleter
 
     stop = threading.Event()
-    ctx = JobContext(None, Config(), HashingEmbedder(), RecordingCompleter(None),  # type: ignore[arg-type]
-                     Budget(stop=stop.is_set))
-    ctx.calls = threading.BoundedSemaphore(1)
-    ctx.calls.acquire()  # the one slot is taken
+    ctx = JobContext.for_pass(None, Config(), HashingEmbedder(), RecordingCompleter(None),  # type: ignore[arg-type]
+                              Budget(stop=stop.is_set))
+    ctx.threads.calls = threading.BoundedSemaphore(1)
+    ctx.threads.calls.acquire()  # the one slot is taken
     outcome: list[str] = []
 
     def queued() -> None:
@@ -409,7 +409,7 @@ def test_a_call_queued_behind_the_others_is_not_made_once_a_stop_came() -> None:
     waiter = threading.Thread(target=queued)
     waiter.start()
     stop.set()
-    ctx.calls.release()
+    ctx.threads.calls.release()
     waiter.join(5)
     assert outcome == ["not made"]
 

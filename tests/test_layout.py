@@ -195,3 +195,18 @@ def test_the_engines_are_found_only_through_opening() -> None:
                               for d in deps))
     assert reaching == ["dreamd.cli.demo", "dreamd.store.failure", "dreamd.store.leases",
                         "dreamd.store.opening"]  # the interface below them names none
+
+
+def test_a_job_context_holds_at_most_a_dozen_attributes() -> None:
+    """A job is handed the pass's dependencies, its state, the policy for asking a model
+    and its threads as separate objects: what a job reads as `ctx.<name>` (fields and
+    properties alike) stays at a dozen names, not the 38 of one object holding them all."""
+    import dataclasses
+
+    from dreamd.dream.jobs.base import JobContext
+
+    fields = {f.name for f in dataclasses.fields(JobContext)}
+    properties = {name for name, value in vars(JobContext).items()
+                  if isinstance(value, property)}
+    assert len(fields | properties) <= 12, sorted(fields | properties)
+    assert {"deps", "state", "asking"} <= fields

@@ -254,10 +254,10 @@ def test_an_answer_about_nothing_in_its_input_is_rejected_by_the_embedder() -> N
     from tests.helpers import RecordingCompleter
 
     embedder = LocalEmbedder()
-    ctx = JobContext(None, Config(), embedder, RecordingCompleter(None), Budget())  # type: ignore[arg-type]
-    off = ctx.off_topic("This is the text you're looking for.", SMALL)
+    ctx = JobContext.for_pass(None, Config(), embedder, RecordingCompleter(None), Budget())  # type: ignore[arg-type]
+    off = ctx.asking.off_topic("This is the text you're looking for.", SMALL)
     assert off is not None and "not about its input" in off
-    assert ctx.off_topic("Mia started a new job at the animal shelter last week; her dogs "
+    assert ctx.asking.off_topic("Mia started a new job at the animal shelter last week; her dogs "
                          "like the big yard of the new house.", SMALL) is None
 
 

@@ -39,9 +39,9 @@ def spin(seconds: float) -> None:
 def test_no_save_overlaps_a_worker_computing(tmp_path: Path) -> None:
     config = config_for(tmp_path / "m.db", completer=CompleterConfig(workers=4))
     store = open_sqlite(config)
-    ctx = JobContext(store, config, HashingEmbedder(), NetworkCompleter(), Budget(),
-                     epoch="0")  # as a pass begins: nothing forgotten yet
-    assert ctx.workers == 4
+    ctx = JobContext.for_pass(store, config, HashingEmbedder(), NetworkCompleter(), Budget(),
+                              epoch="0")  # as a pass begins: nothing forgotten yet
+    assert ctx.asking.calls_at_once == 4
     lock = threading.Lock()
     computing: list[tuple[float, float]] = []
     saves: list[tuple[float, float]] = []

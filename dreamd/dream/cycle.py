@@ -99,28 +99,29 @@ def run_pass(
                              claims.worker if claims else None)
         prune_diary(conn, DIARY_RUNS)
     budget = Budget(config.pass_.max_seconds, config.pass_.max_items, stop)
-    ctx = JobContext(store, config, embedder, completer, budget, force=force, clock=clock,
-                     log=log, progress=progress, tasks=jobs.by_task(), run_id=run_id)
+    ctx = JobContext.for_pass(store, config, embedder, completer, budget, force=force,
+                              clock=clock, log=log, progress=progress, tasks=jobs.by_task(),
+                              run_id=run_id)
     with store.read() as conn:
         midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
-        ctx.tokens.before_today = tokens_since(conn, midnight.isoformat())
+        ctx.state.tokens.before_today = tokens_since(conn, midnight.isoformat())
     try:
         sync_tally(store)
         sync_owners(store, config.agent.id)
         finish_pending(store)
         retry_fallbacks(ctx)
         with store.read() as conn:
-            ctx.epoch = get_state(conn, "vector_epoch", "0")
+            ctx.state.epoch = get_state(conn, "vector_epoch", "0")
         previous = read_drives(store, config.agent.id)
         stats_before = read_backlog(store, config, now, embedder.model)
-        ctx.horizon = stats_before.max_exchange_id
+        ctx.state.horizon = stats_before.max_exchange_id
         drives_before = drv.levels(stats_before, config, now)
         if claims is None:
             results = run_rounds(ctx, jobs, previous, log)
             settle_queue(ctx, None)
         else:
             results = run_claimed(ctx, jobs, previous, log, claims, stats_before)
-        stats_after = read_backlog(store, config, clock(), embedder.model, ctx.horizon)
+        stats_after = read_backlog(store, config, clock(), embedder.model, ctx.state.horizon)
         drives_after = drv.levels(stats_after, config, clock())
         save_drives(store, config.agent.id, drives_after, clock().isoformat())
     except BaseException as exc:
@@ -128,8 +129,8 @@ def run_pass(
         raise
     finally:
         close_spare(ctx)
-    if ctx.fell_back:
-        ctx.notes.append(fallback_note(ctx))
+    if ctx.asking.fell_back:
+        ctx.state.notes.append(fallback_note(ctx))
     outcome = outcome_of(results, stop(), budget, stats_after)
     write_lock = store.lock_times.as_dict()
     with store.write() as conn:
@@ -138,8 +139,8 @@ def run_pass(
             drives_before=drives_before.as_dict(), drives_after=drives_after.as_dict(),
             stats_before=stats_before.as_dict(), stats_after=stats_after.as_dict(),
             jobs=[r.as_dict() for r in results],
-            tokens_in=ctx.tokens.used_in, tokens_out=ctx.tokens.used_out,
-            notes=ctx.notes or None, write_lock=write_lock,
+            tokens_in=ctx.state.tokens.used_in, tokens_out=ctx.state.tokens.used_out,
+            notes=ctx.state.notes or None, write_lock=write_lock,
         )
     store.checkpoint_log()
     log.info("pass_finished", run=run_id, trigger=trigger, outcome=outcome,
@@ -147,8 +148,8 @@ def run_pass(
              stored=[r.job for r in results if r.done],
              drives=drives_after.as_dict(), write_lock=write_lock)
     return PassResult(run_id, outcome, drives_before, drives_after, stats_before, stats_after,
-                      tuple(results), tuple(ctx.notes), ctx.tokens.used_in, ctx.tokens.used_out,
-                      write_lock)
+                      tuple(results), tuple(ctx.state.notes), ctx.state.tokens.used_in,
+                      ctx.state.tokens.used_out, write_lock)
 
 
 def record_raised(store: Store, run_id: int, ended_at: str, exc: BaseException) -> None:
@@ -172,39 +173,39 @@ def run_claimed(ctx: JobContext, jobs: Registry, previous: Drives, log: Logger,
     batch after batch of claimed users gets those jobs, and the agent's jobs (reflect)
     run if this worker can claim the agent."""
     due = {job.name: drv.decide_job(job, stats, previous, ctx.config, ctx.now(),
-                                    force=ctx.force) for job in jobs}
-    ctx.due = due
+                                    force=ctx.deps.force) for job in jobs}
+    ctx.state.due = due
     per_user = Registry(tuple(j for j in jobs if j.name not in AGENT_JOBS))
     per_agent = Registry(tuple(j for j in jobs if j.name in AGENT_JOBS))
     results: dict[str, JobResult] = {}
     waiting = claims.waiting(ctx.embedder.model) if len(per_user) else []
     try:
-        while not ctx.stopped() and not ctx.budget.exhausted() and waiting:
+        while not ctx.state.stopped() and not ctx.state.budget.exhausted() and waiting:
             batch = claims.users(waiting)
             if not batch:
                 break
             waiting = [u for u in waiting if u not in batch]
-            ctx.users = batch
+            ctx.state.users = batch
             try:
                 for r in run_rounds(ctx, per_user, previous, log):
                     results[r.job] = merged(results[r.job], r) if r.job in results else r
                 settle_queue(ctx, list(batch))
             finally:
-                ctx.users = None
+                ctx.state.users = None
                 claims.release(batch)
-        waits = (any(due[job.name].due for job in per_agent) and not ctx.stopped()
+        waits = (any(due[job.name].due for job in per_agent) and not ctx.state.stopped()
                  and leaves_reflection(ctx, claims, stats))
         if waits:
             for job in per_agent:
                 results[job.name] = JobResult(job.name, False, waits)
-        elif len(per_agent) and not ctx.stopped() and claims.agent():
+        elif len(per_agent) and not ctx.state.stopped() and claims.agent():
             try:
                 for r in run_rounds(ctx, per_agent, previous, log):
                     results[r.job] = r
             finally:
                 claims.release_agent()
     finally:
-        ctx.due = None
+        ctx.state.due = None
         claims.end_pass()
     return [results.get(job.name) or JobResult(job.name, False, due[job.name].reason
                                                if not due[job.name].due else
@@ -229,7 +230,7 @@ def leaves_reflection(ctx: JobContext, claims: Claims, stats: BacklogStats) -> s
 
 def settle_queue(ctx: JobContext, users: list[str] | None) -> None:
     """Users whose tiers are now all current leave the queue sensing reads."""
-    if not ctx.invalidated and not ctx.stopped():
+    if not ctx.state.invalidated and not ctx.state.stopped():
         with ctx.store.write(*user_keys(users)) as conn:
             settle_tier_queue(conn, users)
 
@@ -261,7 +262,7 @@ def run_rounds(ctx: JobContext, jobs: Registry, previous: Drives, log: Logger
     else:
         results = [run_job(ctx, job, previous, log, share(job)) for job in order]
     for _ in range(MAX_ROUNDS - 1):
-        if ctx.stopped() or not any(r.done and r.remaining for r in results):
+        if ctx.state.stopped() or not any(r.done and r.remaining for r in results):
             break
         again: list[JobResult] = []
         for job, before in zip(order, results, strict=True):
@@ -293,30 +294,32 @@ def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Logger, share:
     """Re-sense, decide this one job, and run it if due: gists made by summarize raise
     coherence, so integration follows in the same pass."""
     name = job.name
-    if ctx.budget.exhausted():
+    if ctx.state.budget.exhausted():
         return JobResult(name, False, "pass budget exhausted or stop requested")
-    if ctx.invalidated:
+    if ctx.state.invalidated:
         return JobResult(name, False, "not run: memory was forgotten during this pass; "
                          "the next pass starts afresh")
-    if ctx.halted is not None and job.bounds:  # a job that calls the backends
-        return JobResult(name, False, f"not run: {ctx.stopped_work} for this pass "
-                         f"({type(ctx.halted).__name__}, see the pass's note)")
-    stats = read_backlog(ctx.store, ctx.config, ctx.now(), ctx.embedder.model, ctx.horizon,
-                         ctx.scope)
-    decision = drv.decide_job(job, stats, previous, ctx.config, ctx.now(), force=ctx.force)
+    if ctx.state.halted is not None and job.bounds:  # a job that calls the backends
+        return JobResult(name, False, f"not run: {ctx.state.stopped_work} for this pass "
+                         f"({type(ctx.state.halted).__name__}, see the pass's note)")
+    stats = read_backlog(ctx.store, ctx.config, ctx.now(), ctx.embedder.model, ctx.state.horizon,
+                         ctx.state.scope)
+    decision = drv.decide_job(job, stats, previous, ctx.config, ctx.now(), force=ctx.deps.force)
     # A worker's batch: a job due on every user's backlog at the start of the pass runs
     # for the batch's users that have work for it.
-    if (ctx.due is not None and name in ctx.due and not decision.due and ctx.due[name].due
-            and job.work(stats, ctx.force, ctx.config)[0]):
-        decision = ctx.due[name]
+    due = ctx.state.due
+    if (due is not None and name in due and not decision.due and due[name].due
+            and job.work(stats, ctx.deps.force, ctx.config)[0]):
+        decision = due[name]
     if not decision.due:
         return JobResult(name, False, decision.reason)
     started = time.monotonic()
-    used_in, used_out = ctx.tokens.used_in, ctx.tokens.used_out
-    answered = ctx.answers.of(name)
+    tokens = ctx.state.tokens
+    used_in, used_out = tokens.used_in, tokens.used_out
+    answered = ctx.asking.answers.of(name)
     cut = ""
     try:
-        with ctx.budget.share(share):
+        with ctx.state.budget.share(share):
             result = job.run(ctx, decision.reason)
             cut = cut_short(ctx, share)
     except Exception as exc:  # a bug or a broken file in one job must not end the pass
@@ -330,8 +333,8 @@ def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Logger, share:
             *result.errors))
     result = dataclasses.replace(
         result, seconds=time.monotonic() - started,
-        tokens_in=ctx.tokens.used_in - used_in, tokens_out=ctx.tokens.used_out - used_out,
-        answers=dict(ctx.answers.of(name) - answered),
+        tokens_in=tokens.used_in - used_in, tokens_out=tokens.used_out - used_out,
+        answers=dict(ctx.asking.answers.of(name) - answered),
     )
     if result.answers:
         log.info("answers", job=name, **result.answers)
@@ -343,7 +346,7 @@ def run_job(ctx: JobContext, job: JobSpec, previous: Drives, log: Logger, share:
 
 def cut_short(ctx: JobContext, share: float) -> str:
     """Why a job stopped with work left, in words, if a budget stopped it."""
-    budget = ctx.budget
+    budget = ctx.state.budget
     if budget.stop():
         return ""
     if budget.pass_exhausted():
@@ -359,26 +362,26 @@ def cut_short(ctx: JobContext, share: float) -> str:
 def retry_fallbacks(ctx: JobContext) -> None:
     """Gists the extractive fallback made more than jobs.fallback_retry_hours ago go back
     to the model (the tiers above follow the new gists)."""
-    if not ctx.fallback:
+    if not ctx.asking.fallback:
         return
     made_before = (ctx.now() - timedelta(hours=ctx.config.jobs.fallback_retry_hours)
                    ).isoformat()
     with ctx.store.read() as conn:  # a look first: most passes have none to send back
-        if not fallback_gists_due(conn, made_before, ctx.scope):
+        if not fallback_gists_due(conn, made_before, ctx.state.scope):
             return
     # Before any claim, a shared store's workers send back everyone's: alone.
-    with ctx.store.write(*user_keys(ctx.scope),
-                         alone=ctx.store.shared and ctx.scope is None) as conn:
-        again = send_back(conn, made_before, ctx.scope)
+    with ctx.store.write(*user_keys(ctx.state.scope),
+                         alone=ctx.store.shared and ctx.state.scope is None) as conn:
+        again = send_back(conn, made_before, ctx.state.scope)
     if again:
         ctx.log.info("fallback_retried", gists=again)
 
 
 def fallback_note(ctx: JobContext) -> str:
     """What the fallback built this pass, by job, and the first reason."""
-    jobs = Counter(job for job, _, _ in ctx.fell_back)
-    _, item, why = ctx.fell_back[0]
-    return (f"the extractive fallback built {len(ctx.fell_back)} items whose model answers "
+    jobs = Counter(job for job, _, _ in ctx.asking.fell_back)
+    _, item, why = ctx.asking.fell_back[0]
+    return (f"the extractive fallback built {len(ctx.asking.fell_back)} items whose model answers "
             f"were rejected twice ({', '.join(f'{j} {n}' for j, n in jobs.items())}; "
             f"first, {item}: {why[:160]}); the model is asked again after "
             f"{ctx.config.jobs.fallback_retry_hours:g} h")

@@ -11,9 +11,9 @@ narrative last. Each job runs on a thread of its own, with its own connection to
 store (`Store.sibling`: on SQLite one writer in the process at a time, on PostgreSQL the
 same keys as any other writer), and its own share of the pass's budget. They share what
 a pass shares: the budget's time and items, the token count, the stops (`Ends`),
-`completer.workers` calls at once among them all (`JobContext.calls`), and the write
+`completer.workers` calls at once among them all (`Threads.calls`), and the write
 gate: every write of the round closes it (`Store.quiet`), and a job's own thread holds a
-share of it while it computes, as the LLM workers do, so that no thread of the pass holds
+share of it while it computes, as the LLM threads do, so that no thread of the pass holds
 the GIL while one writes. (Without that, a job's write beside another job's computing
 held the lock longer, and the chat app's INSERT p99 during an 8-worker pass rose from +3
 to +7 ms.)
@@ -46,7 +46,7 @@ WAKE_SECONDS = 0.5
 
 def side_by_side(ctx: JobContext) -> bool:
     """Whether jobs of a round run side by side: an LLM with several calls at once."""
-    return ctx.llm and ctx.workers > 1
+    return ctx.asking.llm and ctx.asking.calls_at_once > 1
 
 
 def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
@@ -56,11 +56,11 @@ def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
     and a connection of its own; their results in the registry's order. A job that
     raises (a store fault: `run_job` records a job's own failures) stops the others
     (`Ends.failed`), and is raised here once they have ended."""
-    ctx.calls = threading.BoundedSemaphore(ctx.workers)
+    ctx.threads.calls = threading.BoundedSemaphore(ctx.asking.calls_at_once)
     # Connections no job is using: the pass's own, and those opened earlier in the pass.
-    free: list[Store] = [*ctx.spare, ctx.store]
+    free: list[Store] = [*ctx.threads.spare, ctx.store]
     for each in free:
-        each.quiet = ctx.gate.closed
+        each.quiet = ctx.threads.gate.closed
     more = True  # whether another connection may be opened
     results: dict[str, JobResult] = {}
     reached: set[str] = set()
@@ -73,7 +73,7 @@ def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
 
     pool = ThreadPoolExecutor(max_workers=len(jobs), thread_name_prefix="dreamd-job")
     try:
-        while len(results) < len(jobs) and ctx.ends.failed is None:
+        while len(results) < len(jobs) and ctx.state.ends.failed is None:
             busy = {job.name for job, _ in running.values()}
             for job in jobs:
                 if not _ready(jobs, job, results.keys() | busy, results.keys() | reached):
@@ -82,9 +82,9 @@ def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
                 if store is None:
                     more = False  # the job starts when a running one gives its back
                     break
-                if store is not ctx.store and store not in ctx.spare:
-                    store.quiet = ctx.gate.closed
-                    ctx.spare.append(store)
+                if store is not ctx.store and store not in ctx.threads.spare:
+                    store.quiet = ctx.threads.gate.closed
+                    ctx.threads.spare.append(store)
                 future = pool.submit(lane, ctx, store, job, run_job, share(job),
                                      functools.partial(reach, job.name))
                 future.add_done_callback(lambda _: moved.set())
@@ -95,15 +95,15 @@ def run_beside(ctx: JobContext, jobs: Registry, run_job: RunJob,
             moved.clear()  # before looking: what moves from here on wakes the next wait
             _collect(ctx, running, free, results)
     except BaseException as exc:  # the pass's own thread: the jobs stop too
-        ctx.ends.failed = ctx.ends.failed or exc
+        ctx.state.ends.failed = ctx.state.ends.failed or exc
         raise
     finally:
         pool.shutdown(wait=True)
-        for each in (ctx.store, *ctx.spare):
+        for each in (ctx.store, *ctx.threads.spare):
             each.quiet = contextlib.nullcontext
-        ctx.calls = None
-    if ctx.ends.failed is not None:
-        raise ctx.ends.failed
+        ctx.threads.calls = None
+    if ctx.state.ends.failed is not None:
+        raise ctx.state.ends.failed
     return [results[job.name] for job in jobs]
 
 
@@ -122,25 +122,26 @@ def _collect(ctx: JobContext, running: dict[Future[JobResult], tuple[JobSpec, St
         try:
             results[job.name] = future.result()
         except BaseException as exc:
-            ctx.ends.failed = ctx.ends.failed or exc
+            ctx.state.ends.failed = ctx.state.ends.failed or exc
 
 
 def lane(ctx: JobContext, store: Store, job: JobSpec, run_job: RunJob, share: float,
          reach: Callable[[], None]) -> JobResult:
     """On a job's own thread: the job with the pass's context, on `store`, holding a share
     of the write gate while it computes (it gives it back while it waits)."""
-    here = dataclasses.replace(ctx, store=store, owner=threading.get_ident(), reached=reach)
-    return ctx.gate.run(lambda _: run_job(here, job, share), None)
+    here = dataclasses.replace(ctx, deps=dataclasses.replace(ctx.deps, store=store),
+                               owner=threading.get_ident(), reached=reach)
+    return ctx.threads.gate.run(lambda _: run_job(here, job, share), None)
 
 
 def close_spare(ctx: JobContext) -> None:
     """At the end of the pass: the second connections its jobs side by side opened."""
-    for store in ctx.spare:
+    for store in ctx.threads.spare:
         try:
             store.close()
         except Exception as exc:  # a connection that will not close is gone anyway
             ctx.log.warning("second_connection_not_closed", error=str(exc)[:200])
-    ctx.spare.clear()
+    ctx.threads.spare.clear()
 
 
 def sibling(ctx: JobContext) -> Store | None:

@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 from typing import Any
 
+from dreamd.dream.answers import FactsAnswer, Reflection, sent_schema
 from dreamd.models import Prompt
 from dreamd.text.dates import said_line
 
@@ -86,30 +87,9 @@ FACTS_EXAMPLE = (
 )
 
 
-def _object(properties: dict[str, Any]) -> dict[str, Any]:
-    """A JSON-schema object with every property required and no other (the shape OpenAI's
-    strict structured outputs ask for; a grammar-making server takes it as it is)."""
-    return {"type": "object", "properties": properties, "required": list(properties),
-            "additionalProperties": False}
-
-
-_IDS = {"type": "array", "items": {"type": "integer"}}
-FACTS_SCHEMA = _object({"facts": {"type": "array", "items": _object({
-    "subject": {"type": "string"},
-    "statement": {"type": "string"},
-    "about": {"enum": ["job", "home", "partner", None]},
-    "valid_from": {"type": ["string", "null"]},
-    "turns": _IDS,
-    "replaces": _IDS,
-})}})
-REFLECT_SCHEMA = _object({
-    "mood": {"type": "string"},
-    "mood_score": {"type": "number"},
-    "energy": {"type": "number"},
-    "self_narrative": {"type": "string"},
-    "reflection": {"type": "string"},
-    "topics": {"type": "array", "items": {"type": "string"}},
-})
+# The response_format schemas: from the answers' typed models (see dreamd.dream.answers).
+FACTS_SCHEMA = sent_schema(FactsAnswer)
+REFLECT_SCHEMA = sent_schema(Reflection)
 
 
 def facts_prompt(names: dict[str, str], turns: list[str], known: list[str],

@@ -63,12 +63,12 @@ def embed_turns(ctx: JobContext, reason: str) -> JobResult:
     errors: list[str] = []
     failures = failed_items(ctx, JOB)
     upto = horizon(ctx)
-    while not ctx.budget.exhausted() and not ctx.ending:
+    while not ctx.state.budget.exhausted() and not ctx.state.ending:
         with ctx.store.read() as conn:
             watermark = embed_watermark(conn, model)
-            ids = unembedded_ids(conn, model, watermark, upto, batch, ctx.scope)
+            ids = unembedded_ids(conn, model, watermark, upto, batch, ctx.state.scope)
             turns = with_neighbours(conn, ids)
-            remaining = count_unembedded(conn, model, watermark, upto, ctx.scope)
+            remaining = count_unembedded(conn, model, watermark, upto, ctx.state.scope)
         if not turns:
             break
         item = f"after:{turns[0][0].id - 1}"  # the batch after the turns done before it
@@ -85,21 +85,21 @@ def embed_turns(ctx: JobContext, reason: str) -> JobResult:
             break
         rows = [(t.id, to_blob(v)) for (t, _, _), v in zip(turns, vectors, strict=True)]
         with ctx.store.write() as conn:
-            stored = ctx.still_current(conn) and save_turn_vectors(
+            stored = ctx.state.still_current(conn) and save_turn_vectors(
                 conn, model, ctx.embedder.dim, rows, upto)
-        if not stored and ctx.ending:
+        if not stored and ctx.state.ending:
             break  # memory was forgotten meanwhile: nothing more is saved in this pass
         if stored:
             done += len(turns)
-            ctx.budget.spend()  # a batch is one item of the pass budget
+            ctx.state.budget.spend()  # a batch is one item of the pass budget
             note_success(ctx, JOB, item, failures)
-        ctx.progress(JOB, done, done + remaining - len(turns))
+        ctx.deps.progress(JOB, done, done + remaining - len(turns))
     if not failed:
         done += embed_derived(ctx, errors)
     ctx.reached()  # the vectors summarize's prompts carry; the words index is recall's
     index_text(ctx, upto)
     with ctx.store.read() as conn:
-        left = count_unembedded(conn, model, embed_watermark(conn, model), upto, ctx.scope)
+        left = count_unembedded(conn, model, embed_watermark(conn, model), upto, ctx.state.scope)
     return JobResult(JOB, True, reason, done=done, failed=failed, remaining=left,
                      errors=tuple(errors))
 
@@ -107,8 +107,8 @@ def embed_turns(ctx: JobContext, reason: str) -> JobResult:
 def horizon(ctx: JobContext) -> int:
     """The newest turn this job works up to: the pass's horizon, or (outside a pass) the
     newest turn now."""
-    if ctx.horizon is not None:
-        return ctx.horizon
+    if ctx.state.horizon is not None:
+        return ctx.state.horizon
     with ctx.store.read() as conn:
         return max_exchange_id(conn)
 
@@ -130,12 +130,12 @@ def index_text(ctx: JobContext, upto: int, chunk: int = INDEX_CHUNK) -> None:
     with its neighbours' words; the turn before a new one, indexed when it was the last
     of its session, is indexed again with its new neighbour. Once memory was forgotten
     during the pass, nothing more is written and the job ends."""
-    while not ctx.budget.exhausted() and not ctx.ending:
+    while not ctx.state.budget.exhausted() and not ctx.state.ending:
         with ctx.store.read() as conn:
             after = fts_watermark(conn)
             redo = fts_redo(conn)[:chunk]  # beside a forgotten turn
             turns = with_neighbours(conn, unindexed_ids(conn, after, upto, chunk,
-                                                            ctx.scope))
+                                                            ctx.state.scope))
             before = [b.id for t, b, _ in turns if b is not None]
             again = with_neighbours(conn, sorted(
                 indexed(conn, before) | {i for i in redo if i <= after}))
@@ -152,7 +152,7 @@ def index_text(ctx: JobContext, upto: int, chunk: int = INDEX_CHUNK) -> None:
         neighbours = {b.id for _, b, _ in turns if b is not None}
         rows = words_rows([t for t in again if t[0].id in neighbours or t[0].id in redo]) + rows
         with ctx.store.write(*([WORDS_REDO] if redo else [])) as conn:
-            if ctx.still_current(conn):
+            if ctx.state.still_current(conn):
                 index_texts(conn, rows, tuple(redo))
                 settle_words_watermark(conn, upto)
         tidy_words(ctx)
@@ -161,14 +161,14 @@ def index_text(ctx: JobContext, upto: int, chunk: int = INDEX_CHUNK) -> None:
 def tidy_words(ctx: JobContext) -> None:
     """The index's parts merged in short writes of their own while there is any to do."""
     for _ in range(TIDY_STEPS):
-        if ctx.stopped() or not ctx.store.tidy_words():
+        if ctx.state.stopped() or not ctx.store.tidy_words():
             break
 
 
 def embed_derived(ctx: JobContext, errors: list[str]) -> int:
     """Gists and eras without a vector of this model (after a model change), in batches."""
     done = 0
-    while not ctx.budget.exhausted():
+    while not ctx.state.budget.exhausted():
         with ctx.store.read() as conn:
             rows = derived_without_vector(conn, space(ctx.embedder.model),
                                             ctx.config.embed.batch_size)
@@ -184,10 +184,10 @@ def embed_derived(ctx: JobContext, errors: list[str]) -> int:
         # Under their users' locks: a row's content is checked and its vector written
         # while no other write can change the row.
         with ctx.store.write(*user_keys(sorted({u for *_, u in rows}))) as conn:
-            stored = ctx.still_current(conn) and save_derived_vectors(
+            stored = ctx.state.still_current(conn) and save_derived_vectors(
                 conn, space(ctx.embedder.model), blobs)
         done += stored
-        ctx.budget.spend()
+        ctx.state.budget.spend()
         if stored < len(rows):
             break  # content changed under us; the next pass picks the rest up
     return done

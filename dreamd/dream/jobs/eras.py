@@ -33,7 +33,7 @@ JOB = "eras"
 def stale_months(ctx: JobContext) -> list[tuple[str, str]]:
     """(user, month) of every era whose month has a gist newer than it, or no era yet."""
     with ctx.store.read() as conn:
-        return [(user, month) for user in tier_queue(conn, ctx.scope)
+        return [(user, month) for user in tier_queue(conn, ctx.state.scope)
                 for month in tiers.stale_months(conn, user)]
 
 
@@ -80,14 +80,14 @@ class Eras:
             cached = cached_output(conn, JOB, era_key(user, month))
             facts = facts_of(conn, user)
             word = read_word(conn, user, [f for f in facts if f.current])
-            vectors = {} if ctx.asks_model else vectors_of(
+            vectors = {} if ctx.asking.asks_model else vectors_of(
                 ctx, conn, [f for f in facts if when(f)[:7] == month])
         return Work(user, month, gists, current, cached, facts, word,
                     sureness_of(ctx, vectors)) if gists else None
 
     def think(self, ctx: JobContext, work: Work) -> tuple[str, str, str, np.ndarray]:
-        body = "" if ctx.asks_model else era_from(work.facts, work.month, ctx.config.eras.lines,
-                                                  work.sureness)
+        body = "" if ctx.asking.asks_model else era_from(
+            work.facts, work.month, ctx.config.eras.lines, work.sureness)
         digest = raw = ""
         if not body:  # with an LLM, or a month without dated facts: from the gists
             lines = [ln for g in work.gists for ln in g.content.splitlines() if ln.strip()]
@@ -113,7 +113,7 @@ class Eras:
         stored = save_era(
             conn, month=work.month, user_id=work.user_id, content=content,
             session_count=len(work.gists), seq=max(max(g.seq for g in work.gists), work.word.seq),
-            expected_seq=work.current_seq, source=ctx.source, now=ctx.now_text(),
+            expected_seq=work.current_seq, source=ctx.asking.source, now=ctx.now_text(),
             embedding=core_embedding(self.layout.eras_embedding_required),
             vector=to_blob(vector), model=space(ctx.embedder.model), inputs=inputs_of(work.gists),
         )

@@ -243,18 +243,18 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     # writes facts; a forget meanwhile ends the run through `still_current`).
     state: dict[str, Known] = {}
     said = Statements(ctx)
-    # With the LLM and several workers, the batches after the one being written are
+    # With the LLM and several calls at once, the batches after the one being written are
     # already with the model (their prompts show the facts known when they were read;
     # `weighed` still merges what says the same as a fact found meanwhile).
-    ahead = ctx.workers if by_llm(ctx) and ctx.workers > 1 else 1
-    gate = ctx.gate if ahead > 1 else None
+    ahead = ctx.asking.calls_at_once if by_llm(ctx) and ctx.asking.calls_at_once > 1 else 1
+    gate = ctx.threads.gate if ahead > 1 else None
     pool = (ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="dreamd-facts")
             if ahead > 1 else None)
     try:
-        while not ctx.budget.exhausted() and not ctx.ending:
+        while not ctx.state.budget.exhausted() and not ctx.state.ending:
             with ctx.store.read() as conn:
-                unread = unread_turns(conn, upto, BATCH * min(ahead, ctx.budget.room()),
-                                      ctx.scope)
+                unread = unread_turns(conn, upto, BATCH * min(ahead, ctx.state.budget.room()),
+                                      ctx.state.scope)
                 rows = with_neighbours(conn, [i for i, _, _ in unread])
                 owners = {t.session_id: session_owner(conn, t.session_id) for t, _, _ in rows}
                 known = {user: facts_of(conn, user, current_only=True)
@@ -287,12 +287,12 @@ def run(ctx: JobContext, reason: str) -> JobResult:
                 done += len(part.rows)
                 if failures.get(item) != "quarantined":
                     note_success(ctx, JOB, item, failures)
-                if ctx.budget.exhausted():
+                if ctx.state.budget.exhausted():
                     outcome = "spent"
                     break
             if outcome == "stopped":  # what is still out is never written
-                ctx.abandon(sum(not f.done() and not f.cancel()
-                                for futures in answers for f in futures))
+                ctx.state.abandon(sum(not f.done() and not f.cancel()
+                                      for futures in answers for f in futures), ctx.log)
             if outcome == "moved":  # another worker read these turns: its facts stand
                 state.clear()
                 continue
@@ -301,9 +301,9 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     finally:
         if pool is not None:
             with write_gate.waiting():
-                pool.shutdown(wait=not ctx.abandoned, cancel_futures=True)
+                pool.shutdown(wait=not ctx.state.abandoned, cancel_futures=True)
     with ctx.store.read() as conn:
-        left = count_unread(conn, ctx.scope)
+        left = count_unread(conn, ctx.state.scope)
     return JobResult(JOB, True, reason, done=done, remaining=left, errors=tuple(errors),
                      failed=failed)
 
@@ -349,8 +349,8 @@ def write_batch(ctx: JobContext, gate: write_gate.Gate | None, model: str,
     try:
         with (gate.closed() if gate else contextlib.nullcontext()), \
                 ctx.store.write(*user_keys(users)) as conn, (
-                ctx.falling_back(fell_back) if fell_back else contextlib.nullcontext()):
-            if not ctx.still_current(conn):
+                ctx.asking.falling_back(fell_back) if fell_back else contextlib.nullcontext()):
+            if not ctx.state.still_current(conn):
                 return "stale"
             if any(word_seq(conn, user) != state[user].word for user in users):
                 raise Moved  # a person corrected a fact meanwhile: weighed again
@@ -361,8 +361,8 @@ def write_batch(ctx: JobContext, gate: write_gate.Gate | None, model: str,
     for user in {step.user for step in steps}:
         state[user].settle(ids)
     if fell_back:
-        ctx.note_fallback(JOB, item, fell_back)
-    ctx.budget.spend()
+        ctx.asking.note_fallback(JOB, item, fell_back)
+    ctx.state.budget.spend()
     return "done"
 
 
@@ -474,7 +474,7 @@ def written(conn: Conn, ctx: JobContext, model: str, steps: list[Step]) -> dict[
             continue
         c = step.candidate
         fact_id = add_fact(conn, step.user, c.subject, c.about, c.statement, c.valid_from,
-                           c.said_at, [step.turn_id], ctx.source)
+                           c.said_at, [step.turn_id], ctx.asking.source)
         assert step.new is not None
         ids[step.new] = fact_id
         put_vector(conn, model, "fact", str(fact_id), to_blob(step.vector))
@@ -488,7 +488,7 @@ def written(conn: Conn, ctx: JobContext, model: str, steps: list[Step]) -> dict[
 
 def note(conn: Conn, ctx: JobContext, user: str, kind: str, detail: dict[str, Any]) -> None:
     """One line of the pass's diary, in the write that made the change."""
-    write_diary(conn, ctx.run_id, user, JOB, kind, detail, ctx.now_text())
+    write_diary(conn, ctx.state.run_id, user, JOB, kind, detail, ctx.now_text())
 
 
 def work(stats: BacklogStats, force: bool, config: Config) -> tuple[bool, str]:

@@ -2,7 +2,7 @@
 how an answer is checked, and the pool that sends a batch's requests at once.
 
 A batch's requests (one user's turns, as many as fit each) show the same known facts and
-do not depend on each other, so with several workers they all go out together; the
+do not depend on each other, so with several calls at once they all go out together; the
 answers are written by the job, batch by batch in turn order (dreamd.dream.jobs.facts).
 """
 
@@ -18,18 +18,19 @@ from typing import Any
 
 from dreamd.backends import write_gate
 from dreamd.backends.validate import Grounds, Refusal, source_of, ungrounded
-from dreamd.dream.jobs.base import JobContext, Unusable
+from dreamd.dream.answers import FactItem, checked, why_of
+from dreamd.dream.jobs.asking import Unusable
+from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.fitting import largest
 from dreamd.dream.jobs.pool import HEARTBEAT_SECONDS, StopClock
 from dreamd.dream.prompts import facts_prompt, facts_repair_prompt
 from dreamd.errors import InputRejected, OutputInvalid
 from dreamd.models import Fact, Prompt, Turn
 from dreamd.text.dates import day_of, long_date
-from dreamd.text.facts import MAX_CHARS, Candidate
+from dreamd.text.facts import Candidate
 
 JOB = "facts"
 NOT_PEOPLE = frozenset({"assistant", "system", "tool", "function", "developer"})
-ABOUTS = frozenset({"job", "home", "partner"})
 PER_TURN = 3  # facts an LLM may draw from one turn
 KNOWN_SHOWN = 40  # current facts shown to the LLM, so it can say which a new one replaces
 
@@ -63,7 +64,7 @@ def by_llm(ctx: JobContext) -> bool:
     """Whether this pass's facts come from the LLM: `facts.producer`, where "auto" means
     the LLM when the completer is one."""
     producer = ctx.config.facts.producer
-    return ctx.llm if producer == "auto" else producer == "llm" and ctx.llm
+    return ctx.asking.llm if producer == "auto" else producer == "llm" and ctx.asking.llm
 
 
 def long_day(timestamp: str) -> str:
@@ -87,41 +88,35 @@ class Sifted:
 def fact_refusal(item: Any, where: str, turn_ids: set[int], known: set[int],
                  grounds: Grounds | None) -> Refusal | None:
     """Why one fact of an answer may not be kept, or None."""
-    if not isinstance(item, dict):
-        return Refusal("shape", f"{where} is not an object")
-    subject, statement = item.get("subject"), item.get("statement")
-    if not (isinstance(subject, str) and 0 < len(subject.strip()) <= 80):
-        return Refusal("shape", f"{where}: subject must be a name")
-    if not (isinstance(statement, str) and 0 < len(statement.strip()) <= MAX_CHARS):
-        return Refusal("shape", f"{where}: statement must be 1..{MAX_CHARS} characters")
-    about = item.get("about")
-    if about is not None and about not in ABOUTS:
-        return Refusal("shape", f"{where}: about must be one of {sorted(ABOUTS)} or null")
-    since = item.get("valid_from")
-    if since is not None and not (isinstance(since, str) and day_of(since) is not None):
-        return Refusal("shape", f"{where}: valid_from must be YYYY-MM-DD or null")
-    turns = item.get("turns")
-    if not (isinstance(turns, list) and turns and all(
-            isinstance(t, int) and t in turn_ids for t in turns)):
-        return Refusal("turns", f"{where}: turns must name the given [ids]")
-    replaces = item.get("replaces") or []
-    if not (isinstance(replaces, list) and all(isinstance(r, int) and r in known
-                                               for r in replaces)):
-        return Refusal("turns", f"{where}: replaces must name known #ids")
-    if grounds and subject.strip().lower() not in grounds.lowered:
-        return Refusal("grounded", f"{where} names what the turns do not: {subject.strip()}")
-    made_up = ungrounded(f"{subject}: {statement}", grounds) if grounds else []
+    found = fact_of(item, where, turn_ids, known, grounds)
+    return found if isinstance(found, Refusal) else None
+
+
+def fact_of(item: Any, where: str, turn_ids: set[int], known: set[int],
+            grounds: Grounds | None) -> FactItem | Refusal:
+    """One fact of an answer as a FactItem, or why it may not be kept: its shape first
+    (see FactItem), then whether the turns name what it does."""
+    fact = checked(FactItem, item, {"turn_ids": turn_ids, "known": known})
+    if isinstance(fact, str):
+        if not fact:
+            return Refusal("shape", f"{where} is not an object")
+        why = why_of(FactItem, fact)
+        return Refusal(why.check, f"{where}: {why.text}")
+    subject = fact.subject.strip()
+    if grounds and subject.lower() not in grounds.lowered:
+        return Refusal("grounded", f"{where} names what the turns do not: {subject}")
+    made_up = ungrounded(f"{fact.subject}: {fact.statement}", grounds) if grounds else []
     if made_up:
         return Refusal("grounded",
                        f"{where} names what the turns do not: {', '.join(made_up[:4])}")
-    return None
+    return fact
 
 
 def sifted(raw: str, turn_ids: set[int], known: set[int], source: str = "") -> Sifted:
-    """An LLM's facts, each checked against the schema and, given the prompt as `source`,
-    grounded in it: the good ones kept, the others dropped with their reasons. One bad
-    fact costs that fact, not the batch. An answer that is no list of facts, or whose
-    every fact is dropped, is Unusable, naming the (first) problem."""
+    """An LLM's facts, each checked against its model (FactItem) and, given the prompt as
+    `source`, grounded in it: the good ones kept, the others dropped with their reasons.
+    One bad fact costs that fact, not the batch. An answer that is no list of facts, or
+    whose every fact is dropped, is Unusable, naming the (first) problem."""
     try:
         data = json.loads(raw)
     except ValueError as exc:
@@ -134,14 +129,12 @@ def sifted(raw: str, turn_ids: set[int], known: set[int], source: str = "") -> S
     grounds = Grounds.of(source) if source else None
     kept, dropped = [], []
     for i, item in enumerate(items):
-        problem = fact_refusal(item, f"fact {i + 1}", turn_ids, known, grounds)
-        if problem is not None:
-            dropped.append(problem)
+        fact = fact_of(item, f"fact {i + 1}", turn_ids, known, grounds)
+        if isinstance(fact, Refusal):
+            dropped.append(fact)
             continue
-        turns, replaces = item["turns"], item.get("replaces") or []
-        kept.append((Candidate(item["subject"].strip(), item["statement"].strip(),
-                               item.get("about"), item.get("valid_from"), ""),
-                     min(turns), replaces))
+        kept.append((Candidate(fact.subject.strip(), fact.statement.strip(), fact.about,
+                               fact.valid_from, ""), min(fact.turns), fact.replaces))
     if dropped and not kept:
         first = dropped[0]
         more = f" (and {len(dropped) - 1} more)" if len(dropped) > 1 else ""
@@ -215,9 +208,9 @@ def ask(ctx: JobContext, request: Ask) -> list[tuple[str, int, Candidate, list[i
         return (ask(ctx, dataclasses.replace(request, lines=request.lines[:half]))
                 + ask(ctx, dataclasses.replace(request, lines=request.lines[half:])))
     found = sifted(raw, part_ids, set(request.known), source)
-    if found.dropped and ctx.asks_model:
+    if found.dropped and ctx.asking.asks_model:
         for dropped in found.dropped:
-            ctx.answers.add(JOB, f"dropped:{dropped.check}")
+            ctx.asking.answers.add(JOB, f"dropped:{dropped.check}")
         ctx.log.info("facts_dropped", job=JOB, kept=len(found.kept),
                      dropped=len(found.dropped), why=found.dropped[0].why[:200])
     said = request.said
@@ -232,11 +225,11 @@ Drawn = list[Any] | OutputInvalid | None
 
 def asked(ctx: JobContext, request: Ask) -> Drawn:
     """What the LLM draws in one request, or, where its answers were rejected twice, why
-    (unless jobs.fallback is off). Backend calls only: safe on a pool worker."""
+    (unless jobs.fallback is off). Backend calls only: safe on a pool's thread."""
     try:
         return ask(ctx, request)
     except OutputInvalid as exc:
-        if not ctx.fallback:
+        if not ctx.asking.fallback:
             raise
         return exc
 
@@ -257,7 +250,7 @@ def produce(ctx: JobContext, pool: ThreadPoolExecutor | None, gate: write_gate.G
             shown: dict[str, list[Fact]],
             passed_over: bool) -> list[Future[Drawn]]:
     """What the model draws from the batch, request by request: at once without a pool,
-    else on the pool's workers (a passed-over batch has nothing; without the LLM, facts
+    else on the pool's threads (a passed-over batch has nothing; without the LLM, facts
     come sentence by sentence: None)."""
     if passed_over:
         return [resolved([])]

@@ -27,7 +27,7 @@ OVERHEAD = 16  # the chat template's own tokens around the two messages
 
 def room(ctx: JobContext) -> int | None:
     """Tokens a prompt may take (None: no window, as for the extractive backend)."""
-    if not ctx.asks_model:
+    if not ctx.asking.asks_model:
         return None
     c = ctx.config.completer
     return max(64, int((c.context_window - c.max_output_tokens) / SPARE))
@@ -90,7 +90,7 @@ def answer(ctx: JobContext, items: list[str], previous: str | None,
         except InputRejected:
             pass  # the server counts tokens its own way: fold in smaller parts
     text, calls = fold(ctx, items, previous, build, lambda c: c.text.strip())
-    return Completion(text or "", ctx.source, f"folded in {calls} calls"), ""
+    return Completion(text or "", ctx.asking.source, f"folded in {calls} calls"), ""
 
 
 def newest_that_fit(ctx: JobContext, items: list[str], build: Callable[[list[str]], Prompt]

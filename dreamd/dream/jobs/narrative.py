@@ -36,7 +36,7 @@ JOB = "narrative"
 def stale_users(ctx: JobContext) -> list[str]:
     """Users whose profile or eras moved past their narrative."""
     with ctx.store.read() as conn:
-        return [u for u in tier_queue(conn, ctx.scope) if narrative_stale(conn, u)]
+        return [u for u in tier_queue(conn, ctx.state.scope) if narrative_stale(conn, u)]
 
 
 @dataclass(frozen=True)
@@ -94,7 +94,7 @@ class Narratives:
 
     def think(self, ctx: JobContext, work: Work) -> tuple[str, str, str]:
         since = f"{work.eras[0][0]}-01" if work.eras else ""
-        body = "" if ctx.asks_model else narrative_from(work.facts, since,
+        body = "" if ctx.asking.asks_model else narrative_from(work.facts, since,
                                                        ctx.config.narrative.lines)
         digest = raw = ""
         if not body:  # with an LLM, or nothing dated changed: from the profile and eras
@@ -119,7 +119,7 @@ class Narratives:
         stored = save_narrative(
             conn, narrative_id=work.key, user_id=work.user_id, content=content,
             seq=work.inputs_seq, expected_seq=work.current.seq if work.current else None,
-            source=ctx.source, now=ctx.now_text(), inputs=work.inputs,
+            source=ctx.asking.source, now=ctx.now_text(), inputs=work.inputs,
         )
         if stored and digest:
             save_output(conn, JOB, work.key, digest, raw)

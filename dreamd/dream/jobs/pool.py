@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from dreamd.backends import write_gate
-from dreamd.dream.jobs.base import FellBack, JobContext, failed_items, note_failure
+from dreamd.dream.jobs.asking import FellBack
+from dreamd.dream.jobs.base import JobContext, failed_items, note_failure
 from dreamd.errors import OutputInvalid
 from dreamd.ids import user_key
 from dreamd.models import JobResult
@@ -50,9 +51,9 @@ def run_items(
     `keys` names what an item's write changes (see `Store.write`).
     """
     # Backend calls run in the pool, so the pass thread can stop waiting for a hung one;
-    # each write waits for the workers to stop computing (see dreamd.backends.write_gate).
-    pooled = ctx.llm or ctx.workers > 1
-    gate = ctx.gate if pooled else None
+    # each write waits for the pool's threads to stop computing (see backends.write_gate).
+    pooled = ctx.asking.llm or ctx.asking.calls_at_once > 1
+    gate = ctx.threads.gate if pooled else None
     run = _Saving(ctx, save, on_error, after, keys,
                   gate.closed if gate is not None else contextlib.nullcontext)
     if gate is None:
@@ -83,14 +84,14 @@ class _Saving:
         if error is None and value is not None:
             try:
                 with self.quiet_write(), ctx.store.write(*self.keys(inputs)) as conn:
-                    stored = ctx.still_current(conn) and self.save(conn, inputs, value)
+                    stored = ctx.state.still_current(conn) and self.save(conn, inputs, value)
             except Exception as exc:  # a failed write is recorded like a failed call
                 error = exc
             else:
                 counts.done += int(stored)
                 counts.skipped += int(not stored)
                 if stored:
-                    ctx.budget.spend()
+                    ctx.state.budget.spend()
                 return
         if error is None:
             counts.skipped += 1
@@ -103,7 +104,7 @@ def _one_by_one(run: _Saving, items: Iterable[Any], prepare: Callable[[Any], Any
                 think: Callable[[Any], Any]) -> None:
     """On the pass's own thread, an item at a time."""
     for item in items:
-        if run.ctx.stopped():
+        if run.ctx.state.stopped():
             break
         inputs = prepare(item)
         if inputs is None:
@@ -118,14 +119,14 @@ def _one_by_one(run: _Saving, items: Iterable[Any], prepare: Callable[[Any], Any
 
 def _side_by_side(run: _Saving, items: Iterable[Any], prepare: Callable[[Any], Any],
                   think: Callable[[Any], Any], gate: write_gate.Gate) -> None:
-    """Up to `workers` backend calls at once on a thread pool; prepare and save stay on
+    """Up to `calls_at_once` backend calls on a thread pool; prepare and save stay on
     the pass's thread."""
     ctx = run.ctx
     in_flight: dict[Future[Any], tuple[Any, Any]] = {}
     iterator = iter(items)
     exhausted = False
     clock = StopClock(ctx)
-    pool = ThreadPoolExecutor(max_workers=ctx.workers, thread_name_prefix="dreamd-llm")
+    pool = ThreadPoolExecutor(max_workers=ctx.asking.calls_at_once, thread_name_prefix="dreamd-llm")
     try:
         while True:
             if not exhausted:
@@ -138,7 +139,7 @@ def _side_by_side(run: _Saving, items: Iterable[Any], prepare: Callable[[Any], A
                 for future in [f for f in in_flight if f.cancel()]:
                     del in_flight[future]  # queued, never started: no call is made
             if clock.lapsed():
-                ctx.abandon(len(in_flight))  # whatever they return is never written
+                ctx.state.abandon(len(in_flight), ctx.log)  # whatever they return is never written
                 in_flight.clear()
                 break
             # Wake now and then: the stop check between waits is the pass's heartbeat.
@@ -149,19 +150,19 @@ def _side_by_side(run: _Saving, items: Iterable[Any], prepare: Callable[[Any], A
                 item, inputs = in_flight.pop(future)
                 error = future.exception()
                 run.finish(item, inputs, None if error else future.result(), error)
-            if ctx.stopped():
+            if ctx.state.stopped():
                 exhausted = True  # finish what is in flight, start nothing new
     finally:
         with write_gate.waiting():
-            pool.shutdown(wait=not ctx.abandoned, cancel_futures=True)
+            pool.shutdown(wait=not ctx.state.abandoned, cancel_futures=True)
 
 
 def _send_more(ctx: JobContext, iterator: Iterator[Any],
                in_flight: dict[Future[Any], tuple[Any, Any]],
                submit: Callable[[Any], Future[Any]], prepare: Callable[[Any], Any]) -> bool:
-    """Keep twice `workers` calls in flight while the pass goes on; True once the items
+    """Keep twice `calls_at_once` calls in flight while the pass goes on; True once the items
     have run out."""
-    while len(in_flight) < ctx.workers * 2 and not ctx.stopped():
+    while len(in_flight) < ctx.asking.calls_at_once * 2 and not ctx.state.stopped():
         item = next(iterator, _END)
         if item is _END:
             return True
@@ -189,7 +190,7 @@ class StopClock:
         self.seen: float | None = None
 
     def stopping(self) -> bool:
-        if self.seen is None and self.ctx.budget.stop():
+        if self.seen is None and self.ctx.state.budget.stop():
             self.seen = time.monotonic()
         return self.seen is not None
 
@@ -270,16 +271,16 @@ def run_keyed(ctx: JobContext, keyed: KeyedJob[Item, Work, Result], reason: str
         try:
             return keyed.think(ctx, inputs)
         except OutputInvalid as exc:
-            if not ctx.fallback:
+            if not ctx.asking.fallback:
                 raise
             why = str(exc)
-        with ctx.falling_back(why):
+        with ctx.asking.falling_back(why):
             value = keyed.think(ctx, inputs)
         return None if value is None else FellBack(value, why)
 
     def save_and_clear(conn: Conn, inputs: Work, value: Result | FellBack) -> bool:
         if isinstance(value, FellBack):
-            with ctx.falling_back(value.why):
+            with ctx.asking.falling_back(value.why):
                 stored = keyed.save(ctx, conn, inputs, value.value)
             if stored:
                 # Not kept as the answer to this input: an unchanged input next time
@@ -299,12 +300,12 @@ def run_keyed(ctx: JobContext, keyed: KeyedJob[Item, Work, Result], reason: str
         think=think_or_fall_back,
         save=save_and_clear,
         on_error=lambda item, exc: note_failure(ctx, job, key(item), exc),
-        after=(lambda t: ctx.progress(job, t.done + t.failed + t.skipped, len(todo)))
+        after=(lambda t: ctx.deps.progress(job, t.done + t.failed + t.skipped, len(todo)))
         if keyed.progress else (lambda t: None),
         keys=lambda inputs: [user_key(inputs.user_id)],
     )
     for item, why in fallen:
-        ctx.note_fallback(job, item, why)
+        ctx.asking.note_fallback(job, item, why)
     errors = tuple(counts.errors) + tuple(f"{k}: {failures[k]}" for k in blocked[:5])
     return JobResult(job, True, reason, done=counts.done, failed=counts.failed,
                      skipped=counts.skipped + len(blocked), remaining=keyed.remaining(ctx),

@@ -48,7 +48,7 @@ USER_ROLE = "user"
 def stale_users(ctx: JobContext) -> list[str]:
     """Users with a gist newer than their profile (or no profile yet)."""
     with ctx.store.read() as conn:
-        return [u for u in tier_queue(conn, ctx.scope) if gists_past_profile(conn, u)]
+        return [u for u in tier_queue(conn, ctx.state.scope) if gists_past_profile(conn, u)]
 
 
 @dataclass(frozen=True)
@@ -99,17 +99,17 @@ def areas_of(ctx: JobContext, vectors: dict[int, np.ndarray]) -> dict[int, str] 
 
 
 def drafted(ctx: JobContext, work: Work) -> tuple[str, Completion, str]:
-    if ctx.asks_model and not work.new_gists:  # the person's word alone changed
+    if ctx.asking.asks_model and not work.new_gists:  # the person's word alone changed
         kept = work.current.content if work.current else ""
-        return kept, Completion(kept, ctx.source, "profile", extractive=True), ""
-    content = "" if ctx.asks_model else profile_from(
+        return kept, Completion(kept, ctx.asking.source, "profile", extractive=True), ""
+    content = "" if ctx.asking.asks_model else profile_from(
         work.facts, ctx.config.profile.max_facts,
         listeners=(ctx.names_for(work.user_id)["agent"],), sureness=work.sureness,
         # What says the same is judged on the scale of the selector's model only.
         vectors=work.vectors if work.sureness is not None else None,
         areas=areas_of(ctx, work.vectors))
     if content:
-        return content, Completion(content, ctx.source, "facts", extractive=True), ""
+        return content, Completion(content, ctx.asking.source, "facts", extractive=True), ""
     lines = [ln for g in work.new_gists for ln in g.content.splitlines() if ln.strip()]
     names = ctx.names_for(work.user_id)
     previous = work.current.content if work.current else None
@@ -135,11 +135,11 @@ def noted(ctx: JobContext, conn: Conn, work: Work, content: str) -> None:
     now, user = ctx.now_text(), work.user_id
     for kind, lines in (("profile_added", added), ("profile_dropped", dropped)):
         if lines:
-            write_diary(conn, ctx.run_id, user, JOB, kind, {"lines": lines}, now)
+            write_diary(conn, ctx.state.run_id, user, JOB, kind, {"lines": lines}, now)
     seen = work.current.seq if work.current else 0
     for c in work.word.corrections:
         if c.seq > seen:
-            write_diary(conn, ctx.run_id, user, JOB, "honoured",
+            write_diary(conn, ctx.state.run_id, user, JOB, "honoured",
                         {"correction": c.id, "action": c.action, "fact": c.fact_id}, now)
 
 
@@ -195,7 +195,7 @@ class Profiles:
         stored = save_profile(
             conn, profile_id=work.key, user_id=work.user_id, content=content,
             sessions_covered=work.sessions, seq=work.top_seq,
-            expected_seq=work.current.seq if work.current else None, source=ctx.source,
+            expected_seq=work.current.seq if work.current else None, source=ctx.asking.source,
             now=ctx.now_text(), inputs=inputs_of(work.new_gists, work.previous_inputs),
         )
         if stored and digest:

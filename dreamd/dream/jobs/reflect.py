@@ -8,6 +8,7 @@ from typing import Any
 
 from dreamd.backends.validate import Refusal, source_of, ungrounded
 from dreamd.config import Config
+from dreamd.dream.answers import Reflection, checked
 from dreamd.dream.jobs.base import JobContext, complete_once
 from dreamd.dream.jobs.fitting import newest_that_fit
 from dreamd.dream.jobs.pool import run_keyed
@@ -37,38 +38,27 @@ from dreamd.store.turns import (
 JOB = "reflect"
 RECENT_TURNS = 200
 
-# The reflection schema: key -> (type, check). Invalid output keeps the old state.
-SCHEMA: dict[str, tuple[type | tuple[type, ...], Any]] = {
-    "mood": (str, lambda v: 0 < len(v.strip()) <= 40),
-    "mood_score": ((int, float), lambda v: -1.0 <= v <= 1.0),
-    "energy": ((int, float), lambda v: 0.0 <= v <= 1.0),
-    "self_narrative": (str, lambda v: 0 < len(v.strip()) <= 2000),
-    "reflection": (str, lambda v: 0 < len(v.strip()) <= 1000),
-    "topics": (list, lambda v: len(v) <= 20 and all(isinstance(t, str) and len(t) <= 80
-                                                     for t in v)),
-}
-
-
 def validate(text: str, source: str = "") -> dict[str, Any]:
-    """Parse and check a reflection (grounded in `source`, the prompt, when given); raise
-    OutputInvalid naming the first problem."""
+    """Parse and check a reflection against its model (Reflection) and, given the prompt
+    as `source`, whether it is grounded in it; raise OutputInvalid naming the first
+    problem. Invalid output keeps the old state."""
     try:
         data = json.loads(text)
     except ValueError as exc:
         raise OutputInvalid(f"reflection is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise OutputInvalid("reflection is not a JSON object")
-    for key, (kind, check) in SCHEMA.items():
-        value = data.get(key)
-        if isinstance(value, bool) or not isinstance(value, kind) or not check(value):
-            raise OutputInvalid(f"reflection field {key!r} is missing or invalid: {value!r}")
+    refused = checked(Reflection, data)
+    if isinstance(refused, str):
+        raise OutputInvalid(f"reflection field {refused!r} is missing or invalid: "
+                            f"{data.get(refused)!r}")
     if source:
         said = "\n".join([data["self_narrative"], data["reflection"], *data["topics"]])
         made_up = ungrounded(said, source)
         if made_up:
             raise OutputInvalid(f"reflection names what its input does not: "
                                 f"{', '.join(made_up[:4])}")
-    return {key: data[key] for key in SCHEMA}
+    return {key: data[key] for key in Reflection.model_fields}
 
 
 def evolve(previous: dict[str, Any], reflection: dict[str, Any], marks: dict[str, Any],
@@ -159,7 +149,7 @@ class Reflections:
         agent = {"assistant", ctx.names_for(work.user_id)["agent"].strip().lower()}
         said = [turn_line(t.role, t.content) for t in work.turns if t.role.lower() not in agent]
         prompt = build(newest_that_fit(ctx, said, build))  # the latest turns, as many as fit
-        source = source_of(prompt) if ctx.asks_model else ""
+        source = source_of(prompt) if ctx.asking.asks_model else ""
 
         def check(raw: str) -> Refusal | None:
             try:
@@ -182,7 +172,7 @@ class Reflections:
             "reflected_exchange_id": work.top_id,
             "reflected_seq": work.top_seq,
             "reflected_at": ctx.now_text(),
-            "source": ctx.source,
+            "source": ctx.asking.source,
             "user_id": work.user_id,
         }, ctx.config.reflect.max_reflections)
         stored = save_self_state(conn, work.key, state, ctx.now_text(), work.updated_at)
@@ -195,9 +185,9 @@ def run(ctx: JobContext, reason: str) -> JobResult:
     """One reflection per user with news; the agent's marks move once all are done."""
     users, reached = users_to_reflect(ctx)
     result = run_keyed(ctx, Reflections(ctx.config.agent.id, users), reason)
-    if not result.failed and not result.skipped and not ctx.stopped():
+    if not result.failed and not result.skipped and not ctx.state.stopped():
         with ctx.store.write() as conn:
-            if ctx.still_current(conn):
+            if ctx.state.still_current(conn):
                 save_reflection_marks(conn, reached)
     return result
 

@@ -39,8 +39,8 @@ CHIT_CHAT = "(greetings and small talk: nothing to keep)"
 def candidates(ctx: JobContext) -> list[DirtySession]:
     """Dirty sessions; outside --force only the ripe ones whose chat has gone quiet."""
     with ctx.store.read() as conn:
-        dirty = [s for s in dirty_sessions(conn) if ctx.holds(s.user_id)]
-    if ctx.force:
+        dirty = [s for s in dirty_sessions(conn) if ctx.state.holds(s.user_id)]
+    if ctx.deps.force:
         return dirty
     after = ctx.config.summarize.after
     cutoff = ctx.now() - timedelta(minutes=ctx.config.summarize.idle_minutes)
@@ -162,7 +162,7 @@ class Summaries:
         # What a reader stumbles on is cut, whoever wrote it (a model that copies a stage
         # direction or a greeting into a gist); a gist that was nothing else is no gist.
         gist = readable(gist)
-        if not gist.strip() and ctx.asks_model:
+        if not gist.strip() and ctx.asking.asks_model:
             raise OutputInvalid("the gist held only greetings, reactions or stage directions")
         gist = gist or CHIT_CHAT  # offline: a session that told nothing says so
         # Nothing a person withdrew: a gist made again from the same turns does not say it.
@@ -181,14 +181,14 @@ class Summaries:
             content=gist,
             last_exchange_id=work.session.last_id,
             turns_covered=work.session.summarized_turns + len(work.turns),
-            source=ctx.source,
+            source=ctx.asking.source,
             created_at=ctx.now_text(),
             embedding=core_embedding(self.layout.summaries_embedding_required),
             vector=vector,
             model=space(ctx.embedder.model),
         )
         if stored:
-            write_diary(conn, ctx.run_id, work.user_id, JOB, "gist",
+            write_diary(conn, ctx.state.run_id, work.user_id, JOB, "gist",
                         {"session": work.session.session_id}, ctx.now_text())
         return stored
 
