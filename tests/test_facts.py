@@ -242,7 +242,9 @@ def test_a_terse_second_sample_gives_a_profile_a_friend_would_recognise(
 def test_the_offline_profile_weighs_facts_by_the_selectors_score(tmp_path: Path,
                                                                  minilm: Any) -> None:
     """The profile job reads each current fact's stored vector and ranks by the selector's
-    score of it: the profile a pass stores is the one those scores give."""
+    score of it (and files it under the area it means): the profile a pass stores is the
+    one those scores give."""
+    from dreamd.dream import areas
     from dreamd.dream.selector import for_model
 
     data = Path(__file__).parent / "data"
@@ -253,10 +255,14 @@ def test_the_offline_profile_weighs_facts_by_the_selectors_score(tmp_path: Path,
     current = [f for f in facts if f.current]
     selector = for_model(minilm.model)
     assert selector is not None
-    scores = selector.scores(minilm.embed([f.statement for f in current]))
+    vectors = minilm.embed([f.statement for f in current])
+    scores = selector.scores(vectors)
     sureness = {f.id: float(p) for f, p in zip(current, scores, strict=True)}
+    area_model = areas.for_model(minilm.model)
+    assert area_model is not None
+    meant = area_model.of({f.id: v for f, v in zip(current, vectors, strict=True)})
     by_score = profile_from(facts, config.profile.max_facts, listeners=(config.agent.name,),
-                            sureness=sureness)
+                            sureness=sureness, areas=meant)
     assert profile == by_score
     assert profile != profile_from(facts, config.profile.max_facts,
                                    listeners=(config.agent.name,))
