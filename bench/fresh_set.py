@@ -2,7 +2,7 @@
 on (terse, long-winded, non-native English, two friends, a user and an assistant, a busy
 month), each with the facts a careful reader would keep.
 
-    python -m bench.fresh_set [DIR]      # facts, profile and the reader checks on it
+    python -m bench.quality fresh [DIR]   # facts, profile and the reader checks on it
 
 Nothing in dreamd may learn from these files: they are not in dreamd/data, not in the
 tests' fixtures, and no word list or rule may be grown from them (tests/test_layout.py
@@ -22,7 +22,6 @@ exactly as it scores LoCoMo's annotators.
 from __future__ import annotations
 
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -74,25 +73,3 @@ def parse(text: str, name: str) -> dict[str, Any]:
 def load(folder: Path = HERE) -> list[dict[str, Any]]:
     """Every conversation of the set, in file-name order."""
     return [parse(path.read_text("utf-8"), path.stem) for path in sorted(folder.glob("*.txt"))]
-
-
-def main() -> None:
-    from bench.quality import Backend, facts_of_conversations
-    from dreamd.backends.local import LocalEmbedder
-    from dreamd.runtime.log import configure
-
-    configure("warning")
-    args = sys.argv[1:]
-    backend_name = "extractive"
-    if args[:1] == ["--completer"] and len(args) > 1:
-        backend_name, args = args[1], args[2:]
-    folder = Path(args[0]) if args else HERE
-    backend = Backend(backend_name)
-    try:
-        facts_of_conversations(load(folder), "fresh", LocalEmbedder(), backend)
-    finally:
-        backend.stop()
-
-
-if __name__ == "__main__":
-    main()

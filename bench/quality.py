@@ -441,7 +441,7 @@ def tally(hits: list[bool]) -> Tally:
 
 
 USAGE = ("usage: python -m bench.quality [--completer extractive|openai] [demo] "
-         "[longmemeval PATH] [locomo PATH] [facts PATH] [fresh]")
+         "[longmemeval PATH] [locomo PATH] [facts PATH] [fresh [DIR]]")
 
 
 def main() -> None:
@@ -462,7 +462,8 @@ def main() -> None:
         if name == "demo":
             targets.append((name, None))
         elif name == "fresh":
-            targets.append((name, fresh_set.HERE))
+            folder = Path(args.pop(0)) if args and Path(args[0]).is_dir() else fresh_set.HERE
+            targets.append((name, folder))
         elif name in ("longmemeval", "locomo", "facts") and args:
             targets.append((name, Path(args.pop(0))))
         else:
