@@ -168,6 +168,21 @@ def test_a_plan_without_its_subject_is_the_speakers(said: str, told: str) -> Non
         "Mia", "Gonna be a long week at the depot.", SAID, "Leo"))
 
 
+@pytest.mark.parametrize(("said", "told"), [
+    ("And I adopted a dog from the shelter last week.", "Mia adopted a dog"),
+    ("So I signed up for the Porto half marathon.", "Mia signed up for"),
+    ("Plus, my sister Ana is moving to Leeds in May.", "Mia's sister Ana is moving"),
+    ("Oh, and I got the job at the bakery!", "Mia got the job"),
+])
+def test_a_statement_stands_without_the_word_that_joined_it_to_the_last(said: str,
+                                                                       told: str) -> None:
+    """A fact, and the offline gist's line told from it, reads on its own: not "And Mia
+    ..." or `Mia: "So I ..."` (lines a reader counted among those that open with an
+    interjection)."""
+    facts = extract("Mia", said, SAID, "Leo")
+    assert [c.statement for c in facts if c.statement.startswith(told)], facts
+
+
 @pytest.mark.parametrize("said", [
     "I read it yesterday.",  # read now, or read then?
     "We are adopting a child.",  # "we" is more than the speaker

@@ -57,12 +57,19 @@ _OTHER_SUBJECT = re.compile(r"^(?:[A-Z][a-zà-ÿ]+|[Ss]he|[Hh]e|[Tt]hey|[Hh]is|[
 _OWN_SUBJECT = re.compile(r"\b(?:I|I['’]m|I['’]ve|I['’]ll|I['’]d|we|we['’]re|we['’]ve)\b")
 
 
+# A word that joins a sentence to the one before it ("And I sold the car", "So I'm off"):
+# a line of memory stands on its own. Closed-class English.
+_JOINED = re.compile(r"^(?:and|so|plus|but|also|anyway|besides)\b,?\s+(?=[\w'’])",
+                     re.IGNORECASE)
+
+
 def bare(sentence: str, known: tuple[str, ...] = ()) -> str:
     """A sentence without what opens it as a call or a reaction ("Oh, Priya, I sold the
     car" -> "I sold the car"): openings of one or two words that hold no number, no date,
-    no pronoun, and no name but the speakers'."""
+    no pronoun, and no name but the speakers'; and without a word joining it to the
+    sentence before ("And", "So", "Plus")."""
     text = sentence
-    while m := _LEAD.match(text):
+    while m := _LEAD.match(text := _JOINED.sub("", text)):
         opening = m.group(1)
         words = opening.split()
         held = [w for w in words[:-1] if w.lower() in _HOLDS]
