@@ -46,10 +46,11 @@ def test_the_shipped_area_model_is_what_the_examples_teach(minilm: LocalEmbedder
     assert np.allclose(np.asarray(again["weights"]), shipped["weights"], atol=1e-3)
 
 
-# What each says, and the area a reader files it under. Words alone file the first under
-# Sport ("surf").
+# What each says, and the area a reader files it under. Words alone file the first two
+# under Home ("lives", "live").
 MEANT = [
-    ("Theo doesn't surf, but reading a great fantasy book helps Theo escape.", "Interests"),
+    ("Leila lives for her Saturday pottery class.", "Interests"),
+    ("Kofi's band played live at the harbour festival.", "Interests"),
     ("Dana signed a lease on a two-room place by the canal.", "Home"),
     ("Kai adopted a three-legged tabby called Pip.", "Pets"),
     ("Mia's sister is expecting twins in June.", "Family"),
@@ -65,7 +66,7 @@ def test_a_fact_goes_under_the_area_it_means(minilm: LocalEmbedder) -> None:
     vectors = dict(enumerate(minilm.embed([s for s, _ in MEANT])))
     found = model.of(vectors)
     assert {MEANT[i][0]: found.get(i) for i in vectors} == dict(MEANT)
-    assert topic(MEANT[0][0]) == "Sport"  # what words alone say
+    assert [topic(s) for s, _ in MEANT[:2]] == ["Home", "Home"]  # what words alone say
 
 
 def test_another_embedders_vectors_have_no_area_model() -> None:
@@ -78,10 +79,11 @@ def fact(i: int, statement: str) -> Fact:
 
 
 def test_the_profile_files_a_fact_under_its_meaning_and_falls_back_on_words() -> None:
-    facts = [fact(1, MEANT[0][0]), fact(2, "Theo runs a marathon every spring.")]
+    facts = [fact(1, "Theo doesn't surf, but reading fantasy books helps Theo escape."),
+             fact(2, "Theo runs a marathon every spring.")]
     by_meaning = profile_from(facts, 10, areas={1: "Interests"})
     assert by_meaning.splitlines() == ["Sport:", "- Theo runs a marathon every spring.",
-                                       "Interests:", f"- {MEANT[0][0]}"]
+                                       "Interests:", f"- {facts[0].statement}"]
     by_words = profile_from(facts, 10)
     assert by_words.splitlines() == ["Sport:", "- Theo runs a marathon every spring.",
-                                     f"- {MEANT[0][0]}"]
+                                     f"- {facts[0].statement}"]

@@ -30,10 +30,11 @@ L2 = 0.1  # on the squared weights, against the examples' summed log-loss
 STEPS = 2000
 RATE = 2.0
 FOLDS = 5
-# Below this share of the examples (each held out in turn) lies the chance an area must
-# reach to be taken: an answer less sure than nearly all of the model's right answers on
-# sentences written for it is left to the words. Chosen before any measure.
-UNSURE = 0.05
+# An area is taken where the model is as sure as it is when, on the examples (each held
+# out in turn), this share of its answers is right; a fact it is less sure of is left to
+# the words, and to Other where they name no area: a wrong area misleads a reader more
+# than none.
+RIGHT = 0.85
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,15 @@ def held_out(x: np.ndarray, y: np.ndarray, areas: int) -> np.ndarray:
     return out
 
 
+def floor_for(top: np.ndarray, right: np.ndarray, share: float = RIGHT) -> float:
+    """The lowest chance from which `share` of the answers as sure or surer are right."""
+    for floor in np.arange(0.0, 1.0, 0.01):
+        sure = top >= floor
+        if sure.any() and float(right[sure].mean()) >= share:
+            return round(float(floor), 2)
+    return 1.0
+
+
 def learned(embedder_model: str, embed: Callable[[list[str]], np.ndarray]
             ) -> dict[str, object]:
     """The model learned from the shipped examples, as the weights file holds it; its
@@ -127,7 +137,7 @@ def learned(embedder_model: str, embed: Callable[[list[str]], np.ndarray]
     y = np.array([names.index(area) for _, area in pairs])
     chances = held_out(x, y, len(names))
     right = chances.argmax(axis=1) == y
-    floor = float(np.quantile(chances.max(axis=1)[right], UNSURE))
+    floor = floor_for(chances.max(axis=1), right)
     w, b = fit(x, y, len(names))
     return {"model": embedder_model,
             "examples_sha256": hashlib.sha256(text.encode()).hexdigest(),
