@@ -29,8 +29,11 @@ from dreamd.errors import ModelFileError
 MAX_TOKENS = 256  # the sentence-transformers max_seq_length of all-MiniLM-L6-v2
 # Texts per model run. Its working memory grows with the batch (attention is texts x
 # tokens x tokens): measured on 640 texts of 5-110 words, 16 a run peaked at 302 MB and
-# embedded as fast as 32 (97-103/s against 94-98/s), which peaked at 394 MB.
-RUN_TEXTS = 16
+# embedded as fast as 32 (97-103/s against 94-98/s), which peaked at 394 MB. Once the
+# model loads from its optimized copy (model_cache.py), 16 a run set a first pass's peak
+# over a 663-turn conversation (294 MB); 8 a run, 255 MB, and 4 no lower, embedding the
+# conversation's turns no slower (70-83/s against 49-52/s, on a loaded box).
+RUN_TEXTS = 8
 
 
 # The model's input vectors of its vocabulary's word pieces, stored as int8 rows and a
