@@ -194,35 +194,39 @@ def embed_in_a_process(cache: Path) -> tuple[str, np.ndarray]:
 
 
 def test_a_second_process_loads_the_model_the_first_optimized(tmp_path: Path) -> None:
-    """The first load optimizes the shipped model and keeps the result under its key (the
-    runtime, the model, the CPU) and its own digest; the next process loads that file
-    and embeds the same vectors. A kept file that was damaged is never loaded: it is
-    replaced, and the pass embeds as before. Where nothing can be kept, nothing is."""
+    """The first load optimizes the shipped model in a process of its own and keeps the
+    result under its key (the runtime, the model, the CPU) and its own digest, then
+    loads it; the next process loads that same file, left as it was, and embeds the
+    same vectors. A kept file that was damaged is never loaded: it is replaced. Where
+    nothing can be kept, the shipped model is loaded as before."""
     import onnxruntime
 
     cache = tmp_path / "cache"
     first, expected = embed_in_a_process(cache)
-    assert first == str(model_file())
     kept = list(cache.iterdir())
     assert [p.name.rsplit("-", 1)[0] for p in kept] == [
         f"{PREFIX}{cache_key(onnxruntime.__version__)}"]
-    assert kept[0].stem.endswith(sha256_of(kept[0])[:16])
+    assert kept[0].stem.endswith(sha256_of(kept[0])[:16]) and first == str(kept[0])
+    made = kept[0].stat()
     second, vector = embed_in_a_process(cache)
     assert second == str(kept[0]) and np.allclose(vector, expected, atol=1e-5)
+    assert (kept[0].stat().st_ino, kept[0].stat().st_mtime_ns) == (made.st_ino,
+                                                                   made.st_mtime_ns)
+    _, shipped = embed_in_a_process(Path("off"))  # "off": nothing kept, nothing read
+    assert np.allclose(shipped, expected, atol=1e-5)
 
     data = bytearray(kept[0].read_bytes())
     data[len(data) // 2] ^= 0xFF  # one byte of a weight: the runtime would read it
     kept[0].write_bytes(bytes(data))
     third, vector = embed_in_a_process(cache)
-    assert third == str(model_file()) and np.allclose(vector, expected, atol=1e-5)
     rebuilt = list(cache.iterdir())
     assert len(rebuilt) == 1 and rebuilt[0].stem.endswith(sha256_of(rebuilt[0])[:16])
-    kept[0].write_bytes(b"not a model")  # cut short, its name kept: refused by its digest
-    assert embed_in_a_process(cache)[0] == str(model_file())
+    assert third == str(rebuilt[0]) and np.allclose(vector, expected, atol=1e-5)
+    rebuilt[0].write_bytes(b"not a model")  # cut short, its name kept: refused by its digest
+    assert embed_in_a_process(cache)[0] == str(rebuilt[0])
+    assert rebuilt[0].stat().st_size > 1_000_000
 
     blocked = tmp_path / "a-file"
     blocked.write_text("")  # the cache directory cannot be made
     where, vector = embed_in_a_process(blocked)
     assert where == str(model_file()) and np.allclose(vector, expected, atol=1e-5)
-    off, _ = embed_in_a_process(Path("off"))
-    assert off == str(model_file())

@@ -172,13 +172,12 @@ class LocalEmbedder:
 
         directory, key = cache_dir(self._cache), cache_key(ort.__version__)
         kept = None if directory is None else self._kept(ort, threads, directory, key)
+        if kept is None and directory is not None and build(directory, key, self._onnx_path):
+            kept = self._kept(ort, threads, directory, key)
         if kept is not None:
             session, self.loaded_from = kept
         else:
-            def create(save_to: str | None) -> Any:
-                return self._create(ort, threads, self._onnx_path, save_to)
-
-            session = create(None) if directory is None else build(directory, key, create)
+            session = self._create(ort, threads, self._onnx_path)
             self.loaded_from = self._onnx_path
         # Loading the shipped model folds the int8 weights into float ones, through a
         # float copy of each that is then freed: about 60 MB the C allocator would
@@ -205,10 +204,9 @@ class LocalEmbedder:
                 kept.unlink()
             return None
 
-    def _create(self, ort: Any, threads: int, path: Path, save_to: str | None = None,
-                optimized: bool = False) -> Any:
-        """An onnxruntime session of the model at `path` (already optimized, or saving
-        the optimized graph to `save_to`)."""
+    def _create(self, ort: Any, threads: int, path: Path, optimized: bool = False) -> Any:
+        """An onnxruntime session of the model at `path` (`optimized`: as kept by
+        model_cache, loaded as it is)."""
         options = ort.SessionOptions()
         options.intra_op_num_threads = threads
         options.inter_op_num_threads = 1
@@ -228,9 +226,6 @@ class LocalEmbedder:
         options.enable_cpu_mem_arena = False
         if optimized:
             options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        if save_to is not None:
-            options.optimized_model_filepath = save_to
-            options.log_severity_level = 3  # its note that the graph suits this CPU only
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
     def _session_inputs(self) -> set[str]:

@@ -7,7 +7,8 @@ about 275 MB for it. The optimized graph saved once and loaded with optimization
 peaks at about 200 MB and embeds the same vectors. It may hold optimizations for this
 CPU and this onnxruntime only, so its name carries a key of the runtime's version, the
 model file's digest and what the CPU supports; its own digest is in its name too, so a
-file cut short or changed on disk is never loaded (it is built again).
+file cut short or changed on disk is never loaded (it is built again). It is built in a
+process of its own, whose peak is given back before the pass loads the result.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ import contextlib
 import hashlib
 import os
 import platform
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 from dreamd.backends.model_files import MODEL_SHA256, sha256_of
 
@@ -68,28 +70,54 @@ def cached_model(directory: Path, key: str) -> Path | None:
     return None
 
 
-def build(directory: Path, key: str, create: Any) -> Any:
-    """A session from the shipped model (`create(path_to_save_to_or_None)`), saving the
-    optimized graph under `key` on the way: written to a file of its own, then renamed
-    into place whole, so that a reader (another worker) never sees part of one. Kept
-    models of other keys are removed. Any failure to save leaves the session as it is."""
+def build(directory: Path, key: str, source: Path) -> Path | None:
+    """Optimize the shipped model at `source` and keep it under `key`; the kept file, or
+    None where it could not be made (the caller loads the shipped model as before).
+
+    The optimizing load runs in a process of its own: it peaks there (about 290 MB) and
+    gives all of it back when it exits, before this process loads the result. Its output
+    is written to a file of its own and renamed into place whole, so that a reader
+    (another worker) never sees part of one. Kept models of other keys are removed."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd, temp = tempfile.mkstemp(prefix=".building-", suffix=".onnx", dir=directory)
         os.close(fd)
     except OSError:
-        return create(None)
+        return None
     try:
-        session = create(temp)
-        digest = sha256_of(Path(temp))[:16]
-        os.replace(temp, directory / f"{PREFIX}{key}-{digest}.onnx")
-    except Exception:  # the runtime could not save it: load as before
-        return create(None)
+        made = subprocess.run([sys.executable, "-m", __name__, str(source), temp],
+                              stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=BUILD_SECONDS, check=False)
+        if made.returncode != 0 or os.path.getsize(temp) == 0:
+            return None
+        kept = directory / f"{PREFIX}{key}-{sha256_of(Path(temp))[:16]}.onnx"
+        os.replace(temp, kept)
+    except (OSError, subprocess.SubprocessError):
+        return None
     finally:
         with contextlib.suppress(OSError):
             os.unlink(temp)
     for old in directory.glob(f"{PREFIX}*.onnx"):
-        if not old.name.startswith(f"{PREFIX}{key}-"):
+        if old != kept:
             with contextlib.suppress(OSError):
                 old.unlink()
-    return session
+    return kept
+
+
+# How long the optimizing load may take (about a second on a small box).
+BUILD_SECONDS = 300
+
+
+def optimize(source: str, target: str) -> None:
+    """Load the model at `source` as onnxruntime does by default, saving the optimized
+    graph to `target` (what `build` runs in its own process)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = target
+    options.log_severity_level = 3  # its note that the graph suits this CPU only
+    ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
+
+if __name__ == "__main__":
+    optimize(*sys.argv[1:3])
