@@ -77,8 +77,8 @@ _WORD = re.compile(r"[\w'’]+")
 # workers on two cores spends 7 s of it). Here each table's lines are only found by their
 # word when first needed (the lines' offsets: 0.03 s), and a word's lines are parsed by
 # lemminflect's own codecs when it is first looked up; its lookups, overrides and rules
-# for unknown words are unchanged. tests/test_lexicon.py checks that every word of both tables reads as
-# lemminflect's own load reads it.
+# for unknown words are unchanged. tests/test_lexicon.py checks that every word of both
+# tables reads as lemminflect's own load reads it.
 
 
 class ByWord:
