@@ -218,3 +218,29 @@ def test_an_idle_look_reads_only_the_waiting_sessions(target: str) -> None:
     assert whole == [], statements
     memory.close()
     app.close()
+
+
+def test_a_store_set_up_before_the_counts_gains_them(target: str) -> None:
+    """A store dreamd set up before migration 15 (its tally already holding sessions) is
+    brought up to it at the next start: each user's count is what a recount finds, and
+    from then on kept."""
+    memory, app = opened(target)
+    two_users(memory, app)
+    sync_tally(memory.store)
+    memory.close()
+    if memory.store.engine == "sqlite":
+        for name in ("added", "gone", "moved"):
+            app.execute(f"DROP TRIGGER dreamd_user_sessions_{name}")
+    else:
+        app.execute("DROP FUNCTION dreamd_count_user_sessions() CASCADE")
+    app.execute("DROP TABLE dreamd_user_sessions")
+    app.execute("DELETE FROM dreamd_migrations WHERE version = 15")
+    memory = Memory(target, config=config_of(target))
+    assert counted(app) == [("ana", 1), ("bo", 1)]
+    app.session("cy-1", "cy")
+    app.say("cy-1", [("user", "I am Cy.")])
+    memory.store.settle_turns(wait=5.0)
+    sync_tally(memory.store)
+    assert counted(app) == [("ana", 1), ("bo", 1), ("cy", 1)]
+    memory.close()
+    app.close()
