@@ -193,9 +193,12 @@ CREATE INDEX dreamd_sessions_unread ON dreamd_sessions(user_id, facts_id, last_i
     facts_turns) WHERE last_id > facts_id
 """,
     # Each user's count of sessions, kept by a trigger on the tally (see migration 15 of
-    # the SQLite file): only the fold, erasure and a move change it.
+    # the SQLite file): only the fold, erasure and a move change it. Counted afresh when
+    # applied, so that it can be applied again (as the steps before it can).
     15: """
-CREATE TABLE dreamd_user_sessions (user_id TEXT PRIMARY KEY, sessions BIGINT NOT NULL);
+CREATE TABLE IF NOT EXISTS dreamd_user_sessions (user_id TEXT PRIMARY KEY,
+    sessions BIGINT NOT NULL);
+DELETE FROM dreamd_user_sessions;
 INSERT INTO dreamd_user_sessions (user_id, sessions)
     SELECT user_id, COUNT(*) FROM dreamd_sessions GROUP BY user_id;
 CREATE OR REPLACE FUNCTION dreamd_count_user_sessions() RETURNS trigger LANGUAGE plpgsql AS $$
@@ -205,8 +208,10 @@ BEGIN IF TG_OP != 'INSERT' THEN UPDATE {schema}.dreamd_user_sessions
     TG_OP != 'DELETE' THEN INSERT INTO {schema}.dreamd_user_sessions AS u (user_id,
     sessions) VALUES (NEW.user_id, 1) ON CONFLICT (user_id) DO UPDATE
     SET sessions = u.sessions + 1; END IF; RETURN NULL; END $$;
+DROP TRIGGER IF EXISTS dreamd_user_sessions_added ON dreamd_sessions;
 CREATE TRIGGER dreamd_user_sessions_added AFTER INSERT OR DELETE ON dreamd_sessions
     FOR EACH ROW EXECUTE FUNCTION dreamd_count_user_sessions();
+DROP TRIGGER IF EXISTS dreamd_user_sessions_moved ON dreamd_sessions;
 CREATE TRIGGER dreamd_user_sessions_moved AFTER UPDATE OF user_id ON dreamd_sessions
     FOR EACH ROW WHEN (OLD.user_id IS DISTINCT FROM NEW.user_id)
     EXECUTE FUNCTION dreamd_count_user_sessions()
