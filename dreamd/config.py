@@ -65,6 +65,7 @@ class EmbedConfig:
     threads: int = field(default=0, metadata=_check("int", min=0, max=256))
     model: str = field(default="text-embedding-3-small", metadata=_check("str"))
     base_url: str = field(default="", metadata=_check("optstr"))
+    model_cache: str = field(default="", metadata=_check("optstr"))
 
 
 @dataclass(frozen=True)
@@ -97,21 +98,6 @@ class CompleterConfig:
 
 
 OPENAI_API = "https://api.openai.com/v1"
-
-
-def secret(variable: str, credential: str, file: str = "",
-           environ: dict[str, str] | None = None) -> str | None:
-    """A secret from the environment variable, else `file`, else the systemd credential
-    ($CREDENTIALS_DIRECTORY/<credential>): never from the config file itself."""
-    env = os.environ if environ is None else environ
-    if env.get(variable):
-        return env[variable]
-    directory = env.get("CREDENTIALS_DIRECTORY")
-    for path in (Path(file).expanduser() if file else None,
-                 Path(directory) / credential if directory else None):
-        if path is not None and path.is_file():
-            return path.read_text(encoding="utf-8").strip() or None
-    return None
 
 
 def server_url(base_url: str, environ: dict[str, str] | None = None) -> str:

@@ -1,9 +1,12 @@
 from __future__ import annotations
 
+import atexit
 import contextlib
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,13 @@ for _name in [n for n in os.environ if n.startswith("DREAMD_")]:
 # process's own priority for the rest of the suite (config pass.background); the tests of
 # that priority run dreamd in processes of their own, with an environment of their own.
 os.environ["DREAMD_PASS__BACKGROUND"] = "false"
+
+# The optimized model the local embedder keeps (embed.model_cache "") goes to a directory
+# of this run's, never to the developer's ~/.cache; removed when the run ends.
+_CACHE = tempfile.mkdtemp(prefix="dreamd-test-cache-")
+os.environ.pop("CACHE_DIRECTORY", None)
+os.environ["XDG_CACHE_HOME"] = _CACHE
+atexit.register(shutil.rmtree, _CACHE, True)
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,8 @@ from lemminflect.codecs.LemmaLUCodec import LemmaLUCodec
 from lemminflect.core.Inflections import Inflections
 from lemminflect.core.Lemmatizer import Lemmatizer
 
-from dreamd.text.speech import ByWord, _inflection_line, _lemma_line, inflection, lemmas
+from dreamd.text.lexicon import ByWord, _inflection_line, _lemma_line
+from dreamd.text.speech import inflection, lemmas
 
 
 def test_every_word_of_both_tables_reads_as_lemminflect_loads_it() -> None:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from dreamd.backends.local import MODEL_SHA256, LocalEmbedder, model_file, verified
+from dreamd.backends.model_cache import PREFIX, cache_key
+from dreamd.backends.model_files import sha256_of
 from dreamd.dream.extractive import ExtractiveCompleter
 from dreamd.errors import ModelFileError
 
@@ -168,3 +173,60 @@ def test_a_change_replaces_the_fact_it_is_about_and_no_other(
     dog = next(f for s, f in facts.items() if "Biscuit" in s)
     assert coffee.replaced_by == tea.id and coffee.valid_to is not None, facts
     assert tea.current and dog.current
+
+
+EMBED_ONCE = """
+import json, sys
+from dreamd.backends.local import LocalEmbedder
+embedder = LocalEmbedder(threads=1, cache=sys.argv[1])
+vector = embedder.embed(["Rui gave me my first saxophone twelve years ago."])[0]
+print(json.dumps({"from": str(embedder.loaded_from), "vector": vector.tolist()}))
+"""
+
+
+def embed_in_a_process(cache: Path) -> tuple[str, np.ndarray]:
+    """A process of its own embeds one text: the file its model came from, the vector."""
+    run = subprocess.run([sys.executable, "-c", EMBED_ONCE, str(cache)], capture_output=True,
+                         text=True, timeout=300, cwd=Path(__file__).resolve().parent.parent)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    out = json.loads(run.stdout)
+    return out["from"], np.array(out["vector"], dtype=np.float32)
+
+
+def test_a_second_process_loads_the_model_the_first_optimized(tmp_path: Path) -> None:
+    """The first load optimizes the shipped model in a process of its own and keeps the
+    result under its key (the runtime, the model, the CPU) and its own digest, then
+    loads it; the next process loads that same file, left as it was, and embeds the
+    same vectors. A kept file that was damaged is never loaded: it is replaced. Where
+    nothing can be kept, the shipped model is loaded as before."""
+    import onnxruntime
+
+    cache = tmp_path / "cache"
+    first, expected = embed_in_a_process(cache)
+    kept = list(cache.iterdir())
+    assert [p.name.rsplit("-", 1)[0] for p in kept] == [
+        f"{PREFIX}{cache_key(onnxruntime.__version__)}"]
+    assert kept[0].stem.endswith(sha256_of(kept[0])[:16]) and first == str(kept[0])
+    made = kept[0].stat()
+    second, vector = embed_in_a_process(cache)
+    assert second == str(kept[0]) and np.allclose(vector, expected, atol=1e-5)
+    assert (kept[0].stat().st_ino, kept[0].stat().st_mtime_ns) == (made.st_ino,
+                                                                   made.st_mtime_ns)
+    _, shipped = embed_in_a_process(Path("off"))  # "off": nothing kept, nothing read
+    assert np.allclose(shipped, expected, atol=1e-5)
+
+    data = bytearray(kept[0].read_bytes())
+    data[len(data) // 2] ^= 0xFF  # one byte of a weight: the runtime would read it
+    kept[0].write_bytes(bytes(data))
+    third, vector = embed_in_a_process(cache)
+    rebuilt = list(cache.iterdir())
+    assert len(rebuilt) == 1 and rebuilt[0].stem.endswith(sha256_of(rebuilt[0])[:16])
+    assert third == str(rebuilt[0]) and np.allclose(vector, expected, atol=1e-5)
+    rebuilt[0].write_bytes(b"not a model")  # cut short, its name kept: refused by its digest
+    assert embed_in_a_process(cache)[0] == str(rebuilt[0])
+    assert rebuilt[0].stat().st_size > 1_000_000
+
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")  # the cache directory cannot be made
+    where, vector = embed_in_a_process(blocked)
+    assert where == str(model_file()) and np.allclose(vector, expected, atol=1e-5)

@@ -18,7 +18,7 @@ MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -44,7 +44,7 @@ def tokenizer_file() -> Path:
 def verified(path: Path, expected: str) -> Path:
     if not path.is_file():
         raise ModelFileError(f"model file {path} is missing")
-    actual = _sha256(path)
+    actual = sha256_of(path)
     if actual != expected:
         raise ModelFileError(
             f"model file {path} has sha256 {actual[:16]}…, expected {expected[:16]}…: "

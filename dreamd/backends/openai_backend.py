@@ -21,8 +21,9 @@ import numpy as np
 import openai
 
 from dreamd.backends import write_gate
+from dreamd.backends.credentials import secret
 from dreamd.backends.llm_output import clean, estimate_tokens
-from dreamd.config import CompleterConfig, Config, secret, server_url
+from dreamd.config import CompleterConfig, Config, server_url
 from dreamd.errors import (
     BackendError,
     BackendMisconfigured,

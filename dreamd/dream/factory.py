@@ -22,7 +22,7 @@ def make_embedder(config: Config, stop: threading.Event | None = None) -> Embedd
         return OpenAIEmbedder(config, stop=stop)
     from dreamd.backends.local import LocalEmbedder
 
-    return LocalEmbedder(threads=config.embed.threads)
+    return LocalEmbedder(threads=config.embed.threads, cache=config.embed.model_cache)
 
 
 def check_backends(config: Config) -> None:

@@ -10,7 +10,8 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from dreamd.config import Config, secret
+from dreamd.backends.credentials import secret
+from dreamd.config import Config
 from dreamd.errors import ConfigError
 from dreamd.logger import Logger
 from dreamd.memory import tokens

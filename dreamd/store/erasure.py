@@ -176,7 +176,7 @@ def finish_pending(store: Store, step: int = STEP) -> bool:
 
 # The tables a forget deletes from, which PostgreSQL's VACUUM clears of dead rows.
 ERASED_TABLES = ("exchanges", "sessions", "summaries", "profile", "eras", "narrative",
-                 "facts", "dreamd_fact_sources", "dreamd_sessions",
+                 "facts", "dreamd_fact_sources", "dreamd_sessions", "dreamd_user_sessions",
                  "dreamd_exchange_vectors", "dreamd_vectors", "dreamd_fts", "dreamd_outputs",
                  "dreamd_corrections", "dreamd_diary")
 

@@ -160,8 +160,6 @@ class Dialect(Protocol):
         """Raise NotMigrated where the app's turns table is not there to read."""
     def search_words(self, conn: Any, words: list[str], limit: int, scope: str,
                      scope_params: tuple[str, ...]) -> dict[int, float]: ...
-    def session_totals(self, conn: Any, ripe: str, scope: str, params: tuple[str, ...],
-                       idle_before: str, ripe_after: int) -> tuple[int, list[int], int]: ...
     def next_seq(self, conn: Any) -> int:
         """The next number of the counter that orders derived rows (inside a write)."""
     def readable(self, conn: Any, newest: int) -> int:

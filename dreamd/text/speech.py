@@ -11,17 +11,11 @@ speaker is quoted instead: correct beats clever.
 from __future__ import annotations
 
 import functools
-import gzip
 import re
-from collections.abc import Callable
-from typing import Any
 
 from lemminflect import getAllLemmas, getInflection
-from lemminflect.codecs.InflectionLUCodec import InflectionLUCodec
-from lemminflect.codecs.LemmaLUCodec import LemmaLUCodec
-from lemminflect.core.Inflections import Inflections
-from lemminflect.core.Lemmatizer import Lemmatizer
-from lemminflect.core.LexicalUtils import categoryToUPos
+
+from dreamd.text.lexicon import tables
 
 # Function words: never worth matching on.
 STOPWORDS = frozenset(
@@ -69,75 +63,9 @@ _LOWER_I = ((re.compile(r"\bi\b"), "I"), (re.compile(r"\b[iI]m\b"), "I'm"),
 _WORD = re.compile(r"[\w'’]+")
 
 
-# lemminflect's dictionary of English, read a word at a time. lemminflect parses its whole
-# lemma and inflection tables (120,000 lines) into dicts of tuples on first use: 0.4 s of
-# CPU in every process that extracts facts, before its first sentence (a fleet of sixteen
-# workers on two cores spends 7 s of it). Here each table's lines are only indexed by their
-# word when first needed (0.1 s), and a word's lines are parsed by lemminflect's own codecs
-# when it is first looked up; its lookups, overrides and rules for unknown words are
-# unchanged. tests/test_lexicon.py checks that every word of both tables reads as
-# lemminflect's own load reads it.
-
-
-class ByWord:
-    """One of lemminflect's tables as the mapping it looks words up in (`.get`): its
-    lines indexed by word once, a word's entry parsed at its first lookup."""
-
-    def __init__(self, path: str, parse: Callable[[str], tuple[str, dict[str, Any]]],
-                 fixed: dict[str, dict[str, Any]] | None = None) -> None:
-        with open(path, "rb") as f:
-            self._rows = gzip.decompress(f.read()).decode("utf-8").splitlines()
-        self._words = [row[:row.find(",")] for row in self._rows]
-        # A word's lines follow one another in the file: its first line's index (reversed,
-        # so that the first of a word's lines is the one kept).
-        self._first = dict(zip(reversed(self._words), range(len(self._words) - 1, -1, -1),
-                               strict=True))
-        self._parse = parse
-        self._parsed: dict[str, dict[str, Any]] = dict(fixed or {})
-
-    def get(self, word: str, default: Any = None) -> Any:
-        if word in self._parsed:
-            return self._parsed[word]
-        row = self._first.get(word)
-        if row is None:
-            return default
-        entry: dict[str, Any] = {}
-        while row < len(self._rows) and self._words[row] == word:
-            entry.update(self._parse(self._rows[row])[1])
-            row += 1
-        self._parsed[word] = entry
-        return entry
-
-    def words(self) -> set[str]:
-        return set(self._first) | set(self._parsed)
-
-
-def _lemma_line(line: str) -> tuple[str, dict[str, Any]]:
-    word, category, forms = LemmaLUCodec.fromString(line)
-    return word, {categoryToUPos(category): forms}
-
-
-def _inflection_line(line: str) -> tuple[str, dict[str, Any]]:
-    word, _, forms = InflectionLUCodec.fromString(line)
-    return word, forms
-
-
-@functools.cache
-def _tables() -> None:
-    """lemminflect's two singletons given the tables read a word at a time (each looks
-    for its table's attribute before it loads one)."""
-    lemmatizer, inflections = Lemmatizer(), Inflections()
-    if not hasattr(lemmatizer, "lemma_dict"):
-        lemmatizer.lemma_dict = ByWord(lemmatizer.lemma_lu_fn, _lemma_line)
-    if not hasattr(inflections, "infl_dict"):
-        # The modal and auxiliary verbs' forms are lemminflect's own, set after its load.
-        inflections.infl_dict = ByWord(inflections.infl_lu_fn, _inflection_line,
-                                       InflectionLUCodec.updateForAuxMod({}))
-
-
 def lemmas(word: str) -> dict[str, tuple[str, ...]]:
     """Each part of speech English knows `word` as, with its lemmas (getAllLemmas)."""
-    _tables()
+    tables()
     return dict(getAllLemmas(word))
 
 
@@ -145,7 +73,7 @@ def lemmas(word: str) -> dict[str, tuple[str, ...]]:
 def inflection(lemma: str, tag: str) -> tuple[str, ...] | None:
     """The spellings of `lemma` for a Penn tag ("VBD", "VBN", "VBZ"), as getInflection
     (which copies its whole table entry each call: remembered)."""
-    _tables()
+    tables()
     found = getInflection(lemma, tag)
     return tuple(found) if found else None
 

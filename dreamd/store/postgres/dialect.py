@@ -36,25 +36,6 @@ class PgDialect:
             (terms, *scope_params, limit)).fetchall()
         return {int(r[0]): float(r[1]) for r in rows}
 
-    def session_totals(self, conn: Any, ripe: str, scope: str, params: tuple[str, ...],
-                       idle_before: str, ripe_after: int) -> tuple[int, list[int], int]:
-        """PostgreSQL counts by reading rows: the three counts share one read of the
-        table and one round trip."""
-        row = conn.execute(
-            "SELECT COUNT(*), COUNT(*) FILTER (WHERE d), "
-            "COALESCE(SUM(turns - summarized_turns) FILTER (WHERE d), 0), "
-            "COALESCE(SUM(ripe) FILTER (WHERE d), 0), "
-            "COUNT(*) FILTER (WHERE d AND ripe = 1 AND last_at <= ?), "
-            "COALESCE(SUM(turns - summarized_turns) FILTER (WHERE d AND ripe = 1 "
-            "AND last_at <= ?), 0), "
-            "COALESCE(SUM(turns - facts_turns) FILTER (WHERE last_id > facts_id), 0) "
-            "FROM (SELECT turns, summarized_turns, last_at, facts_turns, facts_id, last_id, "
-            f"last_id > summarized_id AS d, {ripe} AS ripe FROM dreamd_sessions "
-            f"WHERE 1 = 1{scope}) AS tally",
-            (idle_before, idle_before, ripe_after, *params)).fetchone()
-        sessions, *dirty, unread = (int(v) for v in row)
-        return sessions, dirty, unread
-
     def next_seq(self, conn: Any) -> int:
         """A sequence: writers of different users draw from it at once, where a row would
         have them wait for each other's commit. Its numbers are not drawn in commit

@@ -18,7 +18,7 @@ from dreamd.store.postgres.store import CHANNEL, PgConn, PgStore, quoted_name
 # The tables below stand for migrations 1 to BASE of the SQLite file; UPGRADES take a
 # schema on from there to VERSION (a new one, and one an older dreamd set up).
 BASE = 10
-VERSION = 14
+VERSION = 15
 
 CORE_TABLES = """
 CREATE TABLE IF NOT EXISTS exchanges (
@@ -191,6 +191,30 @@ CREATE INDEX IF NOT EXISTS dreamd_diary_user ON dreamd_diary(user_id)
 DROP INDEX IF EXISTS dreamd_sessions_unread;
 CREATE INDEX dreamd_sessions_unread ON dreamd_sessions(user_id, facts_id, last_id, turns,
     facts_turns) WHERE last_id > facts_id
+""",
+    # Each user's count of sessions, kept by a trigger on the tally (see migration 15 of
+    # the SQLite file): only the fold, erasure and a move change it. Counted afresh when
+    # applied, so that it can be applied again (as the steps before it can).
+    15: """
+CREATE TABLE IF NOT EXISTS dreamd_user_sessions (user_id TEXT PRIMARY KEY,
+    sessions BIGINT NOT NULL);
+DELETE FROM dreamd_user_sessions;
+INSERT INTO dreamd_user_sessions (user_id, sessions)
+    SELECT user_id, COUNT(*) FROM dreamd_sessions GROUP BY user_id;
+CREATE OR REPLACE FUNCTION dreamd_count_user_sessions() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN IF TG_OP != 'INSERT' THEN UPDATE {schema}.dreamd_user_sessions
+    SET sessions = sessions - 1 WHERE user_id = OLD.user_id; DELETE FROM
+    {schema}.dreamd_user_sessions WHERE user_id = OLD.user_id AND sessions = 0; END IF; IF
+    TG_OP != 'DELETE' THEN INSERT INTO {schema}.dreamd_user_sessions AS u (user_id,
+    sessions) VALUES (NEW.user_id, 1) ON CONFLICT (user_id) DO UPDATE
+    SET sessions = u.sessions + 1; END IF; RETURN NULL; END $$;
+DROP TRIGGER IF EXISTS dreamd_user_sessions_added ON dreamd_sessions;
+CREATE TRIGGER dreamd_user_sessions_added AFTER INSERT OR DELETE ON dreamd_sessions
+    FOR EACH ROW EXECUTE FUNCTION dreamd_count_user_sessions();
+DROP TRIGGER IF EXISTS dreamd_user_sessions_moved ON dreamd_sessions;
+CREATE TRIGGER dreamd_user_sessions_moved AFTER UPDATE OF user_id ON dreamd_sessions
+    FOR EACH ROW WHEN (OLD.user_id IS DISTINCT FROM NEW.user_id)
+    EXECUTE FUNCTION dreamd_count_user_sessions()
 """,
 }
 

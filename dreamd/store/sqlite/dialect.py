@@ -25,27 +25,6 @@ class SqliteDialect:
             "ORDER BY bm25(dreamd_fts) LIMIT ?", (query, *scope_params, limit)).fetchall()
         return {int(r[0]): float(r[1]) for r in rows}
 
-    def session_totals(self, conn: Any, ripe: str, scope: str, params: tuple[str, ...],
-                       idle_before: str, ripe_after: int) -> tuple[int, list[int], int]:
-        """SQLite answers each count cheaply on its own: a table's row count, a partial
-        index for the dirty sessions and one for the unread."""
-        sessions = int(conn.execute(f"SELECT COUNT(*) FROM dreamd_sessions WHERE 1 = 1{scope}",
-                                    params).fetchone()[0])
-        row = conn.execute(
-            "SELECT COUNT(*), COALESCE(SUM(turns - summarized_turns), 0), "
-            "COALESCE(SUM(ripe), 0), "
-            "COALESCE(SUM(CASE WHEN ripe = 1 AND last_at <= ? THEN 1 ELSE 0 END), 0), "
-            "COALESCE(SUM(CASE WHEN ripe = 1 AND last_at <= ? THEN turns - summarized_turns "
-            "END), 0) "
-            f"FROM (SELECT turns, summarized_turns, last_at, {ripe} AS ripe "
-            f"FROM dreamd_sessions WHERE last_id > summarized_id{scope}) AS dirty",
-            (idle_before, idle_before, ripe_after, *params),
-        ).fetchone()
-        unread = int(conn.execute(
-            "SELECT COALESCE(SUM(turns - facts_turns), 0) FROM dreamd_sessions "
-            f"WHERE last_id > facts_id{scope}", params).fetchone()[0])
-        return sessions, [int(v) for v in row], unread
-
     def next_seq(self, conn: Any) -> int:
         """A row of dreamd_state: one writer at a time reads and moves it."""
         row = conn.execute("SELECT value FROM dreamd_state WHERE key = 'seq'").fetchone()

@@ -403,6 +403,33 @@ def _unread_covered(conn: Conn) -> None:
     conn.execute(UNREAD_INDEX)
 
 
+# Each user's count of sessions, kept by triggers on the tally as it gains, loses and
+# moves sessions: sensing adds a row per user instead of counting every session (a
+# user with none has no row: an erased user leaves no name behind). Only
+# the fold (one at a time), erasure and a move change it, so workers writing gists and
+# facts never wait on these rows.
+_COUNT_IN = ("INSERT INTO dreamd_user_sessions (user_id, sessions) VALUES (NEW.user_id, 1) "
+             "ON CONFLICT (user_id) DO UPDATE SET sessions = sessions + 1; ")
+_COUNT_OUT = ("UPDATE dreamd_user_sessions SET sessions = sessions - 1 "
+              "WHERE user_id = OLD.user_id; DELETE FROM dreamd_user_sessions "
+              "WHERE user_id = OLD.user_id AND sessions = 0; ")
+USER_SESSIONS = (
+    "CREATE TABLE dreamd_user_sessions (user_id TEXT PRIMARY KEY, sessions INTEGER NOT NULL)",
+    "INSERT INTO dreamd_user_sessions (user_id, sessions) "
+    "SELECT user_id, COUNT(*) FROM dreamd_sessions GROUP BY user_id",
+    f"CREATE TRIGGER dreamd_user_sessions_added AFTER INSERT ON dreamd_sessions BEGIN "
+    f"{_COUNT_IN}END",
+    f"CREATE TRIGGER dreamd_user_sessions_gone AFTER DELETE ON dreamd_sessions BEGIN "
+    f"{_COUNT_OUT}END",
+    f"CREATE TRIGGER dreamd_user_sessions_moved AFTER UPDATE OF user_id ON dreamd_sessions "
+    f"WHEN OLD.user_id != NEW.user_id BEGIN {_COUNT_OUT}{_COUNT_IN}END")
+
+
+def _user_sessions(conn: Conn) -> None:
+    for statement in USER_SESSIONS:
+        conn.execute(statement)
+
+
 MIGRATIONS = (
     Migration(1, "core tables (prior-art layout)", _core),
     Migration(2, "dreamd bookkeeping, tally, vectors, runs", _dreamd_base),
@@ -419,6 +446,7 @@ MIGRATIONS = (
     Migration(12, "API tokens limited to users and scopes", _tokens),
     Migration(13, "a person's word on facts: corrections, versions, pins; the diary", _word),
     Migration(14, "sensing's count of unread turns from its index alone", _unread_covered),
+    Migration(15, "each user's count of sessions, kept as the tally changes", _user_sessions),
 )
 
 

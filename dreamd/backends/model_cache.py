@@ -1,0 +1,123 @@
+"""The embedded model as onnxruntime optimizes it, kept on disk so that later passes load
+it as it is.
+
+Creating a session from the shipped int8 model optimizes its graph there and then,
+turning the int8 weights into float ones through copies alive at once: a pass peaked at
+about 275 MB for it. The optimized graph saved once and loaded with optimization off
+peaks at about 200 MB and embeds the same vectors. It may hold optimizations for this
+CPU and this onnxruntime only, so its name carries a key of the runtime's version, the
+model file's digest and what the CPU supports; its own digest is in its name too, so a
+file cut short or changed on disk is never loaded (it is built again). It is built in a
+process of its own, whose peak is given back before the pass loads the result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from dreamd.backends.model_files import MODEL_SHA256, sha256_of
+
+OFF = "off"
+PREFIX = "minilm-int8-"
+
+
+def cache_dir(setting: str, environ: dict[str, str] | None = None) -> Path | None:
+    """Where the optimized model is kept: the configured directory, else systemd's
+    $CACHE_DIRECTORY (CacheDirectory=), else $XDG_CACHE_HOME/dreamd, else
+    ~/.cache/dreamd; None when the setting is "off"."""
+    env = os.environ if environ is None else environ
+    if setting == OFF:
+        return None
+    if setting:
+        return Path(setting).expanduser()
+    if env.get("CACHE_DIRECTORY"):
+        return Path(env["CACHE_DIRECTORY"].split(":")[0])
+    base = env.get("XDG_CACHE_HOME") or str(Path("~/.cache").expanduser())
+    return Path(base) / "dreamd"
+
+
+def cpu_features() -> str:
+    """What this CPU supports, as the kernel lists it (the optimized graph may use any
+    of it); elsewhere, the machine's name."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith(("flags", "Features")):
+                return " ".join(sorted(line.split(":", 1)[1].split()))
+    return platform.machine() + " " + platform.processor()
+
+
+def cache_key(runtime_version: str) -> str:
+    """The key an optimized model is kept under: the runtime, the model, the CPU."""
+    material = "\n".join((runtime_version, MODEL_SHA256, platform.machine(), cpu_features()))
+    return hashlib.sha256(material.encode()).hexdigest()[:16]
+
+
+def cached_model(directory: Path, key: str) -> Path | None:
+    """The optimized model kept under `key`, if one is there whole: its content must
+    match the digest in its name. A file that does not is removed."""
+    for path in sorted(directory.glob(f"{PREFIX}{key}-*.onnx")):
+        if sha256_of(path)[:16] == path.stem.rsplit("-", 1)[-1]:
+            return path
+        with contextlib.suppress(OSError):
+            path.unlink()
+    return None
+
+
+def build(directory: Path, key: str, source: Path) -> Path | None:
+    """Optimize the shipped model at `source` and keep it under `key`; the kept file, or
+    None where it could not be made (the caller loads the shipped model as before).
+
+    The optimizing load runs in a process of its own: it peaks there (about 290 MB) and
+    gives all of it back when it exits, before this process loads the result. Its output
+    is written to a file of its own and renamed into place whole, so that a reader
+    (another worker) never sees part of one. Kept models of other keys are removed."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, temp = tempfile.mkstemp(prefix=".building-", suffix=".onnx", dir=directory)
+        os.close(fd)
+    except OSError:
+        return None
+    try:
+        made = subprocess.run([sys.executable, "-m", __name__, str(source), temp],
+                              stdin=subprocess.DEVNULL, capture_output=True,
+                              timeout=BUILD_SECONDS, check=False)
+        if made.returncode != 0 or os.path.getsize(temp) == 0:
+            return None
+        kept = directory / f"{PREFIX}{key}-{sha256_of(Path(temp))[:16]}.onnx"
+        os.replace(temp, kept)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(temp)
+    for old in directory.glob(f"{PREFIX}*.onnx"):
+        if old != kept:
+            with contextlib.suppress(OSError):
+                old.unlink()
+    return kept
+
+
+# How long the optimizing load may take (about a second on a small box).
+BUILD_SECONDS = 300
+
+
+def optimize(source: str, target: str) -> None:
+    """Load the model at `source` as onnxruntime does by default, saving the optimized
+    graph to `target` (what `build` runs in its own process)."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.optimized_model_filepath = target
+    options.log_severity_level = 3  # its note that the graph suits this CPU only
+    ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+
+
+if __name__ == "__main__":
+    optimize(*sys.argv[1:3])
