@@ -27,11 +27,15 @@ for _name in [n for n in os.environ if n.startswith("DREAMD_")]:
 os.environ["DREAMD_PASS__BACKGROUND"] = "false"
 
 # The optimized model the local embedder keeps (embed.model_cache "") goes to a directory
-# of this run's, never to the developer's ~/.cache; removed when the run ends.
-_CACHE = tempfile.mkdtemp(prefix="dreamd-test-cache-")
+# of this run's, never to the developer's ~/.cache; removed when the run ends. One for
+# the whole run: pytest-xdist's workers inherit it from the process that starts them, so
+# the model is optimized once, not once a worker (four builds at once starved a busy box).
+_SHARED = "_DREAMD_TEST_CACHE"
+if not os.path.isdir(os.environ.get(_SHARED, "")):
+    os.environ[_SHARED] = tempfile.mkdtemp(prefix="dreamd-test-cache-")
+    atexit.register(shutil.rmtree, os.environ[_SHARED], True)
 os.environ.pop("CACHE_DIRECTORY", None)
-os.environ["XDG_CACHE_HOME"] = _CACHE
-atexit.register(shutil.rmtree, _CACHE, True)
+os.environ["XDG_CACHE_HOME"] = os.environ[_SHARED]
 
 
 @pytest.fixture(autouse=True)
