@@ -344,10 +344,9 @@ def asked_period(question: str, today: date) -> Period | None:
     return found[0] if found else None
 
 
-# The day a dated line was said, as dreamd writes it in front of a turn ("[12] Sunday 7
-# May 2023. Sam: …", `long_date`).
-# A dated line ("[7] Sunday 7 May 2023. Sam: …") or a request's line saying when the
-# turns after it were said (`said_line`).
+# The day a line was said: a turn dated as dreamd writes it ("[12] Sunday 7 May 2023. Sam:
+# …", `long_date`), or a request's line saying when the turns after it were said
+# (`said_line`: "Sunday 7 May 2023, 2:32 pm.").
 _SAID_ON = re.compile(rf"\b{_DAY} (\d{{1,2}}) ({'|'.join(MONTHS)}) (\d{{4}})"
                       r"(?:, \d{1,2}:\d\d [ap]m)?\.(?:\s|$)", re.IGNORECASE)
 _SEASON_OR_MONTH = re.compile(
