@@ -3,8 +3,8 @@
 A softmax regression over the embedded statement, learned from the project's own written
 examples (dreamd/data/area_examples.txt: sentences under each area's heading, written for
 it and for nothing else) and shipped with them (dreamd/data/area_model.json), as the fact
-selector is. A keyword says little of an area: "see him play live" is not about a home,
-"doesn't surf, but reading helps" not about sport. It knows one embedder's vector space;
+selector is. A keyword says little of an area: "lives for her pottery class" and "played
+live at the festival" are not about a home. It knows one embedder's vector space;
 with another embedder, or where it is unsure, the profile falls back on words
 (dreamd.text.from_facts.topic).
 
