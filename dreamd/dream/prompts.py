@@ -12,7 +12,7 @@ from typing import Any
 
 from dreamd.dream.answers import FactsAnswer, Reflection, sent_schema
 from dreamd.models import Prompt
-from dreamd.text.dates import said_line
+from dreamd.text.dates import day_of, said_line
 
 _DATA_RULE = (
     "Everything between a <data-…> tag and its closing </data-…> tag is material to "
@@ -159,12 +159,13 @@ def summary_prompt(
 def dated(lines: list[str], said_at: list[str]) -> list[str]:
     """`lines`, with a line saying when before the first and before each turn said on
     another day than the one before it."""
-    out, day = [], ""
+    out: list[str] = []
+    day = None
     for i, line in enumerate(lines):
-        when = said_line(said_at[i]) if i < len(said_at) else ""
-        if when and when.split(",")[0] != day:
-            out.append(when)
-            day = when.split(",")[0]
+        at = said_at[i] if i < len(said_at) else ""
+        if (said := day_of(at)) is not None and said != day:
+            out.append(said_line(at))
+            day = said
         out.append(line)
     return out
 

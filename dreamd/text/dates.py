@@ -32,10 +32,10 @@ def long_date(day: date) -> str:
 
 def said_line(timestamp: str) -> str:
     """When a conversation's turns were said, as a request shows it before them:
-    `Sunday 7 May 2023, 2:32 pm.` (`implied` reads the lines after it as said that day)."""
-    try:
-        moment = datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
-    except ValueError:
+    `Sunday 7 May 2023, 2:32 pm.` (`implied` reads the lines after it as said that day);
+    "" for text that is no timestamp."""
+    moment = moment_of(timestamp)
+    if moment is None:
         return ""
     hour = moment.hour % 12 or 12
     noon = "am" if moment.hour < 12 else "pm"
@@ -46,12 +46,18 @@ def month_name(day: date) -> str:
     return f"{MONTHS[day.month - 1]} {day.year}"
 
 
-def day_of(timestamp: str) -> date | None:
-    """The calendar date of an ISO timestamp as the conversation stored it."""
+def moment_of(timestamp: str) -> datetime | None:
+    """An ISO timestamp as the conversation stored it, read; None for other text."""
     try:
-        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).date()
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def day_of(timestamp: str) -> date | None:
+    """The calendar date of an ISO timestamp as the conversation stored it."""
+    moment = moment_of(timestamp)
+    return None if moment is None else moment.date()
 
 
 def shift_months(day: date, months: int) -> date:
