@@ -93,7 +93,9 @@ def agreement_breaks(text: str) -> list[str]:
             verb = start.group(2)
             senses = _senses(verb)
             nounish = "NOUN" in senses and (start.group(3) or "").lower() not in _VERB_NEXT
-            if verb in senses.get("VERB", ()) and not nounish \
+            past_of_another = any(verb in (inflection(v, "VBD") or ())
+                                  for v in senses.get("VERB", ()) if v != verb)  # "found"
+            if verb in senses.get("VERB", ()) and not nounish and not past_of_another \
                     and not {"ADJ", "ADV", "AUX"} & set(senses) \
                     and inflection(verb, "VBZ") and verb not in (inflection(verb, "VBD") or ()):
                 found.append(start.group())  # "Jake want to ..."

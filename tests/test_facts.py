@@ -499,6 +499,28 @@ def test_a_profile_line_points_at_nothing_shown_or_said_before() -> None:
         "- Mia walks these 3 dogs from the shelter.", "Learning:", "Pets:"]
 
 
+def test_a_profile_line_names_whom_its_he_or_she_stands_for() -> None:
+    """A "him", "her" or "he" that the line gives no one to stand for, and a "that"
+    pointing back ("loved that pie"), lean on the talk they were said in: no profile line.
+    A line that names the person first ("Mia's dad ... and he's moving in"), or uses
+    "that" to join its clauses, reads on its own and stays."""
+    said = "2023-05-07T10:00:00+00:00"
+    texts = ["Mia remembers him from school.",
+             "Mia will bring him a present from Osaka.",
+             "Mia talked to her afterwards and found her a place to stay.",
+             "Mia loved that pie.",
+             "Mia misses those summers by the lake.",
+             "Mia's dad was diagnosed with diabetes and he's moving in with Mia.",
+             "Mia's neighbour asked Mia to feed her cat while she is in Spain.",
+             "Mia's youngest took her first steps in May.",
+             "Mia works at a studio that designs book covers.",
+             "Mia thinks that schools should be funded properly.",
+             "Mia has lots of kids' books: classics, picture books, all of that."]
+    facts = [Fact(i, "u", "Mia", None, text, None, said) for i, text in enumerate(texts)]
+    shown = {ln.removeprefix("- ") for ln in profile_from(facts, 20).splitlines()}
+    assert shown & set(texts) == set(texts[5:]), shown
+
+
 def test_a_listener_without_a_name_leaves_the_profile_whole() -> None:
     said = "2023-05-07T10:00:00+00:00"
     facts = [Fact(1, "u", "Mia", None, "Mia has four dogs named Olive, Pip, Bean and Fig.", None,

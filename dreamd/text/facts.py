@@ -185,13 +185,15 @@ def became_true(statement: str, said: date | None) -> str | None:
 _NAME_WORD = re.compile(r"\b[A-Z][a-zà-ÿ]+\b")
 _PLACE_BEFORE = re.compile(r"\b(?:in|at|to|from|near|into|around|of|for|visit\w*)\s+$",
                            re.IGNORECASE)
+# "the Japanese boy", "an Irish studio": a capitalized word after an article describes.
+_ARTICLE_BEFORE = re.compile(r"\b(?:the|an?)\s+$", re.IGNORECASE)
 
 
 def people_named(text: str, known: tuple[str, ...]) -> list[str]:
     """The people `text` names, in order, as far as words show it: a capitalized word
     inside a sentence that does not follow a place word ("from Manchester"), or one
     opening a sentence as its subject ("Ana says ..."); not the `known` speakers, not
-    calendar or common words."""
+    calendar or common words, not one after "the" or "a" ("the Japanese boy")."""
     found = []
     for sentence in speech.sentences(text):
         for m in _NAME_WORD.finditer(sentence):
@@ -203,6 +205,7 @@ def people_named(text: str, known: tuple[str, ...]) -> list[str]:
                 if not speech.opens_with_name(sentence):
                     continue
             elif _PLACE_BEFORE.search(sentence[:m.start()]) or \
+                    _ARTICLE_BEFORE.search(sentence[:m.start()]) or \
                     sentence[m.start() - 2:m.start()] in (". ", "! ", "? "):
                 continue
             found.append(word)
@@ -288,9 +291,11 @@ def _told(sentence: str, speaker: str, addressee: str | None, said: date | None,
         rest = text[len(words[0]):].lstrip()
         rest = rest[len("to "):] if words[0] == "Going" else rest
         text = f"I'm going to {rest}"
-    elif own and words and speech.base_verb(words[0]) and not speech.describing(words[0]) \
+    elif own and len(words) > 1 and speech.base_verb(words[0]) \
+            and not speech.describing(words[0]) and not speech.subject_next(words[1]) \
             and re.search(r"\b[Mm]y\b", text):
-        # "Love my new job"; not "Last Fri my kids ...", whose first word also describes.
+        # "Love my new job"; not "Last Fri my kids ...", whose first word also describes,
+        # nor "Dance is my stress fix", whose first word a verb follows.
         text = f"I {text[:1].lower()}{text[1:]}"
     third = speech.in_third_person(text, speaker, addressee)
     if third is not None and speaker in third:

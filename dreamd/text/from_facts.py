@@ -91,15 +91,63 @@ _LEANS_ON_CONTEXT = re.compile(r"\b(?:we|us|our|it(?!['’])|them|each of them)\
 _DEMONSTRATIVE = re.compile(r"\b(?:this|these)\b(?:\s+(\w[\w'’-]*))?", re.IGNORECASE)
 
 
-def points_at_the_talk(text: str) -> bool:
-    """Whether a "this" or "these" stands for something shown or said ("painted this
-    after the march", "these are mine"), not before the thing it names ("made this bowl",
-    "these kids", "this year", "these 3 dogs")."""
+# "that" or "those" before a thing said earlier ("loved that pie", "those summers"), or
+# standing for it at a clause's end ("loved that."); a "that" joining clauses ("a studio
+# that designs", "thinks that schools") has a verb, a subject or a name after it.
+_THAT = re.compile(r"\b(?:that|those)\b(?:\s+([a-z][\w'’-]*)|(?=\s*[.,;:!?)]|\s*$))",
+                   re.IGNORECASE)
+# Someone other than the line's subject: "him", and "her" where no thing of hers follows
+# ("talked to her afterwards"; not "her first steps"). ("he", "she" and "his" may be the
+# subject's own in a line a model wrote: "Mia said she would come".)
+_SOMEONE = re.compile(r"\b(?:him|her)\b(?:\s+([a-z][\w'’-]*))?")
+_NAMED_BEFORE = re.compile(r"['’]s\s+[\w-]+|\b([A-Za-z][\w-]*)")
+
+
+def points_at_the_talk(text: str, subject: str = "") -> bool:
+    """Whether a line leans on what was shown or said around it: a "this" or "these"
+    that stands for a thing ("painted this after the march", "these are mine"), not before
+    the thing it names ("made this bowl", "these kids", "this year", "these 3 dogs"); a
+    "that" or "those" pointing back at one ("loved that pie"); a "him" or "her" for whom
+    nothing before it in the line (a name other than `subject`'s, a noun) stands."""
     for m in _DEMONSTRATIVE.finditer(text):
         after = (m.group(1) or "").lower()
         if not (after and after not in speech.STOPWORDS
                 and (after[0].isdigit() or speech.thing_word(after)
                      or speech.describing(after))):
+            return True
+    for m in _THAT.finditer(text):
+        after = m.group(1)
+        if after is None:
+            if not re.search(r"\ball (?:of )?$", text[:m.start()], re.IGNORECASE):
+                return True  # "like that."; not "books, toys, all of that."
+            continue
+        # "those" always points ("those summers"); "that" before a noun and no verb.
+        if after not in speech.STOPWORDS and "NOUN" in speech.senses(after) and (
+                m.group().lower().startswith("those") or not speech.finite(after)):
+            return True
+    return any(not _stands_for(text[:m.start()], subject) for m in _SOMEONE.finditer(text)
+               if not _owned_by(m))
+
+
+def _owned_by(m: re.Match[str]) -> bool:
+    """Whether a "her" is a possessive: a word naming or describing a thing after it."""
+    after = m.group(1)
+    return m.group().startswith("her") and after is not None \
+        and after not in speech.STOPWORDS \
+        and (speech.thing_word(after) or speech.describing(after))
+
+
+def _stands_for(before: str, subject: str) -> bool:
+    """Whether `before`, the words of a line ahead of a "him" or "her", hold someone or
+    something it may stand for: a noun, a word after an "'s" ("Mia's youngest"), a name
+    inside the line other than `subject`'s."""
+    for m in _NAMED_BEFORE.finditer(before):
+        word = m.group(1)
+        if word is None:
+            return True  # "Mia's youngest", "Mia's dad"
+        if word == subject or word.lower() in speech.STOPWORDS:
+            continue
+        if (word[0].isupper() and m.start() > 0) or speech.thing_word(word.lower()):
             return True
     return False
 
@@ -112,13 +160,13 @@ def stands_alone(fact: Fact) -> bool:
         return True
     quote = fact.statement.removeprefix(f'{fact.subject}: "')
     if quote != fact.statement:
-        return speech.opens_with_name(quote) and not _leans_on_the_talk(quote)
+        return speech.opens_with_name(quote) and not _leans_on_the_talk(quote, fact.subject)
     return fact.statement.startswith((f"{fact.subject} ", f"{fact.subject}'s ")) \
-        and not _leans_on_the_talk(fact.statement)
+        and not _leans_on_the_talk(fact.statement, fact.subject)
 
 
-def _leans_on_the_talk(text: str) -> bool:
-    return bool(_LEANS_ON_CONTEXT.search(text)) or points_at_the_talk(text)
+def _leans_on_the_talk(text: str, subject: str) -> bool:
+    return bool(_LEANS_ON_CONTEXT.search(text)) or points_at_the_talk(text, subject)
 
 
 # Cosine (all-MiniLM-L6-v2) from which a fact says much what a weightier one of the same
@@ -267,7 +315,7 @@ def era_from(facts: list[Fact], month: str, max_lines: int,
     names and numbers a fact holds), then each day's next; the weightiest first."""
     chosen = [f for f in facts if when(f)[:7] == month
               and (f.about is not None or not _POINTS_BACK.search(f.statement))
-              and not points_at_the_talk(f.statement)]
+              and not points_at_the_talk(f.statement, f.subject)]
 
     def rank(f: Fact) -> tuple[float, str, int]:
         weighed = weight(f) if sureness is None else \

@@ -113,6 +113,11 @@ def _senses(word: str) -> dict[str, tuple[str, ...]]:
     return lemmas(word)
 
 
+def senses(word: str) -> frozenset[str]:
+    """The parts of speech English knows a lower-case word as: "NOUN", "VERB", "ADJ"..."""
+    return frozenset(_senses(word))
+
+
 def _verb_lemmas(word: str) -> tuple[str, ...]:
     found = _senses(word)
     return found.get("VERB", ()) + found.get("AUX", ())
@@ -198,7 +203,13 @@ def ordered(sentence: str) -> bool:
         return False  # "Last Christmas I ...", "Still ...": an adjective or adverb first
     if _I_SUBJECT.search(sentence) or re.search(r"\b[Mm]y\b", sentence):
         return False  # "Mark and I moved", "Love my new job": the speaker's own
-    return words[1].lower() not in _SUBJECT_NEXT and not told_verb(words[1])
+    return not subject_next(words[1])
+
+
+def subject_next(word: str) -> bool:
+    """Whether `word` after a sentence's first word makes that word its subject: "Rent
+    has ...", "Dance is ...", "Ana says ..."."""
+    return word.lower() in _SUBJECT_NEXT or told_verb(word)
 
 
 def said_to_the_other(sentence: str) -> bool:
@@ -274,7 +285,7 @@ _BARE_AFTER = re.compile(r"\b(?:let|lets|make|makes|made|help|helps|helped|watch
                          r"see|saw|hear|heard)\s+$", re.IGNORECASE)
 
 
-def _finite(word: str) -> bool:
+def finite(word: str) -> bool:
     """Whether a word is a verb's past or -s form, or a modal: what follows a subject."""
     low = word.lower()
     if low in _SAME_AFTER_ANYONE or low in _THIRD.values():
@@ -291,7 +302,7 @@ def _adverb_here(word: str, following: str) -> bool:
     low = word.lower()
     if (adverb(word) and low not in _verb_lemmas(low)) or low in _ADVERBS_BEFORE_A_VERB:
         return True
-    return "ADV" in _senses(low) and bool(following) and _finite(following)
+    return "ADV" in _senses(low) and bool(following) and finite(following)
 
 
 class _Unsure(Exception):
