@@ -62,8 +62,18 @@ TOPICS: tuple[tuple[str, re.Pattern[str]], ...] = tuple(
 OTHER = "Other"
 
 
+# A denial a few words before an area's word, in the same clause: "doesn't surf", "has
+# never been to a gym", "no longer runs".
+_DENIED = re.compile(r"(?:\bnot|n['’]t|\bnever|\bno longer|\bno)(?:\s+[\w'’-]+){0,3}\s*$",
+                     re.IGNORECASE)
+
+
 def topic(statement: str) -> str:
-    return next((name for name, pattern in TOPICS if pattern.search(statement)), OTHER)
+    """The first of TOPICS whose words the statement says, and does not deny."""
+    for name, pattern in TOPICS:
+        if any(not _DENIED.search(statement[:m.start()]) for m in pattern.finditer(statement)):
+            return name
+    return OTHER
 
 
 def since(fact: Fact) -> str:
