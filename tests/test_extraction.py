@@ -142,6 +142,16 @@ def test_an_opening_word_that_also_describes_is_no_verb_of_the_speakers(said: st
     ("I even got a signed copy.", "Mia even got a signed copy."),
     ("I still go there on Fridays.", "Mia still goes there on Fridays."),
     ("I always walk to work.", "Mia always walks to work."),
+    # A second verb of the same "I" agrees too; one after "to", a modal, or that names a
+    # thing ("love theme"), stays as it is.
+    ("I go out on the boat twice a month and count what grows back.",
+     "Mia goes out on the boat twice a month and Mia counts what grows back."),
+    ("I cook for my flatmates and walk the dog every morning.",
+     "Mia cooks for Mia's flatmates and Mia walks the dog every morning."),
+    ("I love the self-acceptance and love theme.", "Mia loves the self-acceptance and love "
+     "theme."),
+    ("I want to rest and read a book.", "Mia wants to rest and read a book."),
+    ("I can cook and bake a cake.", "Mia can cook and bake a cake."),
     # Words in quotation marks are kept as said: a title, a name, someone's words.
     ('My favourite book is "Becoming" by Michelle Obama.',
      'Mia\'s favourite book is "Becoming" by Michelle Obama.'),

@@ -311,8 +311,9 @@ def when(fact: Fact) -> str:
     return (fact.valid_from or fact.learned_at)[:10]
 
 
-# Words that point back at something said before ("Sam wrote it", "each of them").
-_POINTS_BACK = re.compile(r"\b(?:it(?!['’])|them|they)\b", re.IGNORECASE)
+# Words that point back at something said before ("Sam wrote it", "each of them", "He
+# ate Sam's bucket").
+_POINTS_BACK = re.compile(r"\b(?:it(?!['’])|them|they)\b|^(?:He|She)\b", re.IGNORECASE)
 
 
 def era_from(facts: list[Fact], month: str, max_lines: int,

@@ -401,9 +401,31 @@ def _quoted_verb(text: str) -> bool:
 _REFLEXIVE = re.compile(r"\b(?:[Mm]yself|[Yy]ourself)\b")
 
 
+# "I go out ... and count what grows": a second verb of the same "I", in the same clause,
+# with nothing between to make it an infinitive ("to", a modal) and a word after it that
+# follows a verb, not a noun ("and love theme").
+_AND_VERB = re.compile(r"\bI ([a-z]+)([^,.;:!?\"“”]*?) and ([a-z]+) (\w+)")
+_AFTER_A_VERB = frozenset("the a an my his her their our your its it them him me us what "
+                          "where how when why who some every all this that these those".split())
+_NOT_BETWEEN = re.compile(r"\b(?:to|I|and|or|but|that|which|who|when|because|if|so)\b")
+
+
+def _and_i(m: re.Match[str]) -> str:
+    """ "I go out and count what" -> "I go out and I count what": each verb has its "I"
+    to agree with; else the match as it was."""
+    verb, between, second, after = m.groups()
+    if all(base_verb(v) and not auxiliary(v) and third_verb(v) not in (None, v)
+           for v in (verb, second)) and not _NOT_BETWEEN.search(between) \
+            and not any(auxiliary(w) or finite(w) for w in between.split()) \
+            and after in _AFTER_A_VERB:  # "it helps me relax and increase": not "I"'s
+        return f"I {verb}{between} and I {second} {after}"
+    return m.group()
+
+
 def _retold(sentence: str, speaker: str, addressee: str | None) -> str | None:
     """in_third_person's work on a sentence without quotation marks."""
     text = re.sub(r"\bI['’]d\b", lambda m: f"I {_had_or_would(m)}", sentence)
+    text = _AND_VERB.sub(_and_i, text)
     for contracted, full in (("m", "am"), ("ve", "have"), ("ll", "will")):
         text = re.sub(rf"\bI['’]{contracted}\b", f"I {full}", text)
     try:
