@@ -311,9 +311,10 @@ def when(fact: Fact) -> str:
     return (fact.valid_from or fact.learned_at)[:10]
 
 
-# Words that point back at something said before ("Sam wrote it", "each of them", "He
-# ate Sam's bucket").
-_POINTS_BACK = re.compile(r"\b(?:it(?!['’])|them|they)\b|^(?:He|She)\b", re.IGNORECASE)
+# Words that point back at something said before ("Sam wrote it", "each of them"), and a
+# line that opens on someone or something it does not name ("He ate Sam's bucket", "It's
+# a bit more than now").
+_POINTS_BACK = re.compile(r"\b(?:it(?!['’])|them|they)\b|^(?:He|She|It)\b", re.IGNORECASE)
 
 
 def era_from(facts: list[Fact], month: str, max_lines: int,
