@@ -324,9 +324,16 @@ def matched(items: list[tuple[np.ndarray, set[int]]], gold: list[tuple[np.ndarra
     return found, good
 
 
+# Words of general English that tell when, and open a sentence with a comma after them
+# as an interjection does ("Yesterday, I ...", "Recently, ..."): no interjection.
+WHEN_WORDS = frozenset("""yesterday today tonight tomorrow recently lately earlier later now
+    then afterwards eventually finally soon meanwhile""".split())
+
+
 def interjections(texts: list[str]) -> set[str]:
     """Words a conversation uses as interjections: opening a sentence, followed at once by
-    a comma, ! or ., and never written capitalized inside a sentence."""
+    a comma, ! or ., and never written capitalized inside a sentence; not words that tell
+    when (WHEN_WORDS)."""
     opening: set[str] = set()
     inside: set[str] = set()
     for text in texts:
@@ -334,7 +341,7 @@ def interjections(texts: list[str]) -> set[str]:
             opening.add(m.group(1))
         for m in re.finditer(r"(?<=[a-z,;:]\s)([A-Z][a-z]+)", text):
             inside.add(m.group(1))
-    return opening - inside
+    return {w for w in opening - inside if w.lower() not in WHEN_WORDS}
 
 
 def topic_words(export: dict[str, Any]) -> list[str]:

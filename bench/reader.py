@@ -188,14 +188,20 @@ def _eras(export: dict[str, Any], turns: list[Any], embedder: Embedder, out: Che
         if len(days) < 3:
             continue
         out.busy_eras += 1
-        lines = [re.sub(r"^-\s*(?:\d{1,2} [A-Z][a-z]{2}:\s*)?", "", ln)
-                 for ln in era["content"].splitlines()[1:] if ln.strip()]
+        marked = [re.match(r"^-\s*(?:(\d{1,2}) ([A-Z][a-z]{2}):\s*)?(.*)", ln)
+                  for ln in era["content"].splitlines()[1:] if ln.strip()]
+        lines = [m.group(3) for m in marked if m]
         if not lines:
             out.era_days.append((era["month"], 0))
             continue
+        # A line's day: the one it is marked with where a conversation was held that day
+        # (the mark may be a day the line names instead), else its nearest turn's.
         vectors = embedder.embed(lines + [t.content for t in month_turns])
         nearest = np.argmax(vectors[:len(lines)] @ vectors[len(lines):].T, axis=1)
-        drawn = {month_turns[i].created_at[:10] for i in nearest}
+        drawn = set()
+        for m, i in zip([m for m in marked if m], nearest, strict=True):
+            day = f"{era['month']}-{int(m.group(1)):02d}" if m.group(1) else ""
+            drawn.add(day if day in days else month_turns[i].created_at[:10])
         out.era_days.append((era["month"], len(drawn)))
         out.spread_eras += len(drawn) >= 3
 
