@@ -299,6 +299,16 @@ def test_no_interjection_is_an_about_word_or_a_topic(minilm: Any, sample: str) -
         assert {"Dalia", "Ingrid"} <= set(words), words
 
 
+def test_a_word_only_capitalized_where_it_opens_a_sentence_is_no_topic() -> None:
+    """"Keep it up!" said again and again is cheering, not what two people talked about
+    (it was a self-state's topic); a name is written capitalized inside a sentence too."""
+    lines = ["Gina: Keep it up! I walked Biscuit to the park today.",
+             "Jon: Thanks! Keep going and keep at it, Biscuit says hi.",
+             "Gina: Keep it up, you're almost there! How is Biscuit?"]
+    found = topics(lines, 5)
+    assert "Keep" not in found and "Biscuit" in found, found
+
+
 def test_the_shipped_selector_was_learned_from_these_examples(minilm: Any) -> None:
     """The weights file names the examples it was learned from, as they are now, and
     holds a weight for each of the embedder's dimensions: examples edited without

@@ -99,24 +99,28 @@ def keywords(texts: list[str], n: int) -> list[str]:
     counts: Counter[str] = Counter()
     spellings: dict[str, Counter[str]] = {}
     inside: set[str] = set()
+    capitals: set[str] = set()  # words written capitalized inside a sentence
     named: set[str] = set()  # lower-case words said after a determiner
     for text in texts:
         words: set[str] = set()
         for sentence in sentences(text):
             found = [_CONTRACTED.sub("", w.strip("'-")) for w in _WORD.findall(sentence)]
             inside.update(w.lower() for w in found[1:])
+            capitals.update(w.lower() for w in found[1:] if w[:1].isupper())
             words.update(found)
             named.update(m.group(1).lower() for m in _AFTER_DETERMINER.finditer(sentence))
         for word in words:
             key = word.lower()
             if key in CHATTER or not 3 < len(key) <= 30 or not (
-                    (thing_word(key) and key in named)
-                    or (word[:1].isupper() and could_name(key))):
+                    thing_word(key) or (word[:1].isupper() and could_name(key))):
                 continue
             spellings.setdefault(key, Counter())[word] += 1
         counts.update({w.lower() for w in words} & set(spellings))
+    # A thing said after a determiner somewhere, or a name: capitalized inside a sentence
+    # ("Keep it up!", however often, opens its sentences and names nothing).
     best = [w for w, c in sorted(counts.items(), key=lambda wc: (-wc[1], wc[0]))
-            if c > 1 and w in inside][:n]
+            if c > 1 and w in inside and ((thing_word(w) and w in named) or w in capitals)
+            ][:n]
     return [spellings[w].most_common(1)[0][0] for w in best]
 
 
