@@ -309,6 +309,16 @@ def test_a_word_only_capitalized_where_it_opens_a_sentence_is_no_topic() -> None
     assert "Keep" not in found and "Biscuit" in found, found
 
 
+def test_a_name_with_of_in_it_is_one_topic() -> None:
+    """"the Isle of Skye", "the University of Leeds": one name, not two topics."""
+    lines = ["Ana: We took the ferry to the Isle of Skye on Monday.",
+             "Leo: Was the Isle of Skye cold? My cousin studies at the University of Leeds.",
+             "Ana: Freezing. Next year, the University of Leeds for me too."]
+    found = topics(lines, 5)
+    assert {"Isle of Skye", "University of Leeds"} <= set(found), found
+    assert not {"Isle", "Skye", "Leeds"} & set(found), found
+
+
 def test_the_shipped_selector_was_learned_from_these_examples(minilm: Any) -> None:
     """The weights file names the examples it was learned from, as they are now, and
     holds a weight for each of the embedder's dimensions: examples edited without

@@ -131,7 +131,7 @@ _AFTER_DETERMINER = re.compile(
 ABOUT = "About: "
 # A name may join its words with a particle: "Campo de Ourique", "Rio de Janeiro".
 _NAME = re.compile(r"(?<!^)\b[A-Z][a-zà-ÿ]{2,}(?:[A-Z][a-zà-ÿ]+)*"
-                   r"(?:\s(?:(?:de|da|do|dos|das|del|la|von|van|der)\s)?[A-Z][a-zà-ÿ]+)*")
+                   r"(?:\s(?:(?:de|da|do|dos|das|del|la|von|van|der|of)\s)?[A-Z][a-zà-ÿ]+)*")
 
 
 def topics(lines: list[str], n: int, people: tuple[str, ...] = ()) -> list[str]:
