@@ -234,6 +234,20 @@ def test_a_sentence_without_its_subject_goes_on_about_the_last_one_named() -> No
     assert own[0].statement.startswith("Jonah moved into the new flat")
 
 
+@pytest.mark.parametrize("said", [
+    "Hi Auntie Margaret!",  # a greeting and names: a call, not a statement
+    "Hello Dr Okafor and Professor Lind!",
+    "Maybe I should.",  # a verb left for the talk to fill in: "should" what?
+    "I wish I could.",
+])
+def test_a_call_or_a_sentence_that_leaves_its_verb_to_the_talk_is_no_fact(said: str) -> None:
+    assert extract("Colm", said, SAID, "Margaret") == []
+    # A month is no modal; a modal ending one clause of several leaves the rest a fact.
+    assert extract("Colm", "I'm walking the Camino de Santiago in May.", SAID, "Margaret")
+    assert extract("Colm", "I vote in every election, my grandmother marched so I could.",
+                   SAID, "Margaret")
+
+
 def test_a_word_after_the_or_a_is_no_name() -> None:
     """"the Japanese boy", "an Irish studio": a word that describes what follows it, not
     a person a later "her" may be taken for (it was "Mia sends Japanese some sweets")."""

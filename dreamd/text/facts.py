@@ -63,6 +63,11 @@ _JOINED = re.compile(r"^(?:and|so|plus|but|also|anyway|besides)\b,?\s+(?=[\w'’
                      re.IGNORECASE)
 
 
+# English's modal verbs: one that ends a sentence of one clause leaves its verb to the
+# talk ("I will."; not "in May.", nor "I vote, my grandmother marched so I could.").
+_MODALS = frozenset("will would can could should shall might must may".split())
+
+
 def bare(sentence: str, known: tuple[str, ...] = ()) -> str:
     """A sentence without what opens it as a call or a reaction ("Oh, Priya, I sold the
     car" -> "I sold the car"): openings of one or two words that hold no number, no date,
@@ -94,7 +99,8 @@ def bare(sentence: str, known: tuple[str, ...] = ()) -> str:
 def proposed(bare: str) -> bool:
     """Whether a sentence (its opening call left out) may tell something about someone:
     a statement of three words or more, one of them not a function word, that is not a
-    question, not said about the one spoken to, and not an order, a wish or a greeting.
+    question, not said about the one spoken to, not an order, a wish or a greeting, and
+    does not end on a modal whose verb the talk supplies ("I wish I could").
     Which of these are worth keeping is the selector's to say (dreamd.dream.selector)."""
     words = _WORD.findall(bare)
     if len(words) < 3 or len(bare) > MAX_CHARS or bare.rstrip().endswith("?"):
@@ -102,6 +108,11 @@ def proposed(bare: str) -> bool:
     if speech.said_to_the_other(bare) or speech.ordered(bare) or _SMALL_TALK.search(bare) \
             or _HANDED.match(bare):
         return False
+    if words[0].lower() in speech.INTERJECTIONS and all(
+            w[:1].isupper() or w.lower() in STOPWORDS for w in words[1:]):
+        return False  # "Hi Auntie Margaret!": a call and the names it calls
+    if words[-1] in _MODALS and "," not in bare:
+        return False  # "Maybe I should.", "I wish I could.": a verb the talk fills in
     return any(w.lower() not in STOPWORDS and w.lower() not in _CONTRACTION_TAILS
                for w in words)
 
