@@ -11,7 +11,13 @@ from __future__ import annotations
 import numpy as np
 
 from dreamd.store.corrections import word_seq
-from dreamd.store.facts import fact_vectors, facts_after, facts_by_id, sources_added
+from dreamd.store.facts import (
+    fact_vectors,
+    facts_after,
+    facts_by_id,
+    newest_fact_id,
+    sources_added,
+)
 from dreamd.store.interface import Store
 from dreamd.store.state import get_state
 from dreamd.store.vectors import gist_vector_rows
@@ -63,6 +69,8 @@ class FactIndex:
 
     def _reset(self, epoch: str | None) -> None:
         self.epoch, self.last_id, self.last_turn = epoch, 0, 0
+        self.newest = 0  # the store's newest fact, anyone's, when last read
+        self.in_order = True  # fact_of is every row in order: the product needs no gather
         self.waiting: list[int] = []  # facts read before their vector was stored
         self.matrix = np.zeros((0, 0), dtype=np.float32)
         self.row_of: dict[int, int] = {}  # fact id -> its row
@@ -83,7 +91,11 @@ class FactIndex:
             # waits, and is read again (as it stands then) once its vector is stored.
             blobs = fact_vectors(conn, self.space, self.waiting) if self.waiting else {}
             ready = facts_by_id(conn, list(blobs))
-            new = facts_after(conn, self.user_id, self.last_id)
+            # A user's facts past the last one read are looked for only when the store
+            # has a fact it did not have then (the look walks the user's facts).
+            newest = newest_fact_id(conn)
+            new = facts_after(conn, self.user_id, self.last_id) if newest > self.newest else []
+            self.newest = newest
             blobs |= fact_vectors(conn, self.space, [f.id for f in new]) if new else {}
         # (Every pair held has a turn up to last_turn: these are new.)
         pairs = [(self.row_of[f], t) for f, t in again if f in self.row_of]
@@ -106,6 +118,8 @@ class FactIndex:
             order = np.argsort(self.turns, kind="stable")
             self.turns, self.fact_of = self.turns[order], self.fact_of[order]
             self.last_turn = max(self.last_turn, int(self.turns[-1]))
+            self.in_order = len(self.fact_of) == len(self.matrix) and bool(
+                np.all(self.fact_of == np.arange(len(self.matrix))))
         if new:
             self.last_id = new[-1].id
 
@@ -115,4 +129,5 @@ class FactIndex:
         self.refresh()
         if not len(self.turns):
             return self.turns, np.zeros(0, dtype=np.float32)
-        return self.turns, (self.matrix @ query.astype(np.float32))[self.fact_of]
+        cosines = self.matrix @ query.astype(np.float32)
+        return self.turns, cosines if self.in_order else cosines[self.fact_of]
