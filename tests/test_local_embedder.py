@@ -230,3 +230,19 @@ def test_a_second_process_loads_the_model_the_first_optimized(tmp_path: Path) ->
     blocked.write_text("")  # the cache directory cannot be made
     where, vector = embed_in_a_process(blocked)
     assert where == str(model_file()) and np.allclose(vector, expected, atol=1e-5)
+
+
+def test_the_kept_copy_is_what_onnxruntime_s_default_load_saves(tmp_path: Path) -> None:
+    """The builder skips what only a session that runs needs (its weights packed for
+    runs) and trims its heap as it goes: the graph it keeps is still the one a default
+    optimizing load saves, byte for byte."""
+    from dreamd.backends.model_cache import build
+
+    saved = tmp_path / "default.onnx"
+    code = ("import sys, onnxruntime as ort; o = ort.SessionOptions(); "
+            "o.optimized_model_filepath = sys.argv[2]; o.log_severity_level = 3; "
+            "ort.InferenceSession(sys.argv[1], o, providers=['CPUExecutionProvider'])")
+    subprocess.run([sys.executable, "-c", code, str(model_file()), str(saved)], check=True,
+                   timeout=300)
+    kept = build(tmp_path / "cache", "k", model_file())
+    assert kept is not None and kept.read_bytes() == saved.read_bytes()
