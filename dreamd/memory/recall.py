@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dreamd.memory.evidence import FactIndex, GistIndex
-from dreamd.memory.rows import FactRows, SessionRuns, irregular_rows, neighbour_sums
+from dreamd.memory.rows import FactRows, Links, SessionRuns
 from dreamd.models import Turn
 from dreamd.store.interface import Store
 from dreamd.store.state import get_state
@@ -127,7 +127,7 @@ class VectorIndex:
         self._last_of: dict[int, int] = {}  # session code -> its newest row
         self._by_session: SessionRuns | None = None
         self._weights: tuple[np.ndarray, np.ndarray] | None = None
-        self._irregular: np.ndarray | None = None  # rows whose neighbours are not beside them
+        self._links: Links | None = None  # the rows whose neighbours are not beside them
         self._fact_rows: tuple[np.ndarray, np.ndarray, FactRows] | None = None
         self._extra: list[tuple[int, bytes, str, str, str]] = []
 
@@ -186,7 +186,7 @@ class VectorIndex:
             [self.context_norm, np.ones(len(rows), dtype=np.float32)])
         rows_touched = np.fromiter(sorted(touched), dtype=np.int64, count=len(touched))
         self.context_norm[rows_touched] = self._norms(rows_touched)
-        self._by_session = self._weights = self._irregular = None
+        self._by_session = self._weights = self._links = None
 
     def _norms(self, rows: np.ndarray) -> np.ndarray:
         total = self.matrix[rows].copy()
@@ -245,9 +245,9 @@ class VectorIndex:
         return self._weights
 
     def neighbours(self, around: np.ndarray) -> np.ndarray:
-        if self._irregular is None:
-            self._irregular = irregular_rows(self.prev, self.next)
-        return neighbour_sums(around, self.prev, self.next, self._irregular)
+        if self._links is None:
+            self._links = Links.of(self.prev, self.next)
+        return self._links.sums(around)
 
     def session_runs(self) -> SessionRuns:
         if self._by_session is None:

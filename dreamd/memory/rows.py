@@ -9,30 +9,41 @@ from dataclasses import dataclass
 import numpy as np
 
 
-def irregular_rows(prev: np.ndarray, next: np.ndarray) -> np.ndarray:
-    """The rows whose neighbours in their session (`prev`, `next`: a row, or -1) are not
-    the rows just before and after them."""
-    n = len(prev)
-    row = np.arange(n, dtype=np.int64)
-    after = np.where(next >= 0, next, n)  # the last row's missing next is a shift away
-    return np.flatnonzero((prev != row - 1) | (after != row + 1))
+@dataclass(frozen=True)
+class Links:
+    """The rows whose neighbours in their session are not the rows just before and after
+    them (`rows`), with those neighbours (`prev`, `next`: a row, or -1). A session's rows
+    mostly come one after another; where they do not for more than a quarter of the rows
+    (sessions taken in turns), every row follows its links (`every`)."""
 
+    rows: np.ndarray
+    prev: np.ndarray
+    next: np.ndarray
+    every: bool
 
-def neighbour_sums(around: np.ndarray, prev: np.ndarray, next: np.ndarray,
-                   irregular: np.ndarray) -> np.ndarray:
-    """Per row, the own scores of the rows before and after it in its session, summed
-    (`around`: 0, each row's own score, 0). A session's rows mostly come one after
-    another: those read the rows beside them, the rest follow their links."""
-    n = len(around) - 2
-    padded = around[1:]  # index -1 (no neighbour) reads the 0 at the end
-    score: np.ndarray
-    if 4 * len(irregular) > n:  # sessions taken in turns: every row by its links
-        score = np.take(padded, prev)
-        score += np.take(padded, next)
+    @classmethod
+    def of(cls, prev: np.ndarray, next: np.ndarray) -> Links:
+        n = len(prev)
+        row = np.arange(n, dtype=np.int64)
+        after = np.where(next >= 0, next, n)  # the last row's missing next is a shift away
+        rows = np.flatnonzero((prev != row - 1) | (after != row + 1))
+        if 4 * len(rows) > n:
+            return cls(row, prev, next, True)
+        return cls(rows, prev[rows], next[rows], False)
+
+    def sums(self, around: np.ndarray) -> np.ndarray:
+        """Per row, the own scores of the rows before and after it in its session, summed
+        (`around`: 0, each row's own score, 0)."""
+        n = len(around) - 2
+        padded = around[1:]  # index -1 (no neighbour) reads the 0 at the end
+        score: np.ndarray
+        if self.every:
+            score = np.take(padded, self.prev)
+            score += np.take(padded, self.next)
+            return score
+        score = np.add(around[:n], around[2:])
+        score[self.rows] = np.take(padded, self.prev) + np.take(padded, self.next)
         return score
-    score = np.add(around[:n], around[2:])
-    score[irregular] = np.take(padded, prev[irregular]) + np.take(padded, next[irregular])
-    return score
 
 
 @dataclass(frozen=True)
