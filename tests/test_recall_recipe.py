@@ -368,9 +368,9 @@ def test_a_fact_said_again_later_lifts_the_later_turn_too(tmp_path: Path) -> Non
 
 def test_a_recall_with_no_new_fact_walks_none_of_the_users_facts(tmp_path: Path) -> None:
     """Between passes, each recall looks for facts and sources newer than its index holds:
-    the look seeks by a key (the sources' turn index, the facts' id), never walks the
-    user's facts (at 66,666 facts a user that walk took longer than the product over
-    them). A fact a later pass writes is still taken up."""
+    the look seeks by a key (the sources by their turn, the user's facts by id), never
+    walks the user's facts (at 66,666 facts a user that walk took longer than the
+    product over them). A fact a later pass writes is still taken up."""
     import re
     import sqlite3
 
@@ -390,7 +390,7 @@ def test_a_recall_with_no_new_fact_walks_none_of_the_users_facts(tmp_path: Path)
     assert reads, ran
     walks = [(sql, step) for sql in reads
              for step in (row[3] for row in raw.execute(f"EXPLAIN QUERY PLAN {sql}"))
-             if re.search(r"\bSCAN\b|dreamd_facts_user|fact_id<", step)]
+             if re.search(r"\bSCAN\b|dreamd_facts_user\b|fact_id<", step)]
     assert walks == []
     with memory.store.write() as conn:
         add_turn(conn, "s3", "ana", "I started learning the cello.",

@@ -11,13 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from dreamd.store.corrections import word_seq
-from dreamd.store.facts import (
-    fact_vectors,
-    facts_after,
-    facts_by_id,
-    newest_fact_id,
-    sources_added,
-)
+from dreamd.store.facts import fact_vectors, facts_after, facts_by_id, sources_added
 from dreamd.store.interface import Store
 from dreamd.store.state import get_state
 from dreamd.store.vectors import gist_vector_rows
@@ -69,7 +63,6 @@ class FactIndex:
 
     def _reset(self, epoch: str | None) -> None:
         self.epoch, self.last_id, self.last_turn = epoch, 0, 0
-        self.newest = 0  # the store's newest fact, anyone's, when last read
         self.in_order = True  # fact_of is every row in order: the product needs no gather
         self.waiting: list[int] = []  # facts read before their vector was stored
         self.matrix = np.zeros((0, 0), dtype=np.float32)
@@ -91,11 +84,7 @@ class FactIndex:
             # waits, and is read again (as it stands then) once its vector is stored.
             blobs = fact_vectors(conn, self.space, self.waiting) if self.waiting else {}
             ready = facts_by_id(conn, list(blobs))
-            # A user's facts past the last one read are looked for only when the store
-            # has a fact it did not have then (the look walks the user's facts).
-            newest = newest_fact_id(conn)
-            new = facts_after(conn, self.user_id, self.last_id) if newest > self.newest else []
-            self.newest = newest
+            new = facts_after(conn, self.user_id, self.last_id)
             blobs |= fact_vectors(conn, self.space, [f.id for f in new]) if new else {}
         # (Every pair held has a turn up to last_turn: these are new.)
         pairs = [(self.row_of[f], t) for f, t in again if f in self.row_of]

@@ -94,12 +94,6 @@ def sources_added(conn: Conn, user_id: str, upto_fact: int, after_turn: int
         (after_turn, upto_fact, user_id))]
 
 
-def newest_fact_id(conn: Conn) -> int:
-    """The highest fact id in the store, anyone's (0: none)."""
-    row = conn.execute("SELECT MAX(id) FROM facts").fetchone()
-    return int(row[0]) if row and row[0] is not None else 0
-
-
 def add_fact(conn: Conn, user_id: str, subject: str, about: str | None, statement: str,
              valid_from: str | None, learned_at: str, sources: list[int], origin: str,
              word_at: str | None = None) -> int:
