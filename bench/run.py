@@ -17,10 +17,14 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bench.generate import generate
+
+if TYPE_CHECKING:
+    from dreamd.store.interface import Store
 
 OUT = Path(__file__).parent / "out"
 
@@ -309,11 +313,33 @@ def with_vectors(db: Path, turns: int, sessions: int, users: int,
     store.close()
 
 
+def with_facts_of(store: Store, turns: np.ndarray, rng: np.random.Generator) -> None:
+    """One fact for every third turn, each from one turn picked at random, with a random
+    unit vector of model 'bench', as the facts and embed jobs leave them (once a file)."""
+    from dreamd.ids import DEFAULT_USER
+    from dreamd.store.facts import add_fact
+    from dreamd.store.vectors import put_vector
+
+    with store.read() as conn:
+        if conn.execute("SELECT COUNT(*) FROM facts").fetchone()[0]:
+            return
+    picked = np.sort(rng.choice(turns, len(turns) // 3, replace=False))
+    vectors = rng.standard_normal((len(picked), 384)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    with store.write() as conn:
+        for turn, vector in zip(picked.tolist(), vectors, strict=True):
+            fact = add_fact(conn, DEFAULT_USER, "user", None, f"a fact of turn {turn}", None,
+                            "2026-01-01T00:00:00+00:00", [turn], "extractive:bench")
+            put_vector(conn, "bench", "fact", str(fact), vector.tobytes())
+
+
 def bench_recall() -> None:
     """Top-10 over 200k x 384 vectors, warm: the full recipe's vector side (own + context
     + session signal) vs reloading every BLOB per query (the prior art) vs a bare numpy
     matrix-vector product over the same matrix."""
     from dreamd.config import Config
+    from dreamd.ids import DEFAULT_USER
+    from dreamd.memory.evidence import FactIndex
     from dreamd.memory.recall import VectorIndex, top_k
     from dreamd.store.opening import open_store
 
@@ -348,15 +374,15 @@ def bench_recall() -> None:
         return ids[top_k(scores, 10)].tolist()
 
     # The facts tier as evidence: one fact for every third turn (the shipped sample
-    # conversations give 47 facts from 143 turns), each from one turn.
-    fact_matrix = rng.standard_normal((len(ids) // 3, 384)).astype(np.float32)
-    fact_matrix /= np.linalg.norm(fact_matrix, axis=1, keepdims=True)
-    fact_turns = np.sort(rng.choice(ids, len(fact_matrix), replace=False))  # as FactIndex
-    fact_of = np.arange(len(fact_matrix), dtype=np.int64)
+    # conversations give 47 facts from 143 turns), each from one turn, stored in the file
+    # and read as recall reads them (the index's refresh, then the product).
+    with_facts_of(store, ids, rng)
+    fact_index = FactIndex(store, "bench", DEFAULT_USER)
+    fact_index.refresh()
 
     def with_facts() -> list[int]:
         index.refresh()
-        facts = (fact_turns, (fact_matrix @ query)[fact_of])
+        facts = fact_index.evidence(query)
         return index.ids[top_k(index.scores(query, None, facts), 10)].tolist()
 
     assert bare() == prior_art()  # the same matrix
@@ -372,7 +398,7 @@ def bench_recall() -> None:
           f"{ours_s * 1000:.1f} ms vs reloading BLOBs {prior_s * 1000:.0f} ms -> "
           f"{prior_s / ours_s:.0f}x faster; bare numpy mat-vec {bare_s * 1000:.1f} ms -> "
           f"{turns_x:.2f}x of bare")
-    print(f"recall: the same with {len(fact_matrix):,} facts as evidence for their turns: "
+    print(f"recall: the same with {len(fact_index.matrix):,} facts as evidence for their turns: "
           f"{facts_s * 1000:.1f} ms -> {facts_x:.2f}x of the bare mat-vec over the "
           f"turns alone")
 

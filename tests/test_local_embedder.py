@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +20,7 @@ from dreamd.backends.model_cache import PREFIX, cache_key
 from dreamd.backends.model_files import sha256_of
 from dreamd.dream.extractive import ExtractiveCompleter
 from dreamd.errors import ModelFileError
+from tests.helpers import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -230,3 +235,71 @@ def test_a_second_process_loads_the_model_the_first_optimized(tmp_path: Path) ->
     blocked.write_text("")  # the cache directory cannot be made
     where, vector = embed_in_a_process(blocked)
     assert where == str(model_file()) and np.allclose(vector, expected, atol=1e-5)
+
+
+def children_of(pid: int) -> list[int]:
+    """The processes whose parent is `pid` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def test_a_build_killed_midway_leaves_no_file_behind(tmp_path: Path) -> None:
+    """A process killed while it builds the model's copy (SIGKILL: nothing of its own
+    runs) leaves its build's file: its builder dies with it, having written nothing, and
+    the next look at the directory removes the file. A build under way in another
+    process (alive, its file young) is left alone; a file older than any build may run
+    is removed whoever made it."""
+    from dreamd.backends.model_cache import BUILD_SECONDS, cached_model
+
+    cache = tmp_path / "cache"
+    code = ("import sys; from pathlib import Path; from dreamd.backends.model_cache import "
+            "build; from dreamd.backends.model_files import model_file; "
+            "build(Path(sys.argv[1]), 'k', model_file())")
+    building = subprocess.Popen([sys.executable, "-c", code, str(cache)], cwd=ROOT)
+    deadline = time.monotonic() + 120
+    while not (builders := children_of(building.pid)) and time.monotonic() < deadline:
+        time.sleep(0.005)
+    [left] = list(cache.glob(".building-*"))
+    assert builders and left.name.startswith(f".building-{building.pid}-")
+    os.kill(building.pid, signal.SIGKILL)
+    building.wait()
+    while any(Path(f"/proc/{pid}").exists() for pid in builders) \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert left.exists() and left.stat().st_size == 0  # the builder wrote nothing after
+    assert cached_model(cache, "k") is None and list(cache.iterdir()) == []
+
+    other = subprocess.Popen(["sleep", "60"])  # a second daemon, building
+    try:
+        theirs = cache / f".building-{other.pid}-x1.onnx"
+        mine = cache / f".building-{os.getpid()}-x2.onnx"
+        stuck = cache / f".building-{other.pid}-x3.onnx"
+        for path in (theirs, mine, stuck):
+            path.write_bytes(b"part of a model")
+        long_ago = time.time() - BUILD_SECONDS - 60
+        os.utime(stuck, (long_ago, long_ago))
+        assert cached_model(cache, "k") is None
+        assert sorted(cache.iterdir()) == sorted([theirs, mine])
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_the_kept_copy_is_what_onnxruntime_s_default_load_saves(tmp_path: Path) -> None:
+    """The builder skips what only a session that runs needs (its weights packed for
+    runs) and trims its heap as it goes: the graph it keeps is still the one a default
+    optimizing load saves, byte for byte."""
+    from dreamd.backends.model_cache import build
+
+    saved = tmp_path / "default.onnx"
+    code = ("import sys, onnxruntime as ort; o = ort.SessionOptions(); "
+            "o.optimized_model_filepath = sys.argv[2]; o.log_severity_level = 3; "
+            "ort.InferenceSession(sys.argv[1], o, providers=['CPUExecutionProvider'])")
+    subprocess.run([sys.executable, "-c", code, str(model_file()), str(saved)], check=True,
+                   timeout=300)
+    kept = build(tmp_path / "cache", "k", model_file())
+    assert kept is not None and kept.read_bytes() == saved.read_bytes()

@@ -13,7 +13,7 @@ from dreamd.backends.local import LocalEmbedder
 from dreamd.config import Config, EmbedConfig
 from dreamd.dream.cycle import run_pass
 from dreamd.memory.api import Memory
-from dreamd.memory.recall import fuse, query_words, top_k
+from dreamd.memory.recall import VectorIndex, fuse, query_words, top_k
 from tests.helpers import RecordingCompleter
 
 CORPUS = {
@@ -228,4 +228,77 @@ def test_scores_are_the_recipe_written_plainly_and_follow_new_facts(tmp_path: Pa
     more_cosines = np.append(cosines, np.float32(0.7))
     assert index.scores(query, gists, (more, more_cosines)) == pytest.approx(
         plainly(more, more_cosines), abs=1e-5)
+    memory.close()
+
+
+def straightforward(index: VectorIndex, query: np.ndarray, gists: dict[str, float],
+                    facts: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """The recipe's vector side in the plainest numpy, in float32 with the same operations
+    in the same order as `VectorIndex.scores`: each neighbour gathered by its link, the
+    session's best by a scatter, each fact matched to its row by a dictionary."""
+    from dreamd.memory.recall import FACT_WEIGHT, GIST_WEIGHT, SESSION_WEIGHT
+
+    own = index.matrix @ query
+    padded = np.append(own, np.float32(0))  # a missing neighbour (-1) counts 0
+    self_weight, context_weight = index.context_weights()
+    score = (padded[index.prev] + padded[index.next]) * context_weight + own * self_weight
+    best = np.full(len(index.sessions), -np.inf, dtype=np.float32)
+    np.maximum.at(best, index.codes, score)
+    for session, cosine in gists.items():
+        code = index.sessions.index(session)
+        best[code] = max(best[code], GIST_WEIGHT * cosine)
+    best *= SESSION_WEIGHT
+    score += best[index.codes]
+    row_of = {int(t): r for r, t in enumerate(index.base_ids)}
+    shares: dict[int, np.float32] = {}
+    for turn, cosine in zip(facts[0].tolist(), facts[1], strict=True):
+        if turn in row_of:
+            row = row_of[turn]
+            shares[row] = max(shares.get(row, np.float32(0)), cosine)
+    for row, share in shares.items():
+        score[row] += np.float32(FACT_WEIGHT) * share
+    extra = [np.frombuffer(r[1], dtype=np.float32) for r in index._extra]
+    if extra:
+        score = np.concatenate([score, 2 * (np.stack(extra) @ query)])
+    result: np.ndarray = score
+    return result
+
+
+@pytest.mark.parametrize("interleaved", [False, True])
+def test_scores_are_exactly_the_straightforward_computation(tmp_path: Path,
+                                                            interleaved: bool) -> None:
+    """Not close: equal, bit for bit, whatever shortcut the index takes for the usual
+    layout (a session's turns one after another, one fact a turn) — for sessions one at a
+    time and for sessions interleaved (a user in two chats at once, a session taken up
+    again later), facts in turn order and not, several facts for one turn, a fact for a
+    turn the matrix lacks, turns embedded ahead of the daemon."""
+    embedder = HashingEmbedder()
+    db = tmp_path / "m.db"
+    memory = Memory(db, config=Config(db=str(db), embed=EmbedConfig(backend="hashing")),
+                    embedder=embedder)
+    rng = np.random.default_rng(11)
+    words = "dog park rain coffee train sister guitar paint bread winter lake".split()
+    sessions = [f"s{n}" for n in range(6)]
+    for n in range(90):
+        session = sessions[int(rng.integers(6))] if interleaved else sessions[n // 15]
+        text = " ".join(rng.choice(words, 5))
+        memory.remember(session, "user" if n % 2 else "assistant", text)
+    run_pass(memory.store, memory.config, embedder,
+             RecordingCompleter(memory.store, embedder=embedder), trigger="test", force=True)
+    memory.remember(sessions[0], "user", "a turn the app embedded itself", embed=True)
+    index = memory.index
+    index.refresh()
+    assert len(index.base_ids) == 90 and len(index._extra) == 1
+    ids = index.base_ids
+    query = embedder.embed(["coffee in the rain with my sister"])[0]
+    gists = {sessions[1]: 0.4, sessions[4]: -0.2}
+    many = np.sort(np.concatenate([rng.choice(ids, 40), [ids[-1] + 50]]))  # repeats too
+    one_each = np.sort(rng.choice(ids, 30, replace=False))
+    for turns in (many, one_each, many[::-1].copy()):
+        cosines = rng.uniform(-0.5, 0.9, len(turns)).astype(np.float32)
+        for _ in range(2):  # the second time from what the index kept of the first
+            assert np.array_equal(index.scores(query, gists, (turns, cosines)),
+                                  straightforward(index, query, gists, (turns, cosines)))
+    assert np.array_equal(index.scores(query), straightforward(
+        index, query, {}, (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))))
     memory.close()

@@ -366,6 +366,42 @@ def test_a_fact_said_again_later_lifts_the_later_turn_too(tmp_path: Path) -> Non
     memory.close()
 
 
+def test_a_recall_with_no_new_fact_walks_none_of_the_users_facts(tmp_path: Path) -> None:
+    """Between passes, each recall looks for facts and sources newer than its index holds:
+    the look seeks by a key (the sources by their turn, the user's facts by id), never
+    walks the user's facts (at 66,666 facts a user that walk took longer than the
+    product over them). A fact a later pass writes is still taken up."""
+    import re
+    import sqlite3
+
+    memory = memory_of(tmp_path / "m.db", {
+        "s1": [("ana", "I adopted a puppy called Nora."), ("assistant", "Congratulations!")],
+        "s2": [("ana", "I moved to Porto in May."), ("assistant", "How exciting!")]})
+    index = memory.indexes.facts("default")
+    index.refresh()
+    held = len(index.turns)
+    assert held
+    raw: sqlite3.Connection = memory.store.conn  # type: ignore[attr-defined]
+    ran: list[str] = []
+    raw.set_trace_callback(ran.append)
+    index.refresh()
+    raw.set_trace_callback(None)
+    reads = [sql for sql in ran if re.search(r"\bfacts\b|\bdreamd_fact_sources\b", sql)]
+    assert reads, ran
+    walks = [(sql, step) for sql in reads
+             for step in (row[3] for row in raw.execute(f"EXPLAIN QUERY PLAN {sql}"))
+             if re.search(r"\bSCAN\b|dreamd_facts_user\b|fact_id<", step)]
+    assert walks == []
+    with memory.store.write() as conn:
+        add_turn(conn, "s3", "ana", "I started learning the cello.",
+                 (T0 + timedelta(days=3)).isoformat())
+    run_pass(memory.store, memory.config, memory.embedder,
+             RecordingCompleter(memory.store), trigger="test", force=True)
+    index.refresh()
+    assert len(index.turns) > held
+    memory.close()
+
+
 def test_a_date_in_the_question_lifts_what_was_said_then(tmp_path: Path) -> None:
     """The same words said on two days: the question's date picks the day ("on 7 July,
     2023", "in June"), and so does a turn that names a day within it."""

@@ -63,6 +63,7 @@ class FactIndex:
 
     def _reset(self, epoch: str | None) -> None:
         self.epoch, self.last_id, self.last_turn = epoch, 0, 0
+        self.in_order = True  # fact_of is every row in order: the product needs no gather
         self.waiting: list[int] = []  # facts read before their vector was stored
         self.matrix = np.zeros((0, 0), dtype=np.float32)
         self.row_of: dict[int, int] = {}  # fact id -> its row
@@ -106,6 +107,8 @@ class FactIndex:
             order = np.argsort(self.turns, kind="stable")
             self.turns, self.fact_of = self.turns[order], self.fact_of[order]
             self.last_turn = max(self.last_turn, int(self.turns[-1]))
+            self.in_order = len(self.fact_of) == len(self.matrix) and bool(
+                np.all(self.fact_of == np.arange(len(self.matrix))))
         if new:
             self.last_id = new[-1].id
 
@@ -115,4 +118,5 @@ class FactIndex:
         self.refresh()
         if not len(self.turns):
             return self.turns, np.zeros(0, dtype=np.float32)
-        return self.turns, (self.matrix @ query.astype(np.float32))[self.fact_of]
+        cosines = self.matrix @ query.astype(np.float32)
+        return self.turns, cosines if self.in_order else cosines[self.fact_of]

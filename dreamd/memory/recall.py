@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dreamd.memory.evidence import FactIndex, GistIndex
+from dreamd.memory.rows import FactRows, Links, SessionRuns
 from dreamd.models import Turn
 from dreamd.store.interface import Store
 from dreamd.store.state import get_state
@@ -124,10 +125,10 @@ class VectorIndex:
         self.context_norm = np.zeros(0, dtype=np.float32)
         self.days = np.zeros(0, dtype="datetime64[D]")  # the day each row was said
         self._last_of: dict[int, int] = {}  # session code -> its newest row
-        self._by_session: tuple[np.ndarray | None, np.ndarray, np.ndarray] | None = None
+        self._by_session: SessionRuns | None = None
         self._weights: tuple[np.ndarray, np.ndarray] | None = None
-        self._fact_rows: tuple[np.ndarray, np.ndarray,
-                               tuple[np.ndarray, np.ndarray, np.ndarray]] | None = None
+        self._links: Links | None = None  # the rows whose neighbours are not beside them
+        self._fact_rows: tuple[np.ndarray, np.ndarray, FactRows] | None = None
         self._extra: list[tuple[int, bytes, str, str, str]] = []
 
     def _read(self, after: int, upto: int | None) -> list[tuple[int, bytes, str, str, str]]:
@@ -185,7 +186,7 @@ class VectorIndex:
             [self.context_norm, np.ones(len(rows), dtype=np.float32)])
         rows_touched = np.fromiter(sorted(touched), dtype=np.int64, count=len(touched))
         self.context_norm[rows_touched] = self._norms(rows_touched)
-        self._by_session = self._weights = None
+        self._by_session = self._weights = self._links = None
 
     def _norms(self, rows: np.ndarray) -> np.ndarray:
         total = self.matrix[rows].copy()
@@ -202,21 +203,24 @@ class VectorIndex:
         share of the best cosine of a fact the turn gave (`facts`: turn ids, cosines; in
         turn order, for speed; the same turn ids again are matched to rows once).
 
-        Each step writes into the arrays the one before made, so a query over the
-        matrix costs its product and a few passes, not a new array at every step."""
+        The product over the matrix is most of a query's cost: each step after it is a
+        pass or two over one score a row, laid out once per refresh (the rows beside a
+        row, a session's run of rows, the rows facts speak of), never a gather through
+        every row's links where a shift does."""
         query = query.astype(np.float32)
         n = len(self.base_ids)
-        padded = np.empty(n + 1, dtype=np.float32)  # index -1 reads the 0 at the end
-        own = padded[:n]
+        # 0, the rows' own scores, 0: a row's neighbours are mostly a shift away
+        around = np.empty(n + 2, dtype=np.float32)
+        around[0] = around[n + 1] = 0
+        own = around[1:n + 1]
         if n:
             np.matmul(self.matrix, query, out=own)
-        padded[n] = 0
         # own + CONTEXT_WEIGHT * (own + the rows before and after) / their norm
         self_weight, context_weight = self.context_weights()
-        score = np.take(padded, self.prev)
-        score += np.take(padded, self.next)
+        score = self.neighbours(around)
         score *= context_weight
-        score += own * self_weight
+        own *= self_weight  # (read no more)
+        score += own
         if n:
             best = self.session_best(score)
             for session, cosine in (gists or {}).items():
@@ -224,13 +228,9 @@ class VectorIndex:
                 if code is not None:
                     best[code] = max(best[code], GIST_WEIGHT * cosine)
             best *= SESSION_WEIGHT
-            score += np.take(best, self.codes)
+            score += self.session_runs().each_row(best, self.codes)
             if facts is not None and len(facts[0]):
-                rows, picked, starts = self.fact_rows(facts[0])
-                if len(rows):
-                    shares = np.maximum.reduceat(facts[1][picked], starts)
-                    np.maximum(shares, 0, out=shares)  # a fact never counts against
-                    score[rows] += FACT_WEIGHT * shares
+                self.fact_rows(facts[0]).add(score, facts[1], FACT_WEIGHT)
         if self._extra:
             block = np.frombuffer(b"".join(r[1] for r in self._extra), dtype=np.float32)
             score = np.concatenate([score, 2 * (block.reshape(len(self._extra), -1) @ query)])
@@ -244,41 +244,27 @@ class VectorIndex:
             self._weights = (1 + context, context)
         return self._weights
 
-    def fact_rows(self, turns: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """For facts' turn ids (sorted): the rows of those turns the matrix holds (each
-        once, ascending), which of the ids they are, and where each row's run of them
-        starts. Kept for the same array of ids (a user's facts change by a new one)."""
-        kept = self._fact_rows
-        if kept is not None and kept[0] is turns and kept[1] is self.base_ids:
-            return kept[2]
-        rows = np.searchsorted(self.base_ids, turns)
-        found = rows < len(self.base_ids)
-        found[found] = self.base_ids[rows[found]] == turns[found]
-        picked = np.flatnonzero(found)
-        rows = rows[picked]
-        if len(rows) and np.any(rows[1:] < rows[:-1]):  # not in turn order after all
-            order = np.argsort(rows, kind="stable")
-            picked, rows = picked[order], rows[order]
-        starts = np.flatnonzero(np.r_[True, np.diff(rows) != 0]) if len(rows) else \
-            np.zeros(0, dtype=np.int64)
-        mapped = (rows[starts], picked, starts)
-        self._fact_rows = (turns, self.base_ids, mapped)
-        return mapped
+    def neighbours(self, around: np.ndarray) -> np.ndarray:
+        if self._links is None:
+            self._links = Links.of(self.prev, self.next)
+        return self._links.sums(around)
+
+    def session_runs(self) -> SessionRuns:
+        if self._by_session is None:
+            self._by_session = SessionRuns.of(self.codes)
+        return self._by_session
 
     def session_best(self, score: np.ndarray) -> np.ndarray:
         """The best score in each session (by session code)."""
-        if self._by_session is None:
-            # Rows already grouped by session (one conversation at a time) need no order.
-            grouped = bool(np.all(self.codes[1:] >= self.codes[:-1]))
-            order = None if grouped else np.argsort(self.codes, kind="stable")
-            codes = self.codes if order is None else self.codes[order]
-            starts = np.flatnonzero(np.r_[True, np.diff(codes) != 0])
-            self._by_session = (order, starts, codes[starts])
-        order, starts, first_codes = self._by_session
-        best = np.full(len(self.sessions), -np.inf, dtype=np.float32)
-        best[first_codes] = np.maximum.reduceat(score if order is None else score[order],
-                                                starts)
-        return best
+        return self.session_runs().best(score, len(self.sessions))
+
+    def fact_rows(self, turns: np.ndarray) -> FactRows:
+        """Where facts' turn ids (sorted) meet the matrix, kept for the same array of ids
+        (a user's facts change by a new one)."""
+        kept = self._fact_rows
+        if kept is None or kept[0] is not turns or kept[1] is not self.base_ids:
+            kept = self._fact_rows = (turns, self.base_ids, FactRows.of(self.base_ids, turns))
+        return kept[2]
 
     @property
     def ids(self) -> np.ndarray:

@@ -85,9 +85,12 @@ def sources_added(conn: Conn, user_id: str, upto_fact: int, after_turn: int
                   ) -> list[tuple[int, int]]:
     """(fact id, turn id) of sources turns after `after_turn` gave to a user's facts up to
     `upto_fact`: a known fact said again (from the sources' turn index)."""
+    # The few sources past the turn first, by their turn index, then their facts: CROSS
+    # JOIN fixes the order, and `+` keeps SQLite from reading `f.id <= ?` as a bound on
+    # the sources' fact ids (the planner, left alone, walks every fact the user has).
     return [(int(f), int(t)) for f, t in conn.execute(
-        "SELECT s.fact_id, s.exchange_id FROM dreamd_fact_sources s JOIN facts f ON "
-        "f.id = s.fact_id WHERE s.exchange_id > ? AND f.id <= ? AND f.user_id = ?",
+        "SELECT s.fact_id, s.exchange_id FROM dreamd_fact_sources s CROSS JOIN facts f "
+        "WHERE s.exchange_id > ? AND f.id = s.fact_id AND +f.id <= ? AND f.user_id = ?",
         (after_turn, upto_fact, user_id))]
 
 

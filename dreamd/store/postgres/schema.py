@@ -18,7 +18,7 @@ from dreamd.store.postgres.store import CHANNEL, PgConn, PgStore, quoted_name
 # The tables below stand for migrations 1 to BASE of the SQLite file; UPGRADES take a
 # schema on from there to VERSION (a new one, and one an older dreamd set up).
 BASE = 10
-VERSION = 15
+VERSION = 16
 
 CORE_TABLES = """
 CREATE TABLE IF NOT EXISTS exchanges (
@@ -215,6 +215,10 @@ DROP TRIGGER IF EXISTS dreamd_user_sessions_moved ON dreamd_sessions;
 CREATE TRIGGER dreamd_user_sessions_moved AFTER UPDATE OF user_id ON dreamd_sessions
     FOR EACH ROW WHEN (OLD.user_id IS DISTINCT FROM NEW.user_id)
     EXECUTE FUNCTION dreamd_count_user_sessions()
+""",
+    # A user's facts by id (see migration 16 of the SQLite file): recall's look at new ones.
+    16: """
+CREATE INDEX IF NOT EXISTS dreamd_facts_user_id ON facts(user_id, id)
 """,
 }
 

@@ -430,6 +430,16 @@ def _user_sessions(conn: Conn) -> None:
         conn.execute(statement)
 
 
+# Recall reads a user's facts past the last one it holds at every query: with the
+# facts by user and id, that is a seek, where the index above walked every fact the user
+# has (12 ms at 66,666 facts).
+FACTS_BY_ID = "CREATE INDEX IF NOT EXISTS dreamd_facts_user_id ON facts(user_id, id)"
+
+
+def _facts_by_id(conn: Conn) -> None:
+    conn.execute(FACTS_BY_ID)
+
+
 MIGRATIONS = (
     Migration(1, "core tables (prior-art layout)", _core),
     Migration(2, "dreamd bookkeeping, tally, vectors, runs", _dreamd_base),
@@ -447,6 +457,7 @@ MIGRATIONS = (
     Migration(13, "a person's word on facts: corrections, versions, pins; the diary", _word),
     Migration(14, "sensing's count of unread turns from its index alone", _unread_covered),
     Migration(15, "each user's count of sessions, kept as the tally changes", _user_sessions),
+    Migration(16, "a user's facts by id, for recall's look at new ones", _facts_by_id),
 )
 
 
