@@ -167,6 +167,21 @@ def test_rewritten_sentences_keep_their_verbs_in_agreement(said: str, told: str)
 
 
 @pytest.mark.parametrize(("said", "told"), [
+    ("Still working on my biz.", "Mia is still working on Mia's biz."),
+    ("Working late again tonight at the depot.", "Mia is working late again tonight"),
+    ("Still following my passion for dance.", "Mia is still following Mia's passion"),
+])
+def test_what_the_speaker_is_doing_without_its_subject_is_the_speakers(said: str,
+                                                                      told: str) -> None:
+    """"Still working on my biz" is the speaker's own doing (it was a line without a
+    subject in the eras); "Seeing my kids happy was the best" has its subject."""
+    [fact] = extract("Mia", said, SAID, "Leo")
+    assert fact.statement.startswith(told), fact.statement
+    [fact] = extract("Mia", "Seeing my kids happy was the best!", SAID, "Leo")
+    assert fact.statement == "Seeing Mia's kids happy was the best!"
+
+
+@pytest.mark.parametrize(("said", "told"), [
     ("Gonna repaint my kitchen this weekend.", "Mia is going to repaint Mia's kitchen"),
     ("Going to visit my aunt in Cork next month.", "Mia is going to visit Mia's aunt in Cork"),
 ])

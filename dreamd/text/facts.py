@@ -273,6 +273,33 @@ def _inverted(words: list[str]) -> bool:
     return (words[1] if words[1] == "I" else words[1].lower()) in _PERSONAL
 
 
+# Adverbs that stand before what someone is doing: "Still working on it".
+_BEFORE_DOING = frozenset("still just also really finally currently already always".split())
+_DETERMINERS = frozenset("the a an my your his her its our their this that these those some "
+                         "any every each no".split())
+# Verbs that tell a sentence's time: it has a subject of its own somewhere.
+_TELLING = frozenset("is are am was were has have had do does did".split())
+
+
+def _doing(words: list[str]) -> bool:
+    """Whether a sentence opens (past an adverb or two) with what someone is doing, a
+    verb's -ing form before a function word or an adverb ("working on", "following
+    my", "working late"; not "evening runs", where a noun follows), and no verb tells
+    its time."""
+    i = 0
+    while i < len(words) and (words[i].lower() in _BEFORE_DOING or speech.adverb(words[i])):
+        i += 1
+    if i + 1 >= len(words):
+        return False
+    first, after = words[i].lower(), words[i + 1]
+    rest = words[i + 1:]
+    # A verb's -s form after "the", "my"... is a plural noun ("the results").
+    telling = [w.lower() in _TELLING or (speech.finite(w) and not (
+        j and rest[j - 1].lower() in _DETERMINERS)) for j, w in enumerate(rest)]
+    return first.endswith("ing") and "VERB" in speech.senses(first) \
+        and (after.lower() in STOPWORDS or speech.adverb(after)) and not any(telling)
+
+
 def _told(sentence: str, speaker: str, addressee: str | None, said: date | None,
           before: str = "", known: tuple[str, ...] = ()) -> str:
     """A sentence told about its speaker: in the third person where that reads right, the
@@ -302,6 +329,10 @@ def _told(sentence: str, speaker: str, addressee: str | None, said: date | None,
         rest = text[len(words[0]):].lstrip()
         rest = rest[len("to "):] if words[0] == "Going" else rest
         text = f"I'm going to {rest}"
+    elif own and _doing(words):
+        # "Still working on my biz": what the speaker is doing (no verb of its own tells
+        # it); not "Seeing my kids happy was the best", nor "Evening runs by the river".
+        text = f"I'm {text[:1].lower()}{text[1:]}"
     elif own and len(words) > 1 and speech.base_verb(words[0]) \
             and not speech.describing(words[0]) and not speech.subject_next(words[1]) \
             and re.search(r"\b[Mm]y\b", text):
