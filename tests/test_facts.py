@@ -103,8 +103,8 @@ def test_an_era_leaves_out_lines_that_point_back_at_their_conversation() -> None
              Fact(3, "u", "Sam", None, "Sam asked each of them to write one page.", None, said),
              Fact(4, "u", "Sam", "half marathon", "Sam ran it in 1 hour 57 minutes.", None, said),
              Fact(5, "u", "Sam", None, "He ate Sam's sandcastle bucket.", None, said),
-             Fact(6, "u", "Sam", None, "It's a bit more than now, but less than Sam's "
-                  "landlord wants.", None, said)]
+             Fact(6, "u", "Sam", None, "It's cheaper than the old one and closer to the "
+                  "station, Sam says.", None, said)]
     assert era_from(facts, "2026-08", 10).splitlines() == [  # a thing held at a time first
         "- 3 Aug: Sam ran it in 1 hour 57 minutes.",
         "- 3 Aug: Our main database went down during a release and Sam was the one on call."]

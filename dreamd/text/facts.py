@@ -63,11 +63,6 @@ _JOINED = re.compile(r"^(?:and|so|plus|but|also|anyway|besides)\b,?\s+(?=[\w'’
                      re.IGNORECASE)
 
 
-# English's modal verbs: one that ends a sentence of one clause leaves its verb to the
-# talk ("I will."; not "in May.", nor "I vote, my grandmother marched so I could.").
-_MODALS = frozenset("will would can could should shall might must may".split())
-
-
 def bare(sentence: str, known: tuple[str, ...] = ()) -> str:
     """A sentence without what opens it as a call or a reaction ("Oh, Priya, I sold the
     car" -> "I sold the car"): openings of one or two words that hold no number, no date,
@@ -111,8 +106,10 @@ def proposed(bare: str) -> bool:
     if words[0].lower() in speech.INTERJECTIONS and all(
             w[:1].isupper() or w.lower() in STOPWORDS for w in words[1:]):
         return False  # "Hi Auntie Margaret!": a call and the names it calls
-    if words[-1] in _MODALS and "," not in bare:
-        return False  # "Maybe I should.", "I wish I could.": a verb the talk fills in
+    if words[-1] in speech.MODALS and "," not in bare:
+        # "Maybe I should.": a modal ending a one-clause sentence leaves its verb to the
+        # talk (not "in May.", nor "I quit sugar, my doctor said I should.").
+        return False
     return any(w.lower() not in STOPWORDS and w.lower() not in _CONTRACTION_TAILS
                for w in words)
 
@@ -273,10 +270,6 @@ def _inverted(words: list[str]) -> bool:
     return (words[1] if words[1] == "I" else words[1].lower()) in _PERSONAL
 
 
-# Adverbs that stand before what someone is doing: "Still working on it".
-_BEFORE_DOING = frozenset("still just also really finally currently already always".split())
-_DETERMINERS = frozenset("the a an my your his her its our their this that these those some "
-                         "any every each no".split())
 # Verbs that tell a sentence's time: it has a subject of its own somewhere.
 _TELLING = frozenset("is are am was were has have had do does did".split())
 
@@ -287,7 +280,8 @@ def _doing(words: list[str]) -> bool:
     my", "working late"; not "evening runs", where a noun follows), and no verb tells
     its time."""
     i = 0
-    while i < len(words) and (words[i].lower() in _BEFORE_DOING or speech.adverb(words[i])):
+    while i < len(words) and (words[i].lower() in speech.ADVERBS_BEFORE_A_VERB
+                              or speech.adverb(words[i])):  # "Still working on it"
         i += 1
     if i + 1 >= len(words):
         return False
@@ -295,7 +289,7 @@ def _doing(words: list[str]) -> bool:
     rest = words[i + 1:]
     # A verb's -s form after "the", "my"... is a plural noun ("the results").
     telling = [w.lower() in _TELLING or (speech.finite(w) and not (
-        j and rest[j - 1].lower() in _DETERMINERS)) for j, w in enumerate(rest)]
+        j and rest[j - 1].lower() in speech.DETERMINERS)) for j, w in enumerate(rest)]
     return first.endswith("ing") and "VERB" in speech.senses(first) \
         and (after.lower() in STOPWORDS or speech.adverb(after)) and not any(telling)
 
@@ -331,7 +325,7 @@ def _told(sentence: str, speaker: str, addressee: str | None, said: date | None,
         text = f"I'm going to {rest}"
     elif own and _doing(words):
         # "Still working on my biz": what the speaker is doing (no verb of its own tells
-        # it); not "Seeing my kids happy was the best", nor "Evening runs by the river".
+        # it); not "Seeing the sea again made my week", nor "Evening runs by the river".
         text = f"I'm {text[:1].lower()}{text[1:]}"
     elif own and len(words) > 1 and speech.base_verb(words[0]) \
             and not speech.describing(words[0]) and not speech.subject_next(words[1]) \

@@ -129,7 +129,7 @@ def points_at_the_talk(text: str, subject: str = "") -> bool:
         after = m.group(1)
         if after is None:
             if not re.search(r"\ball (?:of )?$", text[:m.start()], re.IGNORECASE):
-                return True  # "like that."; not "books, toys, all of that."
+                return True  # "loved that."; not "books, toys, all of that."
             continue
         # "those" always points ("those summers"); "that" before a noun and no verb.
         if after not in speech.STOPWORDS and "NOUN" in speech.senses(after) and (
@@ -313,7 +313,7 @@ def when(fact: Fact) -> str:
 
 # Words that point back at something said before ("Sam wrote it", "each of them"), and a
 # line that opens on someone or something it does not name ("He ate Sam's bucket", "It's
-# a bit more than now").
+# cheaper than the old one").
 _POINTS_BACK = re.compile(r"\b(?:it(?!['’])|them|they)\b|^(?:He|She|It)\b", re.IGNORECASE)
 
 

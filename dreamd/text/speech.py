@@ -184,9 +184,14 @@ def past_participle(word: str) -> bool:
     return low not in verbs and any(low in (inflection(v, "VBN") or ()) for v in verbs)
 
 
-# Words after a subject that read the same after "I" and after "she".
-_SAME_AFTER_ANYONE = frozenset("will would can could should might must may shall just also "
-                               "still never always".split())
+# English's modal verbs, and the adverbs a verb follows ("I still go" -> "Sam still
+# goes"): words after a subject that read the same after "I" and after "she".
+MODALS = frozenset("will would can could should shall might must may".split())
+ADVERBS_BEFORE_A_VERB = frozenset("just also still never always".split())
+_SAME_AFTER_ANYONE = MODALS | ADVERBS_BEFORE_A_VERB
+# What opens a noun phrase: "the", "my", "those", "every".
+DETERMINERS = frozenset("the a an my your his her its our their this that these those some "
+                        "any every each no".split())
 # Words after a noun that make it a subject ("Rent has gone up"), not an order's object.
 _SUBJECT_NEXT = frozenset("is was has had are were will can 's and or".split())
 _I_SUBJECT = re.compile(r"\b(?:I|I['’](?:m|ve|ll|d))\b")
@@ -278,8 +283,6 @@ def third_verb(verb: str) -> str | None:
 _NEXT_WORD = re.compile(r" ([A-Za-z]+(?:['’]t)?)(?![\w'’])")
 
 
-# Of those, the adverbs: the verb after them agrees ("I still go" -> "Sam still goes").
-_ADVERBS_BEFORE_A_VERB = frozenset("just also still never always".split())
 # Verbs whose object is followed by a bare verb: "let you know", "made you laugh".
 _BARE_AFTER = re.compile(r"\b(?:let|lets|make|makes|made|help|helps|helped|watch|watched|"
                          r"see|saw|hear|heard)\s+$", re.IGNORECASE)
@@ -297,10 +300,10 @@ def finite(word: str) -> bool:
 
 def _adverb_here(word: str, following: str) -> bool:
     """Whether a word after a subject is an adverb before its verb: one English knows only
-    as an adverb ("really"), one of _ADVERBS_BEFORE_A_VERB, or one it knows as an adverb
+    as an adverb ("really"), one of ADVERBS_BEFORE_A_VERB, or one it knows as an adverb
     too when a verb's past or -s form follows ("even got")."""
     low = word.lower()
-    if (adverb(word) and low not in _verb_lemmas(low)) or low in _ADVERBS_BEFORE_A_VERB:
+    if (adverb(word) and low not in _verb_lemmas(low)) or low in ADVERBS_BEFORE_A_VERB:
         return True
     return "ADV" in _senses(low) and bool(following) and finite(following)
 
@@ -405,8 +408,8 @@ _REFLEXIVE = re.compile(r"\b(?:[Mm]yself|[Yy]ourself)\b")
 # with nothing between to make it an infinitive ("to", a modal) and a word after it that
 # follows a verb, not a noun ("and love theme").
 _AND_VERB = re.compile(r"\bI ([a-z]+)([^,.;:!?\"“”]*?) and ([a-z]+) (\w+)")
-_AFTER_A_VERB = frozenset("the a an my his her their our your its it them him me us what "
-                          "where how when why who some every all this that these those".split())
+_AFTER_A_VERB = DETERMINERS | frozenset("it them him me us what where how when why who all"
+                                        .split())
 _NOT_BETWEEN = re.compile(r"\b(?:to|I|and|or|but|that|which|who|when|because|if|so)\b")
 
 
