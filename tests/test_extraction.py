@@ -263,6 +263,19 @@ def test_a_call_or_a_sentence_that_leaves_its_verb_to_the_talk_is_no_fact(said: 
                    SAID, "Margaret")
 
 
+@pytest.mark.parametrize("said", [
+    "I have news.",  # news announced, not told: what it is comes in the next sentence
+    "Also, I've got some news too!",
+    "We have big news as well.",
+    "I've got exciting news to share!",
+])
+def test_news_announced_but_not_told_is_no_fact(said: str) -> None:
+    assert extract("Ayo", said, SAID, "Lin") == []
+    # News told in the same sentence is the speaker's.
+    assert extract("Ayo", "I have news: I got the job at the observatory!", SAID, "Lin")
+    assert extract("Ayo", "I have news about the flat, we got it.", SAID, "Lin")
+
+
 def test_a_word_after_the_or_a_is_no_name() -> None:
     """"the Japanese boy", "an Irish studio": a word that describes what follows it, not
     a person a later "her" may be taken for (it was "Mia sends Japanese some sweets")."""

@@ -714,3 +714,37 @@ def test_chit_chat_is_passed_over_at_a_glance_without_a_model_run(tmp_path: Path
     assert any("Ana moved to Porto" in s for s in kept) and \
         any("night shifts" in s for s in kept), kept
     assert all(embedded.count(s) == 1 for s in kept), kept
+
+
+@pytest.mark.parametrize("quote", ["She's decided the puppy is her grandson.",
+                                   "He's been on nights since March.",
+                                   "They're moving to Cork in June.",
+                                   "It's a lot cheaper than Zurich."])
+def test_a_quote_opening_on_a_pronoun_of_the_talk_is_no_profile_line(quote: str) -> None:
+    """A pronoun and its verb run together ("She's") are no name: in the speaker's own words
+    it stands for someone the talk named, so the quote does not read on its own."""
+    from dreamd.text.from_facts import stands_alone
+    from dreamd.text.speech import opens_with_name
+
+    assert not opens_with_name(quote)
+    assert not stands_alone(Fact(1, "u", "Noor", None, f'Noor: "{quote}"', None, SAID))
+    named = 'Noor: "Kofi\'s been on nights since March."'  # a name's "'s" is still a name
+    assert stands_alone(Fact(2, "u", "Noor", None, named, None, SAID))
+
+
+@pytest.mark.parametrize(("line", "leans"), [
+    ("Mia started when Mia was nine and loves it.", True),  # started what?
+    ("Mia started in May.", True),
+    ("Omar is going to keep going and never quit.", True),
+    ("Omar joined last year, Omar says.", True),
+    ("Mia started a choir in May.", False),
+    ("Omar quit smoking in 2019.", False),
+    ("Mia joined the band last year.", False),
+    ("Mia began to paint after Mia retired.", False),
+    ("Omar finished his thesis in March.", False),
+])
+def test_a_start_or_a_stop_whose_object_the_talk_gave_leans_on_it(line: str,
+                                                                   leans: bool) -> None:
+    from dreamd.text.from_facts import points_at_the_talk
+
+    assert points_at_the_talk(line, line.split()[0]) is leans

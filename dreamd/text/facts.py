@@ -48,6 +48,12 @@ _SMALL_TALK = re.compile(r"\b(?:by the way|how are you|see you|good night|take c
                          r"talk (?:to you )?(?:soon|later))\b", re.IGNORECASE)
 
 
+# News announced and not told: what it is comes in a sentence of its own ("I have news.",
+# "Also, we've got big news too!").
+_NEWS_UNTOLD = re.compile(
+    r"^(?:\w+,\s+)?(?:I|we)(?:['’]ve|\s+have)?(?:\s+got|\s+have|\s+had)?\s+"
+    r"(?:some\s+)?(?:\w+\s+)?news(?:\s+(?:too|also|as well|to share|to tell you|for you))?"
+    r"\s*[.!]*$", re.IGNORECASE)
 # A sentence that hands something over: "Here's a photo from the hike", "Here are ...".
 _HANDED = re.compile(r"^(?:here(?:['’]s| is| are| it is)|there you go)\b", re.IGNORECASE)
 # A sentence about someone else: a name or a third person as its subject ("Grandpa broke his
@@ -101,7 +107,7 @@ def proposed(bare: str) -> bool:
     if len(words) < 3 or len(bare) > MAX_CHARS or bare.rstrip().endswith("?"):
         return False
     if speech.said_to_the_other(bare) or speech.ordered(bare) or _SMALL_TALK.search(bare) \
-            or _HANDED.match(bare):
+            or _HANDED.match(bare) or _NEWS_UNTOLD.match(bare):
         return False
     if words[0].lower() in speech.INTERJECTIONS and all(
             w[:1].isupper() or w.lower() in STOPWORDS for w in words[1:]):

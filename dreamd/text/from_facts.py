@@ -112,13 +112,32 @@ _THAT = re.compile(r"\b(?:that|those)\b(?:\s+([a-z][\w'’-]*)|(?=\s*[.,;:!?)]|\
 _SOMEONE = re.compile(r"\b(?:him|her)\b(?:\s+([a-z][\w'’-]*))?")
 _NAMED_BEFORE = re.compile(r"['’]s\s+[\w-]+|\b([A-Za-z][\w-]*)")
 
+# A verb of starting or stopping whose object the talk gave ("Mia started when she was
+# nine", "never quit."): started what? Followed by no word, a comma, a word that opens a
+# clause, or a when ("last year", "in May"), not by its object ("quit smoking").
+_STARTED = re.compile(r"\b(?:start(?:s|ed)?|beg[ai]n|begins|begun|stop(?:s|ped)?|quits?|"
+                      r"finish(?:es|ed)?|join(?:s|ed)?)\b(?!['’])\s*([,.;!?]|$)?\s*(\w*)\s*(\w*)",
+                      re.IGNORECASE)
+_THEN = frozenset("""when because after before since and but so as while until again
+    already recently today yesterday tonight last this next""".split())
+
+
+def _object_left_to_the_talk(text: str) -> bool:
+    for m in _STARTED.finditer(text):
+        stop, word, after = m.group(1), m.group(2).lower(), m.group(3).lower()
+        if stop is not None or word in _THEN or (word in ("in", "on") and (
+                after in CALENDAR or after[:1].isdigit())):
+            return True
+    return False
+
 
 def points_at_the_talk(text: str, subject: str = "") -> bool:
     """Whether a line leans on what was shown or said around it: a "this" or "these"
     that stands for a thing ("painted this after the march", "these are mine"), not before
     the thing it names ("made this bowl", "these kids", "this year", "these 3 dogs"); a
     "that" or "those" pointing back at one ("loved that pie"); a "him" or "her" for whom
-    nothing before it in the line (a name other than `subject`'s, a noun) stands."""
+    nothing before it in the line (a name other than `subject`'s, a noun) stands; a
+    verb of starting or stopping whose object the talk gave ("started when she was nine")."""
     for m in _DEMONSTRATIVE.finditer(text):
         after = (m.group(1) or "").lower()
         if not (after and after not in speech.STOPWORDS
@@ -135,6 +154,8 @@ def points_at_the_talk(text: str, subject: str = "") -> bool:
         if after not in speech.STOPWORDS and "NOUN" in speech.senses(after) and (
                 m.group().lower().startswith("those") or not speech.finite(after)):
             return True
+    if _object_left_to_the_talk(text):
+        return True
     return any(not _stands_for(text[:m.start()], subject) for m in _SOMEONE.finditer(text)
                if not _owned_by(m))
 

@@ -237,6 +237,8 @@ def opens_with_name(sentence: str, known: tuple[str, ...] = ()) -> bool:
     first = words[0].lower()
     if words[0] in known:
         return True
+    if re.sub(r"['’](?:s|re|ve|ll|d|m)$", "", first) in STOPWORDS:
+        return False  # "She's", "He'll": a pronoun and its verb, not a name and its "'s"
     if first in STOPWORDS or first in CALENDAR or first in INTERJECTIONS or _senses(first):
         return False  # a word English knows ("Lights out", "Crumbs everywhere")
     rest = sentence[len(words[0]):]
