@@ -254,6 +254,8 @@ def test_a_sentence_without_its_subject_goes_on_about_the_last_one_named() -> No
     "Hello Dr Okafor and Professor Lind!",
     "Maybe I should.",  # a verb left for the talk to fill in: "should" what?
     "I wish I could.",
+    "I'd love to.",  # and "to" with its verb left to the talk
+    "I really want to!",
 ])
 def test_a_call_or_a_sentence_that_leaves_its_verb_to_the_talk_is_no_fact(said: str) -> None:
     assert extract("Colm", said, SAID, "Margaret") == []

@@ -742,6 +742,8 @@ def test_a_quote_opening_on_a_pronoun_of_the_talk_is_no_profile_line(quote: str)
     ("Mia joined the band last year.", False),
     ("Mia began to paint after Mia retired.", False),
     ("Omar finished his thesis in March.", False),
+    ("Colm could visit in August after fieldwork finishes.", False),  # a thing stops
+    ("Mia says the course starts in May.", False),
 ])
 def test_a_start_or_a_stop_whose_object_the_talk_gave_leans_on_it(line: str,
                                                                    leans: bool) -> None:

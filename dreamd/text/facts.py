@@ -101,7 +101,7 @@ def proposed(bare: str) -> bool:
     """Whether a sentence (its opening call left out) may tell something about someone:
     a statement of three words or more, one of them not a function word, that is not a
     question, not said about the one spoken to, not an order, a wish or a greeting, and
-    does not end on a modal whose verb the talk supplies ("I wish I could").
+    does not end on a modal or a "to" whose verb the talk supplies ("I wish I could").
     Which of these are worth keeping is the selector's to say (dreamd.dream.selector)."""
     words = _WORD.findall(bare)
     if len(words) < 3 or len(bare) > MAX_CHARS or bare.rstrip().endswith("?"):
@@ -112,9 +112,10 @@ def proposed(bare: str) -> bool:
     if words[0].lower() in speech.INTERJECTIONS and all(
             w[:1].isupper() or w.lower() in STOPWORDS for w in words[1:]):
         return False  # "Hi Auntie Margaret!": a call and the names it calls
-    if words[-1] in speech.MODALS and "," not in bare:
-        # "Maybe I should.": a modal ending a one-clause sentence leaves its verb to the
-        # talk (not "in May.", nor "I quit sugar, my doctor said I should.").
+    if (words[-1] in speech.MODALS or words[-1].lower() == "to") and "," not in bare:
+        # "Maybe I should.", "I'd love to.": a modal or a "to" ending a one-clause sentence
+        # leaves its verb to the talk (not "in May.", nor "I quit sugar, my doctor said I
+        # should.").
         return False
     return any(w.lower() not in STOPWORDS and w.lower() not in _CONTRACTION_TAILS
                for w in words)

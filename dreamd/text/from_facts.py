@@ -122,8 +122,17 @@ _THEN = frozenset("""when because after before since and but so as while until a
     already recently today yesterday tonight last this next""".split())
 
 
-def _object_left_to_the_talk(text: str) -> bool:
+_WORD = re.compile(r"[\w'’]+")
+_PERSON_BEFORE = frozenset("i he she they we and to did didn't has have had".split()) \
+    | speech.MODALS
+
+
+def _object_left_to_the_talk(text: str, subject: str) -> bool:
     for m in _STARTED.finditer(text):
+        before = [w for w in _WORD.findall(text[:m.start()])
+                  if w.lower() not in speech.ADVERBS_BEFORE_A_VERB]
+        if not before or (before[-1] != subject and before[-1].lower() not in _PERSON_BEFORE):
+            continue  # a thing starts or stops ("after fieldwork finishes")
         stop, word, after = m.group(1), m.group(2).lower(), m.group(3).lower()
         if stop is not None or word in _THEN or (word in ("in", "on") and (
                 after in CALENDAR or after[:1].isdigit())):
@@ -154,7 +163,7 @@ def points_at_the_talk(text: str, subject: str = "") -> bool:
         if after not in speech.STOPWORDS and "NOUN" in speech.senses(after) and (
                 m.group().lower().startswith("those") or not speech.finite(after)):
             return True
-    if _object_left_to_the_talk(text):
+    if _object_left_to_the_talk(text, subject):
         return True
     return any(not _stands_for(text[:m.start()], subject) for m in _SOMEONE.finditer(text)
                if not _owned_by(m))
