@@ -85,7 +85,8 @@ def agreement_breaks(text: str) -> list[str]:
         for m in _NAME_THEN_TWO.finditer(plain):
             stem = m.group(2) if m.group(3) == "s" else m.group(2) + "e"
             senses = _senses(stem) or _senses(m.group(2))
-            if not _senses(m.group(1)) and "ADV" in senses \
+            whole = _senses(m.group(2) + m.group(3))  # "sometimes" is an adverb itself
+            if not _senses(m.group(1)) and "ADV" in senses and "ADV" not in whole \
                     and _finite_verb(m.group(4)):
                 found.append(m.group())  # "Jake evens got"
         start = _OPENING_NAME.match(plain)

@@ -196,6 +196,15 @@ def test_a_plan_without_its_subject_is_the_speakers(said: str, told: str) -> Non
         "Mia", "Gonna be a long week at the depot.", SAID, "Leo"))
 
 
+def test_whose_been_a_something_is_is_not_said() -> None:
+    """"Been a long week, but ..." may be "it" or "I": no one is made a long week."""
+    told = extract("Mia", "Been a rough year, but I'm proud of how far I've come.", SAID,
+                   "Leo")
+    assert not any(c.statement.startswith("Mia has been a") for c in told), told
+    [fact] = extract("Mia", "Been running longer since we talked.", SAID, "Leo")
+    assert fact.statement.startswith('Mia: "I have been running'), fact.statement
+
+
 @pytest.mark.parametrize(("said", "told"), [
     ("And I adopted a dog from the shelter last week.", "Mia adopted a dog"),
     ("So I signed up for the Porto half marathon.", "Mia signed up for"),

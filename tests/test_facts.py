@@ -737,6 +737,8 @@ def test_a_quote_opening_on_a_pronoun_of_the_talk_is_no_profile_line(quote: str)
     ("Mia started in May.", True),
     ("Omar is going to keep going and never quit.", True),
     ("Omar joined last year, Omar says.", True),
+    ("Omar won't quit, even when it's hard.", True),
+    ("Mia didn't stop when Mia moved.", True),
     ("Mia started a choir in May.", False),
     ("Omar quit smoking in 2019.", False),
     ("Mia joined the band last year.", False),

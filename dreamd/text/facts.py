@@ -319,7 +319,9 @@ def _told(sentence: str, speaker: str, addressee: str | None, said: date | None,
         # "Started at the bakery on Monday": the speaker's own news ("Exhausted and
         # embarrassed", "Scared." describe, and tell none).
         text = f"I {text[:1].lower()}{text[1:]}"
-    elif own and words and words[0] == "Been":  # "Been running longer since we talked"
+    elif own and words[:1] == ["Been"] and words[1:2] not in (["a"], ["an"]):
+        # "Been running longer since we talked"; not "Been a long week", whose subject
+        # may be "it".
         text = f"I have {text[:1].lower()}{text[1:]}"
     elif own and len(words) > 2 and (words[0], words[1]) != ("Gonna", "be") \
             and words[:3] != ["Going", "to", "be"] \

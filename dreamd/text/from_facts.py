@@ -131,7 +131,9 @@ def _object_left_to_the_talk(text: str, subject: str) -> bool:
     for m in _STARTED.finditer(text):
         before = [w for w in _WORD.findall(text[:m.start()])
                   if w.lower() not in speech.ADVERBS_BEFORE_A_VERB]
-        if not before or (before[-1] != subject and before[-1].lower() not in _PERSON_BEFORE):
+        last = re.sub(r"n['’]t$", "", before[-1].lower()) if before else ""
+        if not before or (before[-1] != subject and last not in _PERSON_BEFORE
+                          and last not in ("do", "does", "wo", "ca")):  # won't, can't
             continue  # a thing starts or stops ("after fieldwork finishes")
         stop, word, after = m.group(1), m.group(2).lower(), m.group(3).lower()
         if stop is not None or word in _THEN or (word in ("in", "on") and (
