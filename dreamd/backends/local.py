@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from dreamd.backends import write_gate
-from dreamd.backends.model_cache import build, cache_dir, cache_key, cached_model
+from dreamd.backends.model_cache import build, cache_dir, cache_key, cached_model, remove
 from dreamd.backends.model_files import (
     MODEL_ID,
     MODEL_SHA256,
@@ -200,8 +200,7 @@ class LocalEmbedder:
         try:
             return self._create(ort, threads, kept, optimized=True), kept
         except Exception:  # not a model this runtime reads: build it again
-            with contextlib.suppress(OSError):
-                kept.unlink()
+            remove(kept.parent)
             return None
 
     def _create(self, ort: Any, threads: int, path: Path, optimized: bool = False) -> Any:

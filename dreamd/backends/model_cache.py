@@ -4,11 +4,15 @@ it as it is.
 Creating a session from the shipped int8 model optimizes its graph there and then,
 turning the int8 weights into float ones through copies alive at once: a pass peaked at
 about 275 MB for it. The optimized graph saved once and loaded with optimization off
-peaks at about 200 MB and embeds the same vectors. It may hold optimizations for this
-CPU and this onnxruntime only, so its name carries a key of the runtime's version, the
-model file's digest and what the CPU supports; its own digest is in its name too, so a
-file cut short or changed on disk is never loaded (it is built again). It is built in a
-process of its own, whose peak is given back before the pass loads the result.
+embeds the same vectors. It is kept as a directory of two files: the graph (`model.onnx`,
+54 KB) and its float weights (`weights`, 90 MB), which the runtime maps where it loads
+them instead of reading a copy of them into memory to parse (a load then peaks about
+90 MB lower, and the kernel pages in only what the runs touch: most of the vocabulary's
+vectors never are). It may hold optimizations for this CPU and this onnxruntime only, so
+its name carries a key of the runtime's version, the model file's digest and what the
+CPU supports; the digest of its two files is in its name too, so a copy cut short or
+changed on disk is never loaded (it is built again). It is built in a process of its
+own, whose peak is given back before the pass loads the result.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import ctypes
 import hashlib
 import os
 import platform
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,11 +30,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from dreamd.backends.model_files import MODEL_SHA256, sha256_of
+from dreamd.backends.model_files import MODEL_SHA256
 
 OFF = "off"
 PREFIX = "minilm-int8-"
-BUILDING = ".building-"  # a build's file, until it is renamed into place
+BUILDING = ".building-"  # a build's directory, until it is renamed into place
+GRAPH = "model.onnx"  # a kept copy's graph, in its directory
+WEIGHTS = "weights"  # its weights, named in the graph, mapped by the runtime
 
 
 def cache_dir(setting: str, environ: dict[str, str] | None = None) -> Path | None:
@@ -63,37 +70,57 @@ def cache_key(runtime_version: str) -> str:
     return hashlib.sha256(material.encode()).hexdigest()[:16]
 
 
-def cached_model(directory: Path, key: str) -> Path | None:
-    """The optimized model kept under `key`, if one is there whole: its content must
-    match the digest in its name. A file that does not is removed, and so is what a
-    build that was killed left (`clear_stale`)."""
-    clear_stale(directory)
-    for path in sorted(directory.glob(f"{PREFIX}{key}-*.onnx")):
-        if sha256_of(path)[:16] == path.stem.rsplit("-", 1)[-1]:
-            return path
+def digest_of(kept: Path) -> str:
+    """The digest a kept copy's name carries: of its graph, then its weights."""
+    digest = hashlib.sha256()
+    for path in (kept / GRAPH, kept / WEIGHTS):
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()[:16]
+
+
+def remove(path: Path) -> None:
+    """Remove a kept copy or a build's directory (or a file of either), as far as it can."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
         with contextlib.suppress(OSError):
             path.unlink()
+
+
+def cached_model(directory: Path, key: str) -> Path | None:
+    """The graph of the optimized model kept under `key`, if one is there whole: its
+    files must match the digest in its name. A copy that does not is removed, and so is
+    what a build that was killed left (`clear_stale`)."""
+    clear_stale(directory)
+    for path in sorted(directory.glob(f"{PREFIX}{key}-*")):
+        try:
+            if path.is_dir() and digest_of(path) == path.name.rsplit("-", 1)[-1]:
+                return path / GRAPH
+        except OSError:  # a file of it missing: built again
+            pass
+        remove(path)
     return None
 
 
 def clear_stale(directory: Path, now: float | None = None) -> list[Path]:
-    """Remove the files of builds that can no longer finish, and return them: a build's
-    file is named by the process that builds it (`.building-PID-…`), whose builder dies
-    with it; it is stale once that process is gone, or older than any build may run
+    """Remove what builds that can no longer finish left, and return it: a build's
+    directory is named by the process that builds it (`.building-PID-…`), whose builder
+    dies with it; it is stale once that process is gone, or older than any build may run
     (BUILD_SECONDS: the builder is killed then). Another process's build under way, here
     or in a second daemon, is left alone."""
     moment = time.time() if now is None else now
     removed = []
-    for path in directory.glob(f"{BUILDING}*.onnx"):
+    for path in directory.glob(f"{BUILDING}*"):
         pid = path.name.removeprefix(BUILDING).split("-", 1)[0]
         try:
             old = moment - path.stat().st_mtime > BUILD_SECONDS
         except OSError:  # gone already: its build finished or another process cleared it
             continue
         if old or not (pid.isdigit() and alive(int(pid))):
-            with contextlib.suppress(OSError):
-                path.unlink()
-                removed.append(path)
+            remove(path)
+            removed.append(path)
     return removed
 
 
@@ -109,39 +136,39 @@ def alive(pid: int) -> bool:
 
 
 def build(directory: Path, key: str, source: Path) -> Path | None:
-    """Optimize the shipped model at `source` and keep it under `key`; the kept file, or
-    None where it could not be made (the caller loads the shipped model as before).
+    """Optimize the shipped model at `source` and keep it under `key`; the kept graph,
+    or None where it could not be made (the caller loads the shipped model as before).
 
-    The optimizing load runs in a process of its own: it peaks there (about 275 MB) and
-    gives all of it back when it exits, before this process loads the result. Its output
-    is written to a file of its own and renamed into place whole, so that a reader
-    (another worker) never sees part of one. Kept models of other keys are removed."""
+    The optimizing load runs in a process of its own: it peaks there and gives all of it
+    back when it exits, before this process loads the result. Its output is written to a
+    directory of its own and renamed into place whole, so that a reader (another worker)
+    never sees part of one. Kept models of other keys are removed."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        fd, temp = tempfile.mkstemp(prefix=f"{BUILDING}{os.getpid()}-", suffix=".onnx",
-                                    dir=directory)
-        os.close(fd)
+        temp = Path(tempfile.mkdtemp(prefix=f"{BUILDING}{os.getpid()}-", dir=directory))
     except OSError:
         return None
     try:
-        made = subprocess.run([sys.executable, "-m", __name__, str(source), temp,
+        made = subprocess.run([sys.executable, "-m", __name__, str(source), str(temp),
                                str(os.getpid())],
                               stdin=subprocess.DEVNULL, capture_output=True,
                               timeout=BUILD_SECONDS, check=False)
-        if made.returncode != 0 or os.path.getsize(temp) == 0:
+        if made.returncode != 0 or not (temp / GRAPH).is_file():
             return None
-        kept = directory / f"{PREFIX}{key}-{sha256_of(Path(temp))[:16]}.onnx"
-        os.replace(temp, kept)
+        kept = directory / f"{PREFIX}{key}-{digest_of(temp)}"
+        try:
+            temp.rename(kept)
+        except OSError:  # the same copy, kept by another worker's build meanwhile
+            if not (kept / GRAPH).is_file():
+                return None
     except (OSError, subprocess.SubprocessError):
         return None
     finally:
-        with contextlib.suppress(OSError):
-            os.unlink(temp)
-    for old in directory.glob(f"{PREFIX}*.onnx"):
+        remove(temp)
+    for old in directory.glob(f"{PREFIX}*"):
         if old != kept:
-            with contextlib.suppress(OSError):
-                old.unlink()
-    return kept
+            remove(old)
+    return kept / GRAPH
 
 
 # How long the optimizing load may take (about a second on a small box).
@@ -152,11 +179,17 @@ M_TRIM_THRESHOLD = -1  # mallopt's parameter number (malloc.h)
 
 def optimize(source: str, target: str) -> None:
     """Load the model at `source` as onnxruntime does by default, saving the optimized
-    graph to `target` (what `build` runs in its own process)."""
+    graph into the directory `target`, its weights in a file beside it (what `build`
+    runs in its own process)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.optimized_model_filepath = target
+    options.optimized_model_filepath = str(Path(target) / GRAPH)
+    # Every weight of a kilobyte or more goes to the weights file, which a load maps.
+    options.add_session_config_entry(
+        "session.optimized_model_external_initializers_file_name", WEIGHTS)
+    options.add_session_config_entry(
+        "session.optimized_model_external_initializers_min_size_in_bytes", "1024")
     options.log_severity_level = 3  # its note that the graph suits this CPU only
     # The session is never run: its kernels need not pack the weights for runs (about
     # 17 MB at the end of the load). The graph it saves is the same, byte for byte.
