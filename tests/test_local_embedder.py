@@ -219,7 +219,7 @@ def test_the_kept_copy_s_weights_are_mapped_not_read_into_the_process(
     where, _, mapped = embed_mapping(cache)
     weights = [Path(m) for m in mapped if Path(m).is_relative_to(cache)]
     assert Path(where).is_relative_to(cache) and weights, mapped
-    assert max(w.stat().st_size for w in weights) > 80_000_000  # the model's float weights
+    assert max(w.stat().st_size for w in weights) > 40_000_000  # the model's weights
 
 
 def test_a_second_process_loads_the_model_the_first_optimized(tmp_path: Path) -> None:
@@ -337,3 +337,26 @@ def test_the_kept_copy_embeds_what_the_shipped_model_does_bit_for_bit(
     [shipped, kept] = got  # the second and third loads read the same kept copy
     assert shipped == str(model_file()) and Path(kept).is_relative_to(tmp_path / "cache")
     assert np.array_equal(got[shipped], got[kept])
+
+
+def test_the_kept_copy_keeps_the_word_vectors_as_int8_rows(tmp_path: Path) -> None:
+    """The vocabulary's vectors (30,522 of them, most never looked up in a pass) stay
+    int8 rows and a scale each in the kept copy: a run scales the rows it looks up, not
+    the whole table at the build (47 MB of floats, the largest of the builder's folds,
+    and then mapped whole by every pass that embeds)."""
+    from dreamd.backends.local import WORDS
+    from dreamd.backends.model_cache import build
+    from dreamd.backends.protobuf import fields
+
+    kept = build(tmp_path / "cache", "k", model_file())
+    assert kept is not None
+    names = set()
+    for number, graph in fields(memoryview(kept.read_bytes())):
+        if number == 7 and isinstance(graph, memoryview):
+            for kind, tensor in fields(graph):
+                if kind == 5 and isinstance(tensor, memoryview):
+                    name = dict(fields(tensor))[8]
+                    assert isinstance(name, memoryview)
+                    names.add(bytes(name).decode())
+    assert {f"{WORDS}_q", f"{WORDS}_scale"} <= names and WORDS not in names
+    assert (kept.parent / WEIGHTS).stat().st_size < 60_000_000

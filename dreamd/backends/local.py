@@ -8,7 +8,6 @@ import functools
 import mmap
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,10 +19,12 @@ from dreamd.backends.model_files import (
     MODEL_ID,
     MODEL_SHA256,
     TOKENIZER_SHA256,
+    WORDS,
     model_file,
     tokenizer_file,
     verified,
 )
+from dreamd.backends.protobuf import fields
 from dreamd.errors import ModelFileError
 
 MAX_TOKENS = 256  # the sentence-transformers max_seq_length of all-MiniLM-L6-v2
@@ -34,47 +35,6 @@ MAX_TOKENS = 256  # the sentence-transformers max_seq_length of all-MiniLM-L6-v2
 # over a 663-turn conversation (294 MB); 8 a run, 255 MB, and 4 no lower, embedding the
 # conversation's turns no slower (70-83/s against 49-52/s, on a loaded box).
 RUN_TEXTS = 8
-
-
-# The model's input vectors of its vocabulary's word pieces, stored as int8 rows and a
-# scale for each: `LocalEmbedder.glance` reads them.
-WORDS = "inner.embeddings.word_embeddings.weight"
-
-
-def _fields(data: memoryview) -> Iterator[tuple[int, int | memoryview]]:
-    """(field number, value) of one protocol-buffer message: a number for varints, the
-    bytes for length-delimited fields (sub-messages, strings, tensors)."""
-    at = 0
-    unread = ModelFileError("the model file is not an ONNX model dreamd can read")
-
-    def varint() -> int:
-        nonlocal at
-        value = shift = 0
-        while True:
-            if at >= len(data):
-                raise unread
-            byte = data[at]
-            at += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                return value
-
-    while at < len(data):
-        key = varint()
-        kind = key & 7
-        if kind == 0:
-            yield key >> 3, varint()
-        elif kind == 2:
-            size = varint()
-            if at + size > len(data):
-                raise unread
-            yield key >> 3, data[at : at + size]
-            at += size
-        elif kind in (1, 5):  # fixed 64 or 32 bits
-            at += 8 if kind == 1 else 4
-        else:
-            raise unread
 
 
 @functools.cache
@@ -90,13 +50,13 @@ def word_vectors(path: Path) -> tuple[np.ndarray, np.ndarray]:
             data = memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
     except (OSError, ValueError):  # an empty file cannot be mapped
         raise unread from None
-    for field, graph in _fields(data):
+    for field, graph in fields(data):
         if field != 7 or not isinstance(graph, memoryview):
             continue
-        for kind, tensor in _fields(graph):
+        for kind, tensor in fields(graph):
             if kind != 5 or not isinstance(tensor, memoryview):
                 continue
-            parts = dict(_fields(tensor))
+            parts = dict(fields(tensor))
             name, raw = parts.get(8), parts.get(9)
             if isinstance(name, memoryview) and isinstance(raw, memoryview) \
                     and bytes(name).startswith(WORDS.encode()):

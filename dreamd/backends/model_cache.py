@@ -4,15 +4,16 @@ it as it is.
 Creating a session from the shipped int8 model optimizes its graph there and then,
 turning the int8 weights into float ones through copies alive at once: a pass peaked at
 about 275 MB for it. The optimized graph saved once and loaded with optimization off
-embeds the same vectors. It is kept as a directory of two files: the graph (`model.onnx`,
-54 KB) and its float weights (`weights`, 90 MB), which the runtime maps where it loads
-them instead of reading a copy of them into memory to parse (a load then peaks about
-90 MB lower, and the kernel pages in only what the runs touch: most of the vocabulary's
-vectors never are). It may hold optimizations for this CPU and this onnxruntime only, so
-its name carries a key of the runtime's version, the model file's digest and what the
-CPU supports; the digest of its two files is in its name too, so a copy cut short or
-changed on disk is never loaded (it is built again). It is built in a process of its
-own, whose peak is given back before the pass loads the result.
+embeds the same vectors. The vocabulary's word vectors are left int8 there
+(`rows_looked_up`: a run scales the rows it looks up), 12 MB where their floats took
+47 MB. It is kept as a directory of two files: the graph (`model.onnx`, 55 KB) and its
+weights (`weights`, 55 MB), which the runtime maps where it loads them instead of reading
+a copy of them into memory to parse beside the weights it makes from it. It may hold
+optimizations for this CPU and this onnxruntime only, so its name carries a key of the
+runtime's version, the model file's digest and what the CPU supports; the digest of its
+two files is in its name too, so a copy cut short or changed on disk is never loaded (it
+is built again). It is built in a process of its own, whose peak is given back before
+the pass loads the result.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from dreamd.backends.model_files import MODEL_SHA256
+from dreamd.backends.model_files import MODEL_SHA256, WORDS
+from dreamd.backends.protobuf import field, spans
 
 OFF = "off"
 PREFIX = "minilm-int8-"
@@ -177,6 +179,99 @@ PR_SET_PDEATHSIG = 1
 M_TRIM_THRESHOLD = -1  # mallopt's parameter number (malloc.h)
 
 
+# The ONNX fields read and written here (onnx.proto): ModelProto.graph; GraphProto's
+# node and output; NodeProto's input, output, name, op_type, attribute; AttributeProto's
+# name, i and type (2: an int); TensorProto.DataType FLOAT.
+GRAPH_FIELD, NODE, GRAPH_OUTPUT = 7, 1, 12
+INPUT, OUTPUT, NAME, OP_TYPE, ATTRIBUTE = 1, 2, 3, 4, 5
+ATTRIBUTE_NAME, ATTRIBUTE_INT, ATTRIBUTE_TYPE, INT, FLOAT = 1, 3, 20, 2, 1
+
+
+def node(op: str, inputs: list[str], output: str, name: str, cast_to: int = 0) -> bytes:
+    """A NodeProto of the default domain (`cast_to`: a Cast's `to` attribute)."""
+    out = b"".join(field(INPUT, i.encode()) for i in inputs)
+    out += field(OUTPUT, output.encode()) + field(NAME, name.encode()) + field(OP_TYPE,
+                                                                                op.encode())
+    if cast_to:
+        out += field(ATTRIBUTE, field(ATTRIBUTE_NAME, b"to") + field(ATTRIBUTE_INT, cast_to)
+                     + field(ATTRIBUTE_TYPE, INT))
+    return field(NODE, out)
+
+
+def rows_axis(gather: memoryview) -> bool:
+    """Whether a Gather node looks up rows (its axis 0, said or not)."""
+    for number, value, _ in spans(gather):
+        if number == ATTRIBUTE and isinstance(value, memoryview):
+            parts = dict((p, v) for p, v, _ in spans(value))
+            name = parts.get(ATTRIBUTE_NAME)
+            if isinstance(name, memoryview) and bytes(name) == b"axis" \
+                    and parts.get(ATTRIBUTE_INT, 0) != 0:
+                return False
+    return True
+
+
+def rows_looked_up(model: bytes) -> bytes | None:
+    """The shipped model with its word vectors left int8: where it turned the whole
+    table into floats (Cast, then Mul by each row's scale) and then looked rows up
+    (Gather by the input ids), it looks up the int8 rows and their scales and turns only
+    those into floats. Each element is the same product of the same two numbers, so the
+    vectors are the same, bit for bit; the optimizing load no longer folds 47 MB of
+    floats, nor does a pass map them. None where the graph is not as expected."""
+    data = memoryview(model)
+    graph = next((g for n, g, _ in spans(data) if n == GRAPH_FIELD), None)
+    if not isinstance(graph, memoryview):
+        return None
+    nodes: list[tuple[memoryview, dict[int, list[str]], str]] = []
+    outputs: set[str] = set()
+    for number, value, raw in spans(graph):
+        if number == NODE and isinstance(value, memoryview):
+            parts: dict[int, list[str]] = {INPUT: [], OUTPUT: [], OP_TYPE: []}
+            for part, text in ((p, t) for p, t, _ in spans(value) if p in parts):
+                parts[part].append(bytes(text).decode() if isinstance(text, memoryview)
+                                   else "")
+            nodes.append((raw, parts, "".join(parts[OP_TYPE])))
+        elif number == GRAPH_OUTPUT and isinstance(value, memoryview):
+            outputs.update(bytes(t).decode() for p, t, _ in spans(value)
+                           if p == 1 and isinstance(t, memoryview))
+
+    def users(name: str) -> list[int]:
+        return [i for i, (_, parts, _) in enumerate(nodes) if name in parts[INPUT]]
+
+    cast = [i for i, (_, parts, op) in enumerate(nodes)
+            if op == "Cast" and parts[INPUT] == [f"{WORDS}_q"]]
+    if len(cast) != 1 or len(floats := nodes[cast[0]][1][OUTPUT]) != 1:
+        return None
+    mul = users(floats[0])
+    if len(mul) != 1 or nodes[mul[0]][2] != "Mul" \
+            or sorted(nodes[mul[0]][1][INPUT]) != sorted([floats[0], f"{WORDS}_scale"]) \
+            or nodes[mul[0]][1][OUTPUT] != [WORDS]:
+        return None
+    gather = users(WORDS)
+    if len(gather) != 1 or WORDS in outputs or nodes[gather[0]][2] != "Gather" \
+            or nodes[gather[0]][1][INPUT][0] != WORDS \
+            or len(nodes[gather[0]][1][INPUT]) != 2 or not rows_axis(nodes[gather[0]][0]):
+        return None
+    ids, [looked_up] = nodes[gather[0]][1][INPUT][1], nodes[gather[0]][1][OUTPUT]
+    rows = (node("Gather", [f"{WORDS}_q", ids], f"{looked_up}_q", f"{looked_up}_q")
+            + node("Cast", [f"{looked_up}_q"], f"{looked_up}_f", f"{looked_up}_f",
+                   cast_to=FLOAT)
+            + node("Gather", [f"{WORDS}_scale", ids], f"{looked_up}_scale",
+                   f"{looked_up}_scale")
+            + node("Mul", [f"{looked_up}_f", f"{looked_up}_scale"], looked_up,
+                   f"{looked_up}_rows"))
+    changed = {cast[0]: b"", mul[0]: b"", gather[0]: rows}
+    parts_out, at = [], 0
+    for number, value, raw in spans(graph):
+        if number == NODE and isinstance(value, memoryview):
+            parts_out.append(changed.get(at, bytes(raw)))
+            at += 1
+        else:
+            parts_out.append(bytes(raw))
+    new_graph = b"".join(parts_out)
+    return b"".join(field(GRAPH_FIELD, new_graph) if number == GRAPH_FIELD else bytes(raw)
+                    for number, _, raw in spans(data))
+
+
 def optimize(source: str, target: str) -> None:
     """Load the model at `source` as onnxruntime does by default, saving the optimized
     graph into the directory `target`, its weights in a file beside it (what `build`
@@ -194,7 +289,10 @@ def optimize(source: str, target: str) -> None:
     # The session is never run: its kernels need not pack the weights for runs (about
     # 17 MB at the end of the load). The graph it saves is the same, byte for byte.
     options.add_session_config_entry("session.disable_prepacking", "1")
-    ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+    shipped = Path(source).read_bytes()
+    model = rows_looked_up(shipped) or shipped
+    del shipped
+    ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
 
 
 def die_with(parent: int) -> None:
