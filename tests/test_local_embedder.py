@@ -60,6 +60,20 @@ def test_a_glance_is_the_words_input_vectors_without_a_model_run(
     assert glances[0] @ glances[2] > glances[0] @ glances[3] + 0.2
 
 
+def test_a_glance_keeps_the_word_vectors_and_not_the_model_file_mapped() -> None:
+    """The glance's table (12 MB of int8 rows and their scales) is the process's own:
+    the model file it was found in is not left mapped, where the scan for it paged in
+    much of the rest of the file too (20 MB resident in a pass)."""
+    code = ("import json; from dreamd.backends.local import LocalEmbedder, model_file; "
+            "e = LocalEmbedder(threads=1, cache='off'); g = e.glance(['my sister moved']); "
+            "maps = open('/proc/self/maps').read(); "
+            "print(json.dumps([str(model_file()) in maps, float(g[0] @ g[0])]))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT, check=True)
+    mapped, norm = json.loads(run.stdout)
+    assert not mapped and abs(norm - 1.0) < 1e-5
+
+
 def test_a_file_without_word_vectors_fails_in_one_line(tmp_path: Path) -> None:
     from dreamd.backends.local import word_vectors
 
