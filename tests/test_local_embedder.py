@@ -374,3 +374,17 @@ def test_the_kept_copy_keeps_the_word_vectors_as_int8_rows(tmp_path: Path) -> No
                     names.add(bytes(name).decode())
     assert {f"{WORDS}_q", f"{WORDS}_scale"} <= names and WORDS not in names
     assert (kept.parent / WEIGHTS).stat().st_size < 60_000_000
+
+
+def test_a_copy_kept_as_one_file_by_an_earlier_version_is_replaced(tmp_path: Path) -> None:
+    """An earlier version kept the copy as one file of the graph and its float weights:
+    the first process that embeds removes it and keeps the directory of two files."""
+    import onnxruntime
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    old = cache / f"{PREFIX}{cache_key(onnxruntime.__version__)}-0123456789abcdef.onnx"
+    old.write_bytes(b"a graph and its float weights")
+    where, _ = embed_in_a_process(cache)
+    assert not old.exists() and [p.name for p in cache.iterdir()] == [Path(where).parent.name]
+    assert Path(where).name == GRAPH and (Path(where).parent / WEIGHTS).is_file()
