@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from dreamd.backends.model_files import MODEL_SHA256, WORDS
+from dreamd.backends.model_files import MODEL_SHA256, WORDS, sha256_of
 from dreamd.backends.protobuf import field, spans
 
 OFF = "off"
@@ -74,12 +74,7 @@ def cache_key(runtime_version: str) -> str:
 
 def digest_of(kept: Path) -> str:
     """The digest a kept copy's name carries: of its graph, then its weights."""
-    digest = hashlib.sha256()
-    for path in (kept / GRAPH, kept / WEIGHTS):
-        with path.open("rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()[:16]
+    return sha256_of(kept / GRAPH, kept / WEIGHTS)[:16]
 
 
 def remove(path: Path) -> None:

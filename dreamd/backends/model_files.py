@@ -21,11 +21,13 @@ TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f41157
 WORDS = "inner.embeddings.word_embeddings.weight"
 
 
-def sha256_of(path: Path) -> str:
+def sha256_of(*paths: Path) -> str:
+    """The digest of the files' contents, one after the other."""
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
+    for path in paths:
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
     return digest.hexdigest()
 
 
