@@ -16,8 +16,7 @@ import numpy as np
 import pytest
 
 from dreamd.backends.local import MODEL_SHA256, LocalEmbedder, model_file, verified
-from dreamd.backends.model_cache import PREFIX, cache_key
-from dreamd.backends.model_files import sha256_of
+from dreamd.backends.model_cache import GRAPH, PREFIX, WEIGHTS, cache_key, digest_of
 from dreamd.dream.extractive import ExtractiveCompleter
 from dreamd.errors import ModelFileError
 from tests.helpers import ROOT
@@ -59,6 +58,20 @@ def test_a_glance_is_the_words_input_vectors_without_a_model_run(
     assert not glances[4].any()
     assert np.allclose(glances[0], glances[1], atol=1e-6)
     assert glances[0] @ glances[2] > glances[0] @ glances[3] + 0.2
+
+
+def test_a_glance_keeps_the_word_vectors_and_not_the_model_file_mapped() -> None:
+    """The glance's table (12 MB of int8 rows and their scales) is the process's own:
+    the model file it was found in is not left mapped, where the scan for it paged in
+    much of the rest of the file too (20 MB resident in a pass)."""
+    code = ("import json; from dreamd.backends.local import LocalEmbedder, model_file; "
+            "e = LocalEmbedder(threads=1, cache='off'); g = e.glance(['my sister moved']); "
+            "maps = open('/proc/self/maps').read(); "
+            "print(json.dumps([str(model_file()) in maps, float(g[0] @ g[0])]))")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, cwd=ROOT, check=True)
+    mapped, norm = json.loads(run.stdout)
+    assert not mapped and abs(norm - 1.0) < 1e-5
 
 
 def test_a_file_without_word_vectors_fails_in_one_line(tmp_path: Path) -> None:
@@ -185,17 +198,42 @@ import json, sys
 from dreamd.backends.local import LocalEmbedder
 embedder = LocalEmbedder(threads=1, cache=sys.argv[1])
 vector = embedder.embed(["Rui gave me my first saxophone twelve years ago."])[0]
-print(json.dumps({"from": str(embedder.loaded_from), "vector": vector.tolist()}))
+with open("/proc/self/maps") as maps:  # the files this process maps, as the kernel tells
+    fields = [line.split(None, 5) for line in maps]
+mapped = sorted({f[5].strip() for f in fields if len(f) == 6})
+print(json.dumps({"from": str(embedder.loaded_from), "vector": vector.tolist(),
+                  "mapped": mapped}))
 """
 
 
-def embed_in_a_process(cache: Path) -> tuple[str, np.ndarray]:
-    """A process of its own embeds one text: the file its model came from, the vector."""
+def embed_mapping(cache: Path) -> tuple[str, np.ndarray, list[str]]:
+    """A process of its own embeds one text: the file its model came from, the vector,
+    and the files it maps once it has."""
     run = subprocess.run([sys.executable, "-c", EMBED_ONCE, str(cache)], capture_output=True,
                          text=True, timeout=300, cwd=Path(__file__).resolve().parent.parent)
     assert run.returncode == 0 and run.stderr == "", run.stderr
     out = json.loads(run.stdout)
-    return out["from"], np.array(out["vector"], dtype=np.float32)
+    return out["from"], np.array(out["vector"], dtype=np.float32), out["mapped"]
+
+
+def embed_in_a_process(cache: Path) -> tuple[str, np.ndarray]:
+    """A process of its own embeds one text: the file its model came from, the vector."""
+    where, vector, _ = embed_mapping(cache)
+    return where, vector
+
+
+def test_the_kept_copy_s_weights_are_mapped_not_read_into_the_process(
+        tmp_path: Path) -> None:
+    """A process that loads the kept copy maps its weights from the file, where the
+    kernel pages in what the runs touch and can drop it again, instead of reading them
+    into memory of its own (a copy of the file being parsed beside the weights made
+    from it was the peak of a pass's load)."""
+    cache = tmp_path / "cache"
+    embed_in_a_process(cache)  # builds the kept copy
+    where, _, mapped = embed_mapping(cache)
+    weights = [Path(m) for m in mapped if Path(m).is_relative_to(cache)]
+    assert Path(where).is_relative_to(cache) and weights, mapped
+    assert max(w.stat().st_size for w in weights) > 40_000_000  # the model's weights
 
 
 def test_a_second_process_loads_the_model_the_first_optimized(tmp_path: Path) -> None:
@@ -211,25 +249,28 @@ def test_a_second_process_loads_the_model_the_first_optimized(tmp_path: Path) ->
     kept = list(cache.iterdir())
     assert [p.name.rsplit("-", 1)[0] for p in kept] == [
         f"{PREFIX}{cache_key(onnxruntime.__version__)}"]
-    assert kept[0].stem.endswith(sha256_of(kept[0])[:16]) and first == str(kept[0])
-    made = kept[0].stat()
+    assert kept[0].name.endswith(digest_of(kept[0])) and first == str(kept[0] / GRAPH)
+    made = (kept[0] / WEIGHTS).stat()
     second, vector = embed_in_a_process(cache)
-    assert second == str(kept[0]) and np.allclose(vector, expected, atol=1e-5)
-    assert (kept[0].stat().st_ino, kept[0].stat().st_mtime_ns) == (made.st_ino,
-                                                                   made.st_mtime_ns)
+    assert second == str(kept[0] / GRAPH) and np.allclose(vector, expected, atol=1e-5)
+    weights = (kept[0] / WEIGHTS).stat()
+    assert (weights.st_ino, weights.st_mtime_ns) == (made.st_ino, made.st_mtime_ns)
     _, shipped = embed_in_a_process(Path("off"))  # "off": nothing kept, nothing read
     assert np.allclose(shipped, expected, atol=1e-5)
 
-    data = bytearray(kept[0].read_bytes())
+    data = bytearray((kept[0] / WEIGHTS).read_bytes())
     data[len(data) // 2] ^= 0xFF  # one byte of a weight: the runtime would read it
-    kept[0].write_bytes(bytes(data))
+    (kept[0] / WEIGHTS).write_bytes(bytes(data))
     third, vector = embed_in_a_process(cache)
     rebuilt = list(cache.iterdir())
-    assert len(rebuilt) == 1 and rebuilt[0].stem.endswith(sha256_of(rebuilt[0])[:16])
-    assert third == str(rebuilt[0]) and np.allclose(vector, expected, atol=1e-5)
-    rebuilt[0].write_bytes(b"not a model")  # cut short, its name kept: refused by its digest
-    assert embed_in_a_process(cache)[0] == str(rebuilt[0])
-    assert rebuilt[0].stat().st_size > 1_000_000
+    assert len(rebuilt) == 1 and rebuilt[0].name.endswith(digest_of(rebuilt[0]))
+    assert third == str(rebuilt[0] / GRAPH) and np.allclose(vector, expected, atol=1e-5)
+    (rebuilt[0] / GRAPH).write_bytes(b"not a model")  # cut short, its name kept: refused
+    assert embed_in_a_process(cache)[0] == str(rebuilt[0] / GRAPH)
+    assert (rebuilt[0] / GRAPH).stat().st_size > 10_000
+    (rebuilt[0] / WEIGHTS).unlink()  # a file of it gone: built again
+    assert embed_in_a_process(cache)[0] == str(rebuilt[0] / GRAPH)
+    assert (rebuilt[0] / WEIGHTS).stat().st_size > 1_000_000
 
     blocked = tmp_path / "a-file"
     blocked.write_text("")  # the cache directory cannot be made
@@ -249,8 +290,8 @@ def children_of(pid: int) -> list[int]:
 
 def test_a_build_killed_midway_leaves_no_file_behind(tmp_path: Path) -> None:
     """A process killed while it builds the model's copy (SIGKILL: nothing of its own
-    runs) leaves its build's file: its builder dies with it, having written nothing, and
-    the next look at the directory removes the file. A build under way in another
+    runs) leaves its build's directory: its builder dies with it, and the next look at
+    the cache removes what it left. A build under way in another
     process (alive, its file young) is left alone; a file older than any build may run
     is removed whoever made it."""
     from dreamd.backends.model_cache import BUILD_SECONDS, cached_model
@@ -270,16 +311,17 @@ def test_a_build_killed_midway_leaves_no_file_behind(tmp_path: Path) -> None:
     while any(Path(f"/proc/{pid}").exists() for pid in builders) \
             and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert left.exists() and left.stat().st_size == 0  # the builder wrote nothing after
+    assert left.is_dir()
     assert cached_model(cache, "k") is None and list(cache.iterdir()) == []
 
     other = subprocess.Popen(["sleep", "60"])  # a second daemon, building
     try:
-        theirs = cache / f".building-{other.pid}-x1.onnx"
-        mine = cache / f".building-{os.getpid()}-x2.onnx"
-        stuck = cache / f".building-{other.pid}-x3.onnx"
+        theirs = cache / f".building-{other.pid}-x1"
+        mine = cache / f".building-{os.getpid()}-x2"
+        stuck = cache / f".building-{other.pid}-x3"
         for path in (theirs, mine, stuck):
-            path.write_bytes(b"part of a model")
+            path.mkdir()
+            (path / GRAPH).write_bytes(b"part of a model")
         long_ago = time.time() - BUILD_SECONDS - 60
         os.utime(stuck, (long_ago, long_ago))
         assert cached_model(cache, "k") is None
@@ -289,17 +331,60 @@ def test_a_build_killed_midway_leaves_no_file_behind(tmp_path: Path) -> None:
         other.wait()
 
 
-def test_the_kept_copy_is_what_onnxruntime_s_default_load_saves(tmp_path: Path) -> None:
-    """The builder skips what only a session that runs needs (its weights packed for
-    runs) and trims its heap as it goes: the graph it keeps is still the one a default
-    optimizing load saves, byte for byte."""
-    from dreamd.backends.model_cache import build
+def test_the_kept_copy_embeds_what_the_shipped_model_does_bit_for_bit(
+        tmp_path: Path) -> None:
+    """However the builder gets there (its weights folded apart from the runtime, its
+    session never run, its heap trimmed), the kept copy embeds texts of every length
+    into the very vectors the shipped model's default load does."""
+    texts = ["Rui gave me my first saxophone twelve years ago.", "ok", "Fine, thanks!",
+             " ".join(["The ferry to the island left at dawn and we nearly missed it"] * 30)]
+    code = ("import json, sys; from dreamd.backends.local import LocalEmbedder; "
+            "e = LocalEmbedder(threads=1, cache=sys.argv[1]); "
+            "v = e.embed(json.loads(sys.argv[2])); "
+            "print(json.dumps({'from': str(e.loaded_from), 'v': v.tolist()}))")
+    got = {}
+    for cache in ("off", str(tmp_path / "cache"), str(tmp_path / "cache")):
+        run = subprocess.run([sys.executable, "-c", code, cache, json.dumps(texts)],
+                             capture_output=True, text=True, timeout=300, cwd=ROOT, check=True)
+        out = json.loads(run.stdout)
+        got[out["from"]] = np.array(out["v"], dtype=np.float32)
+    [shipped, kept] = got  # the second and third loads read the same kept copy
+    assert shipped == str(model_file()) and Path(kept).is_relative_to(tmp_path / "cache")
+    assert np.array_equal(got[shipped], got[kept])
 
-    saved = tmp_path / "default.onnx"
-    code = ("import sys, onnxruntime as ort; o = ort.SessionOptions(); "
-            "o.optimized_model_filepath = sys.argv[2]; o.log_severity_level = 3; "
-            "ort.InferenceSession(sys.argv[1], o, providers=['CPUExecutionProvider'])")
-    subprocess.run([sys.executable, "-c", code, str(model_file()), str(saved)], check=True,
-                   timeout=300)
+
+def test_the_kept_copy_keeps_the_word_vectors_as_int8_rows(tmp_path: Path) -> None:
+    """The vocabulary's vectors (30,522 of them, most never looked up in a pass) stay
+    int8 rows and a scale each in the kept copy: a run scales the rows it looks up, not
+    the whole table at the build (47 MB of floats, the largest of the builder's folds,
+    and then mapped whole by every pass that embeds)."""
+    from dreamd.backends.local import WORDS
+    from dreamd.backends.model_cache import build
+    from dreamd.backends.protobuf import fields
+
     kept = build(tmp_path / "cache", "k", model_file())
-    assert kept is not None and kept.read_bytes() == saved.read_bytes()
+    assert kept is not None
+    names = set()
+    for number, graph in fields(memoryview(kept.read_bytes())):
+        if number == 7 and isinstance(graph, memoryview):
+            for kind, tensor in fields(graph):
+                if kind == 5 and isinstance(tensor, memoryview):
+                    name = dict(fields(tensor))[8]
+                    assert isinstance(name, memoryview)
+                    names.add(bytes(name).decode())
+    assert {f"{WORDS}_q", f"{WORDS}_scale"} <= names and WORDS not in names
+    assert (kept.parent / WEIGHTS).stat().st_size < 60_000_000
+
+
+def test_a_copy_kept_as_one_file_by_an_earlier_version_is_replaced(tmp_path: Path) -> None:
+    """An earlier version kept the copy as one file of the graph and its float weights:
+    the first process that embeds removes it and keeps the directory of two files."""
+    import onnxruntime
+
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    old = cache / f"{PREFIX}{cache_key(onnxruntime.__version__)}-0123456789abcdef.onnx"
+    old.write_bytes(b"a graph and its float weights")
+    where, _ = embed_in_a_process(cache)
+    assert not old.exists() and [p.name for p in cache.iterdir()] == [Path(where).parent.name]
+    assert Path(where).name == GRAPH and (Path(where).parent / WEIGHTS).is_file()

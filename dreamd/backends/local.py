@@ -8,22 +8,23 @@ import functools
 import mmap
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dreamd.backends import write_gate
-from dreamd.backends.model_cache import build, cache_dir, cache_key, cached_model
+from dreamd.backends.model_cache import build, cache_dir, cache_key, cached_model, remove
 from dreamd.backends.model_files import (
     MODEL_ID,
     MODEL_SHA256,
     TOKENIZER_SHA256,
+    WORDS,
     model_file,
     tokenizer_file,
     verified,
 )
+from dreamd.backends.protobuf import fields
 from dreamd.errors import ModelFileError
 
 MAX_TOKENS = 256  # the sentence-transformers max_seq_length of all-MiniLM-L6-v2
@@ -36,53 +37,13 @@ MAX_TOKENS = 256  # the sentence-transformers max_seq_length of all-MiniLM-L6-v2
 RUN_TEXTS = 8
 
 
-# The model's input vectors of its vocabulary's word pieces, stored as int8 rows and a
-# scale for each: `LocalEmbedder.glance` reads them.
-WORDS = "inner.embeddings.word_embeddings.weight"
-
-
-def _fields(data: memoryview) -> Iterator[tuple[int, int | memoryview]]:
-    """(field number, value) of one protocol-buffer message: a number for varints, the
-    bytes for length-delimited fields (sub-messages, strings, tensors)."""
-    at = 0
-    unread = ModelFileError("the model file is not an ONNX model dreamd can read")
-
-    def varint() -> int:
-        nonlocal at
-        value = shift = 0
-        while True:
-            if at >= len(data):
-                raise unread
-            byte = data[at]
-            at += 1
-            value |= (byte & 0x7F) << shift
-            shift += 7
-            if byte < 0x80:
-                return value
-
-    while at < len(data):
-        key = varint()
-        kind = key & 7
-        if kind == 0:
-            yield key >> 3, varint()
-        elif kind == 2:
-            size = varint()
-            if at + size > len(data):
-                raise unread
-            yield key >> 3, data[at : at + size]
-            at += size
-        elif kind in (1, 5):  # fixed 64 or 32 bits
-            at += 8 if kind == 1 else 4
-        else:
-            raise unread
-
-
 @functools.cache
 def word_vectors(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """The model's input word-piece vectors, (int8 rows, float32 scale of each), read
     from the ONNX file (the ModelProto's graph, field 7; its initializers, field 5; each
-    a TensorProto named in field 8 with its bytes in field 9). About 12 MB, read where
-    the file is mapped: the rest of it (the layers' weights) is never paged in."""
+    a TensorProto named in field 8 with its bytes in field 9). About 12 MB, copied out of
+    the file where it is mapped, which is then let go: the scan for them pages in much of
+    the rest of the file (20 MB resident where it stayed mapped)."""
     found: dict[str, memoryview] = {}
     unread = ModelFileError(f"model file {path} holds no word vectors dreamd can read")
     try:
@@ -90,13 +51,13 @@ def word_vectors(path: Path) -> tuple[np.ndarray, np.ndarray]:
             data = memoryview(mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ))
     except (OSError, ValueError):  # an empty file cannot be mapped
         raise unread from None
-    for field, graph in _fields(data):
+    for field, graph in fields(data):
         if field != 7 or not isinstance(graph, memoryview):
             continue
-        for kind, tensor in _fields(graph):
+        for kind, tensor in fields(graph):
             if kind != 5 or not isinstance(tensor, memoryview):
                 continue
-            parts = dict(_fields(tensor))
+            parts = dict(fields(tensor))
             name, raw = parts.get(8), parts.get(9)
             if isinstance(name, memoryview) and isinstance(raw, memoryview) \
                     and bytes(name).startswith(WORDS.encode()):
@@ -104,8 +65,8 @@ def word_vectors(path: Path) -> tuple[np.ndarray, np.ndarray]:
     rows, scale = found.get(f"{WORDS}_q"), found.get(f"{WORDS}_scale")
     if rows is None or scale is None or len(rows) * 4 != len(scale) * LocalEmbedder.dim:
         raise unread
-    return (np.frombuffer(rows, dtype=np.int8).reshape(-1, LocalEmbedder.dim),
-            np.frombuffer(scale, dtype=np.float32).reshape(-1, 1))
+    return (np.frombuffer(rows, dtype=np.int8).reshape(-1, LocalEmbedder.dim).copy(),
+            np.frombuffer(scale, dtype=np.float32).reshape(-1, 1).copy())
 
 
 def give_back() -> None:
@@ -200,8 +161,7 @@ class LocalEmbedder:
         try:
             return self._create(ort, threads, kept, optimized=True), kept
         except Exception:  # not a model this runtime reads: build it again
-            with contextlib.suppress(OSError):
-                kept.unlink()
+            remove(kept.parent)
             return None
 
     def _create(self, ort: Any, threads: int, path: Path, optimized: bool = False) -> Any:

