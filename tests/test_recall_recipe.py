@@ -382,6 +382,10 @@ def test_a_recall_with_no_new_fact_walks_none_of_the_users_facts(tmp_path: Path)
     held = len(index.turns)
     assert held
     raw: sqlite3.Connection = memory.store.conn  # type: ignore[attr-defined]
+    with sqlite3.connect(tmp_path / "m.db") as app:  # something new, but no fact
+        app.execute("INSERT INTO exchanges (session_id, role, content, created_at) "
+                    "VALUES ('s3', 'user', 'Morning!', ?)", (T0.isoformat(),))
+    app.close()
     ran: list[str] = []
     raw.set_trace_callback(ran.append)
     index.refresh()
@@ -457,4 +461,45 @@ def test_a_fact_read_before_its_vector_counts_once_the_vector_is_stored(
                          "VALUES (?, ?, ?, ?)", saved)
     index.refresh()
     assert len(index.turns) == 1
+    memory.close()
+
+
+def test_a_refresh_with_nothing_committed_since_reads_nothing(tmp_path: Path) -> None:
+    """Each query refreshes the indexes; with nothing committed to the file since their
+    last refresh, by dreamd or any other process, a refresh reads nothing but SQLite's
+    data version. A pass run by another process is taken up at the next query."""
+    import sqlite3
+    import subprocess
+    import sys
+
+    from tests.helpers import dreamd_env
+
+    db = tmp_path / "m.db"
+    memory = memory_of(db, {
+        "s1": [("ana", "I adopted a puppy called Nora."), ("assistant", "Congratulations!")]})
+    turns = memory.indexes.of(scope_of(["default"]))
+    facts = memory.indexes.facts("default")
+    gists = memory.indexes.gists("default")
+    for index in (turns, facts, gists):
+        index.refresh()
+    held = (len(turns.base_ids), len(facts.turns))
+    raw: sqlite3.Connection = memory.store.conn  # type: ignore[attr-defined]
+    ran: list[str] = []
+    raw.set_trace_callback(ran.append)
+    for index in (turns, facts, gists):
+        index.refresh()
+    raw.set_trace_callback(None)
+    assert ran == ["PRAGMA data_version"] * 3, ran
+    with sqlite3.connect(db) as app:  # the app's turn, then dreamd's pass elsewhere
+        app.execute("INSERT INTO exchanges (session_id, role, content, created_at) "
+                    "VALUES ('s2', 'user', 'I moved to Porto in May.', ?)",
+                    ((T0 + timedelta(days=2)).isoformat(),))
+    app.close()
+    done = subprocess.run([sys.executable, "-m", "dreamd", "--db", str(db), "--force"],
+                          env=dreamd_env(DREAMD_EMBED__BACKEND="hashing"),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    turns.refresh()
+    facts.refresh()
+    assert len(turns.base_ids) > held[0] and len(facts.turns) > held[1]
     memory.close()

@@ -17,6 +17,24 @@ from dreamd.store.state import get_state
 from dreamd.store.vectors import gist_vector_rows
 
 
+class LastLook:
+    """The store's mark (`Store.changes`) at a reader's last refresh: a refresh with
+    nothing committed since reads nothing, where the engine can tell (SQLite)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.seen: object | None = None
+        self.now: object | None = None
+
+    def unchanged(self) -> bool:
+        self.now = self.store.changes()
+        return self.now is not None and self.now == self.seen
+
+    def done(self) -> None:
+        """The refresh read all there was at the mark `unchanged` took."""
+        self.seen = self.now
+
+
 class GistIndex:
     """Gist vectors by session, refreshed by sequence number: a re-summarized session's
     gist gets a new seq in the same transaction as its new vector."""
@@ -26,8 +44,11 @@ class GistIndex:
         self.epoch: str | None = None
         self.seq = 0
         self.vectors: dict[str, np.ndarray] = {}
+        self.look = LastLook(store)
 
     def refresh(self) -> None:
+        if self.look.unchanged():
+            return
         with self.store.read() as conn:
             epoch = get_state(conn, "vector_epoch", "0")
             if epoch != self.epoch:  # dreamd deleted gists: start again
@@ -36,6 +57,7 @@ class GistIndex:
         for session_id, seq, blob in rows:
             self.vectors[session_id] = np.frombuffer(blob, dtype=np.float32)
             self.seq = max(self.seq, int(seq))
+        self.look.done()
 
     def scores(self, query: np.ndarray) -> dict[str, float]:
         """session -> cos(query, its gist)."""
@@ -59,6 +81,7 @@ class FactIndex:
 
     def __init__(self, store: Store, space: str, user_id: str) -> None:
         self.store, self.space, self.user_id = store, space, user_id
+        self.look = LastLook(store)
         self._reset(None)
 
     def _reset(self, epoch: str | None) -> None:
@@ -71,6 +94,8 @@ class FactIndex:
         self.turns = np.zeros(0, dtype=np.int64)  # and the turn
 
     def refresh(self) -> None:
+        if self.look.unchanged():
+            return
         with self.store.read() as conn:
             # dreamd forgot something, or a person withdrew a fact: start again.
             epoch = f'{get_state(conn, "vector_epoch", "0")}/{word_seq(conn, self.user_id)}'
@@ -111,6 +136,7 @@ class FactIndex:
                 np.all(self.fact_of == np.arange(len(self.matrix))))
         if new:
             self.last_id = new[-1].id
+        self.look.done()
 
     def evidence(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(turn ids, cosines), in turn order: for each fact and each turn it came from,

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dreamd.memory.evidence import FactIndex, GistIndex
+from dreamd.memory.evidence import FactIndex, GistIndex, LastLook
 from dreamd.memory.rows import FactRows, Links, SessionRuns
 from dreamd.models import Turn
 from dreamd.store.interface import Store
@@ -107,6 +107,7 @@ class VectorIndex:
 
     def __init__(self, store: Store, space: str, scope: Owners = Owners(None)) -> None:
         self.store, self.space, self.scope = store, space, scope
+        self.look = LastLook(store)
         self._reset(None)
 
     def _reset(self, epoch: str | None) -> None:
@@ -138,6 +139,8 @@ class VectorIndex:
                                       self.scope.default_too)
 
     def refresh(self) -> None:
+        if self.look.unchanged():
+            return
         with self.store.read() as conn:
             epoch = get_state(conn, "vector_epoch", "0")
             watermark = embed_watermark(conn, self.space)
@@ -149,6 +152,7 @@ class VectorIndex:
             self.upto = watermark
         # Rows ahead of the watermark are appended for this query and dropped after.
         self._extra = self._read(self.upto, None) if newest > self.upto else []
+        self.look.done()
 
     def _code(self, table: dict[str, int], names: list[str], name: str) -> int:
         if name not in table:

@@ -108,6 +108,11 @@ class Store(Protocol):
         statement's view of the store (whether anything waits). On PostgreSQL the read
         transaction travels with the statement, one round trip where `read` takes three;
         a caller that reads twice uses `read`."""
+    def changes(self) -> object | None:
+        """A mark that is the same at two calls only if nothing was committed to the store
+        in between, by this connection or any other: a reader whose data stands as it
+        was at the last mark reads nothing. None where the engine cannot tell without a
+        read of its own (PostgreSQL): then the reader reads."""
     def take(self, conn: Conn, key: str) -> bool:
         """Inside a write: `key`'s lock if no other write holds it, else False at once;
         for work any one of many workers may do, so that the others go on instead of

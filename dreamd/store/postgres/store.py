@@ -310,6 +310,9 @@ class PgStore:
             if self.in_transaction:
                 self.raw.execute("COMMIT")
 
+    def changes(self) -> None:
+        return None  # no mark without a round trip: a refresh's own reads are as cheap
+
     def settle_turns(self, wait: float = 0.0) -> int:
         """Look again at which turns are final; with `wait`, keep looking (up to that many
         seconds) until every turn committed before the call is settled."""

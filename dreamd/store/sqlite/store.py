@@ -148,6 +148,12 @@ class SqliteStore:
             if self.conn.in_transaction:
                 self.conn.execute("COMMIT")
 
+    def changes(self) -> tuple[int, int]:
+        """SQLite's data version (it moves when another connection commits) and the rows
+        this connection has changed (its own writes do not move the data version)."""
+        row = self.conn.execute("PRAGMA data_version").fetchone()
+        return int(row[0]), self.conn.total_changes
+
     def peek(self, sql: str, parameters: Sequence[Any] = ()) -> list[Any]:
         with self.read() as conn:
             return list(conn.execute(sql, tuple(parameters)).fetchall())
