@@ -7,8 +7,8 @@ import sqlite3
 from datetime import datetime, timedelta
 from typing import Any
 
+from dreamd.store.postgres.dialect import translate
 from dreamd.store.postgres.schema import CORE_TABLES as PG_CORE_TABLES
-from dreamd.store.postgres.store import translate
 from dreamd.url import is_url
 
 

@@ -1,11 +1,46 @@
-"""The statements PostgreSQL spells its own way (see `interface.Dialect`); every
-PostgreSQL transaction dreamd opens carries `POSTGRESQL`."""
+"""The statements PostgreSQL spells its own way (see `interface.Dialect`), and the marks
+psycopg takes for dreamd's `?` (`translate`); every PostgreSQL transaction dreamd opens
+carries `POSTGRESQL`."""
 
 from __future__ import annotations
 
+import functools
+import re
 from typing import Any
 
 from dreamd.errors import NotMigrated
+
+_MARKS = re.compile(r"'(?:[^']|'')*'|\?(\d*)|%")
+
+
+@functools.lru_cache(maxsize=2048)
+def translate(sql: str) -> tuple[str, bool]:
+    """qmark SQL in psycopg's marks: `?` → `%s`, `?N` → `%(pN)s`, a literal `%` doubled.
+    Returns the text and whether it used numbered marks."""
+    numbered = False
+
+    def mark(m: re.Match[str]) -> str:
+        nonlocal numbered
+        text = m.group(0)
+        if text.startswith("'"):
+            return text.replace("%", "%%")
+        if text == "%":
+            return "%%"
+        if m.group(1):
+            numbered = True
+            return f"%(p{m.group(1)})s"
+        return "%s"
+
+    return _MARKS.sub(mark, sql), numbered
+
+
+def bound(numbered: bool, parameters: Any) -> Any:
+    """The parameters as `translate`'s text takes them: by name where it numbered them."""
+    if parameters is None:
+        return ()
+    if numbered:
+        return {f"p{i}": v for i, v in enumerate(parameters, start=1)}
+    return parameters
 
 
 class PgDialect:

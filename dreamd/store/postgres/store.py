@@ -25,7 +25,6 @@ words, and live here:
 from __future__ import annotations
 
 import contextlib
-import functools
 import re
 import sys
 import threading
@@ -37,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from dreamd.errors import StoreAway, StoreBusy, StoreError
 from dreamd.store.interface import WriteLockTimes
-from dreamd.store.postgres.dialect import POSTGRESQL
+from dreamd.store.postgres.dialect import POSTGRESQL, bound, translate
 from dreamd.url import shown
 
 if TYPE_CHECKING:
@@ -55,38 +54,6 @@ CHANNEL = "dreamd_turns"
 # Seconds between tries to LISTEN again after the connection was lost: the first, and
 # the most it doubles to while the server stays away.
 LISTEN_RETRY = (1.0, 5.0)
-
-
-_MARKS = re.compile(r"'(?:[^']|'')*'|\?(\d*)|%")
-
-
-@functools.lru_cache(maxsize=2048)
-def translate(sql: str) -> tuple[str, bool]:
-    """qmark SQL in psycopg's marks: `?` → `%s`, `?N` → `%(pN)s`, a literal `%` doubled.
-    Returns the text and whether it used numbered marks."""
-    numbered = False
-
-    def mark(m: re.Match[str]) -> str:
-        nonlocal numbered
-        text = m.group(0)
-        if text.startswith("'"):
-            return text.replace("%", "%%")
-        if text == "%":
-            return "%%"
-        if m.group(1):
-            numbered = True
-            return f"%(p{m.group(1)})s"
-        return "%s"
-
-    return _MARKS.sub(mark, sql), numbered
-
-
-def _bound(numbered: bool, parameters: Any) -> Any:
-    if parameters is None:
-        return ()
-    if numbered:
-        return {f"p{i}": v for i, v in enumerate(parameters, start=1)}
-    return parameters
 
 
 @dataclass
@@ -131,12 +98,12 @@ class PgConn:
 
     def execute(self, sql: str, parameters: Any = None, /) -> Any:
         text, numbered = translate(sql)
-        return self.raw.execute(text, _bound(numbered, parameters))
+        return self.raw.execute(text, bound(numbered, parameters))
 
     def executemany(self, sql: str, parameters: Any, /) -> Any:
         text, numbered = translate(sql)
         cur = self.raw.cursor()
-        rows = [_bound(numbered, p) for p in parameters]
+        rows = [bound(numbered, p) for p in parameters]
         if rows:
             cur.executemany(text, rows)
         return cur
@@ -232,7 +199,7 @@ class PgStore:
             raise StoreError("internal: peek inside a transaction")
         try:
             cur = self.first_with(f"BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY; {local}; "
-                                  f"{text}; COMMIT", _bound(numbered, tuple(parameters)))
+                                  f"{text}; COMMIT", bound(numbered, tuple(parameters)))
         except BaseException:
             if self.in_transaction:
                 self.raw.execute("ROLLBACK")
