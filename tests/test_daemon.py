@@ -431,3 +431,33 @@ def test_a_pass_process_killed_mid_pass_leaves_the_daemon_running(tmp_path: Path
     errors = [e["error"] for e in events if e["event"] == "pass_error"]
     assert len(errors) == 1 and "ended by SIGKILL" in errors[0], errors
     consistent(db)
+
+
+def test_a_log_event_is_written_whole_in_one_write() -> None:
+    """The daemon and its pass's process share one log (stdout, a file or journald's
+    pipe): an event written in two parts (its text, then its newline) let another
+    process's event land between them, two events on one line. Each is one write."""
+    import io
+
+    from dreamd.runtime.log import configure, get_logger
+
+    class Writes(io.StringIO):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[str] = []
+
+        def write(self, text: str) -> int:
+            self.calls.append(text)
+            return super().write(text)
+
+    stream = Writes()
+    try:
+        configure("info", "json", stream=stream)
+        get_logger().info("pass_finished", ran=["embed"])
+        get_logger().warning("leases_not_released", error="server closed the connection")
+    finally:
+        configure("info")
+    assert len(stream.calls) == 2, stream.calls
+    assert all(call.endswith("\n") and call.count("\n") == 1 for call in stream.calls)
+    assert [json.loads(call)["event"] for call in stream.calls] == [
+        "pass_finished", "leases_not_released"]

@@ -79,7 +79,10 @@ def configure(level: str = "info", fmt: str = "auto", stream: Any = None) -> Non
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(file=stream),
+        # One write per event, its newline included (print writes the two apart): the
+        # daemon and its pass's process share the log, and another's event landed
+        # between them, two events on one line.
+        logger_factory=structlog.WriteLoggerFactory(file=stream),
         cache_logger_on_first_use=False,
     )
 
