@@ -19,7 +19,7 @@ from dreamd.backends.local import MODEL_SHA256, LocalEmbedder, model_file, verif
 from dreamd.backends.model_cache import GRAPH, PREFIX, WEIGHTS, cache_key, digest_of
 from dreamd.dream.extractive import ExtractiveCompleter
 from dreamd.errors import ModelFileError
-from tests.helpers import ROOT
+from tests.helpers import ROOT, wait_for
 
 
 @pytest.fixture(scope="module")
@@ -301,16 +301,18 @@ def test_a_build_killed_midway_leaves_no_file_behind(tmp_path: Path) -> None:
             "build; from dreamd.backends.model_files import model_file; "
             "build(Path(sys.argv[1]), 'k', model_file())")
     building = subprocess.Popen([sys.executable, "-c", code, str(cache)], cwd=ROOT)
-    deadline = time.monotonic() + 120
-    while not (builders := children_of(building.pid)) and time.monotonic() < deadline:
-        time.sleep(0.005)
+    builders: list[int] = []
+
+    def started() -> bool:
+        builders[:] = children_of(building.pid)
+        return bool(builders)
+
+    assert wait_for(started, 120, step=0.005)
     [left] = list(cache.glob(".building-*"))
     assert builders and left.name.startswith(f".building-{building.pid}-")
     os.kill(building.pid, signal.SIGKILL)
     building.wait()
-    while any(Path(f"/proc/{pid}").exists() for pid in builders) \
-            and time.monotonic() < deadline:
-        time.sleep(0.01)
+    assert wait_for(lambda: not any(Path(f"/proc/{pid}").exists() for pid in builders), 120)
     assert left.is_dir()
     assert cached_model(cache, "k") is None and list(cache.iterdir()) == []
 

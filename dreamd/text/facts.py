@@ -48,8 +48,8 @@ _SMALL_TALK = re.compile(r"\b(?:by the way|how are you|see you|good night|take c
                          r"talk (?:to you )?(?:soon|later))\b", re.IGNORECASE)
 
 
-# News announced and not told: what it is comes in a sentence of its own ("I have news.",
-# "Also, we've got big news too!").
+# News announced and not told: what it is comes in a sentence of its own ("We've got
+# news!", "Also, I have some big news too.").
 _NEWS_UNTOLD = re.compile(
     r"^(?:\w+,\s+)?(?:I|we)(?:['’]ve|\s+have)?(?:\s+got|\s+have|\s+had)?\s+"
     r"(?:some\s+)?(?:\w+\s+)?news(?:\s+(?:too|also|as well|to share|to tell you|for you))?"
@@ -101,7 +101,7 @@ def proposed(bare: str) -> bool:
     """Whether a sentence (its opening call left out) may tell something about someone:
     a statement of three words or more, one of them not a function word, that is not a
     question, not said about the one spoken to, not an order, a wish or a greeting, and
-    does not end on a modal or a "to" whose verb the talk supplies ("I wish I could").
+    does not end on a modal or a "to" whose verb the talk supplies ("Maybe we should").
     Which of these are worth keeping is the selector's to say (dreamd.dream.selector)."""
     words = _WORD.findall(bare)
     if len(words) < 3 or len(bare) > MAX_CHARS or bare.rstrip().endswith("?"):

@@ -122,18 +122,18 @@ _THEN = frozenset("""when because after before since and but so as while until a
     already recently today yesterday tonight last this next""".split())
 
 
-_WORD = re.compile(r"[\w'’]+")
-_PERSON_BEFORE = frozenset("i he she they we and to did didn't has have had".split()) \
+# What a person, not a thing, puts before such a verb: a pronoun, "and" or "to" of a verb
+# already theirs, an auxiliary or a modal (the stems of "don't", "won't", "can't" too).
+_PERSON_BEFORE = frozenset("i he she they we and to do does did has have had wo ca".split()) \
     | speech.MODALS
 
 
 def _object_left_to_the_talk(text: str, subject: str) -> bool:
     for m in _STARTED.finditer(text):
-        before = [w for w in _WORD.findall(text[:m.start()])
+        before = [w for w in speech.WORD.findall(text[:m.start()])
                   if w.lower() not in speech.ADVERBS_BEFORE_A_VERB]
         last = re.sub(r"n['’]t$", "", before[-1].lower()) if before else ""
-        if not before or (before[-1] != subject and last not in _PERSON_BEFORE
-                          and last not in ("do", "does", "wo", "ca")):  # won't, can't
+        if not before or (before[-1] != subject and last not in _PERSON_BEFORE):
             continue  # a thing starts or stops ("after fieldwork finishes")
         stop, word, after = m.group(1), m.group(2).lower(), m.group(3).lower()
         if stop is not None or word in _THEN or (word in ("in", "on") and (

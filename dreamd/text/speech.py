@@ -60,7 +60,7 @@ _ABBREVIATED = re.compile(r"(?:^|\s)(?:[A-Za-z]|Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|Mt|vs
                           r"(?:[A-Za-z]\.)+[A-Za-z])\.$")
 _LOWER_I = ((re.compile(r"\bi\b"), "I"), (re.compile(r"\b[iI]m\b"), "I'm"),
             (re.compile(r"\b[iI]ve\b"), "I've"), (re.compile(r"\bi(?=['’](?:m|ve|ll|d)\b)"), "I"))
-_WORD = re.compile(r"[\w'’]+")
+WORD = re.compile(r"[\w'’]+")
 
 
 def lemmas(word: str) -> dict[str, tuple[str, ...]]:
@@ -201,7 +201,7 @@ def ordered(sentence: str) -> bool:
     """Whether a sentence opens as an order, a wish or a greeting does: with a verb's base
     form and no subject ("Sleep well", "Hope the move goes fine", "Enjoy the concert");
     "Rent has gone up", "Mark and I moved" and "Love my new job" are not."""
-    words = _WORD.findall(sentence)
+    words = WORD.findall(sentence)
     if len(words) < 2 or not words[0][:1].isupper() or not base_verb(words[0]):
         return False
     if set(_senses(words[0].lower())) & {"ADJ", "ADV"}:
@@ -220,7 +220,7 @@ def subject_next(word: str) -> bool:
 def said_to_the_other(sentence: str) -> bool:
     """Whether a sentence is about the one spoken to ("You must be proud", "Your dog ..."),
     and not, after a word to them, about the speaker ("You know, I quit smoking")."""
-    first = _WORD.findall(sentence)[:1]
+    first = WORD.findall(sentence)[:1]
     return bool(first) and first[0].lower() in {
         "you", "your", "you're", "you've", "you'll", "you'd", "yours", "u", "ur"} \
         and not _I_SUBJECT.search(sentence)
@@ -231,7 +231,7 @@ def opens_with_name(sentence: str, known: tuple[str, ...] = ()) -> bool:
     "Leeds was lovely"): capitalized, no word of English's dictionary or calendar, and
     told by a verb after it; "Crumbs everywhere", "Lights out" and "Haha, yes" are
     not (a name that is also a word, "Rose", is known as a name only inside a sentence)."""
-    words = _WORD.findall(sentence)
+    words = WORD.findall(sentence)
     if len(words) < 2 or not words[0][:1].isupper() or not words[0][1:2].islower():
         return False
     first = words[0].lower()

@@ -278,7 +278,7 @@ class PgStore:
                 self.raw.execute("COMMIT")
 
     def changes(self) -> None:
-        return None  # no mark without a round trip: a refresh's own reads are as cheap
+        return None  # no mark without a round trip of its own: a refresh reads as before
 
     def settle_turns(self, wait: float = 0.0) -> int:
         """Look again at which turns are final; with `wait`, keep looking (up to that many
