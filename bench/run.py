@@ -380,12 +380,16 @@ def bench_recall() -> None:
     fact_index = FactIndex(store, "bench", DEFAULT_USER)
     fact_index.refresh()
 
-    def with_facts() -> list[int]:
+    def with_facts(every_share: bool = False) -> list[int]:
+        # As recall takes them: a fact's share only where it could move a turn into the
+        # ten (or every turn's share, to check that the two agree).
         index.refresh()
         facts = fact_index.evidence(query)
-        return index.ids[top_k(index.scores(query, None, facts), 10)].tolist()
+        ranked = None if every_share else [(None, 10)]
+        return index.ids[top_k(index.scores(query, None, facts, ranked), 10)].tolist()
 
     assert bare() == prior_art()  # the same matrix
+    assert with_facts() == with_facts(every_share=True)  # the shares left out move nothing
     prior_s = timed(prior_art, 3)
     # The three in turn, ten queries each, five rounds: each ratio is taken within a
     # round (a busy machine's memory bandwidth drifts between rounds), then the median.

@@ -13,6 +13,7 @@ from dreamd.backends.local import LocalEmbedder
 from dreamd.config import Config, EmbedConfig
 from dreamd.dream.cycle import run_pass
 from dreamd.memory.api import Memory
+from dreamd.memory.evidence import Evidence
 from dreamd.memory.recall import VectorIndex, fuse, query_words, top_k
 from tests.helpers import RecordingCompleter
 
@@ -220,13 +221,13 @@ def test_scores_are_the_recipe_written_plainly_and_follow_new_facts(tmp_path: Pa
             out.append(base[i] + SESSION_WEIGHT * best + FACT_WEIGHT * fact)
         return out
 
-    assert index.scores(query, gists, (turns, cosines)) == pytest.approx(
+    assert index.scores(query, gists, Evidence.of(turns, cosines)) == pytest.approx(
         plainly(turns, cosines), abs=1e-5)
-    assert index.scores(query, gists, (turns, cosines)) == pytest.approx(
+    assert index.scores(query, gists, Evidence.of(turns, cosines)) == pytest.approx(
         plainly(turns, cosines), abs=1e-5)  # asked again: the same
     more = np.append(turns, ids[5])
     more_cosines = np.append(cosines, np.float32(0.7))
-    assert index.scores(query, gists, (more, more_cosines)) == pytest.approx(
+    assert index.scores(query, gists, Evidence.of(more, more_cosines)) == pytest.approx(
         plainly(more, more_cosines), abs=1e-5)
     memory.close()
 
@@ -297,8 +298,57 @@ def test_scores_are_exactly_the_straightforward_computation(tmp_path: Path,
     for turns in (many, one_each, many[::-1].copy()):
         cosines = rng.uniform(-0.5, 0.9, len(turns)).astype(np.float32)
         for _ in range(2):  # the second time from what the index kept of the first
-            assert np.array_equal(index.scores(query, gists, (turns, cosines)),
+            assert np.array_equal(index.scores(query, gists, Evidence.of(turns, cosines)),
                                   straightforward(index, query, gists, (turns, cosines)))
     assert np.array_equal(index.scores(query), straightforward(
         index, query, {}, (np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float32))))
+    memory.close()
+
+
+@pytest.mark.parametrize("several", [False, True])
+def test_the_best_are_the_same_when_only_the_shares_that_could_move_them_are_taken(
+        tmp_path: Path, several: bool) -> None:
+    """A recall takes a fact's cosine only for a turn within the facts' largest share of
+    a set's k-th score (the candidates, the period's candidates): every set it takes is
+    the one every share would give, for any k, with a mask and without, one fact a turn
+    in order or several a turn; and most cosines are never taken."""
+    embedder = HashingEmbedder()
+    db = tmp_path / "m.db"
+    memory = Memory(db, config=Config(db=str(db), embed=EmbedConfig(backend="hashing")),
+                    embedder=embedder)
+    rng = np.random.default_rng(5)
+    words = "dog park rain coffee train sister guitar paint bread winter lake".split()
+    for n in range(400):
+        memory.remember(f"s{n // 20}", "user" if n % 2 else "assistant",
+                        " ".join(rng.choice(words, 4)))
+    run_pass(memory.store, memory.config, embedder,
+             RecordingCompleter(memory.store, embedder=embedder), trigger="test", force=True)
+    index = memory.index
+    index.refresh()
+    ids = index.base_ids
+    turns = np.sort(rng.choice(ids, 300, replace=several))
+    vectors = rng.standard_normal((len(turns), index.matrix.shape[1])).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    query = embedder.embed(["rain in the park with my sister"])[0]
+    asked: list[int] = []
+
+    def cosine(pairs: np.ndarray | None) -> np.ndarray:
+        picked = vectors if pairs is None else vectors[pairs]
+        asked.append(len(picked))
+        result: np.ndarray = picked @ query
+        return result
+
+    facts = Evidence(turns, cosine, 1.0)
+    every = index.scores(query, None, facts)
+    half = np.arange(len(ids)) % 2 == 0
+    for k in (1, 5, 20):
+        for allowed in (None, half):
+            asked.clear()
+            score = index.scores(query, None, facts, [(allowed, k)])
+            among = every if allowed is None else np.where(allowed, every, -np.inf)
+            mine = score if allowed is None else np.where(allowed, score, -np.inf)
+            assert np.array_equal(top_k(mine, k), top_k(among, k))
+            assert np.array_equal(mine[top_k(mine, k)], among[top_k(among, k)])
+            if k < 20:
+                assert sum(asked) < len(turns) / 4
     memory.close()

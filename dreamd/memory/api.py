@@ -41,6 +41,7 @@ from dreamd.memory.block_lines import (
 )
 from dreamd.memory.context import Context
 from dreamd.memory.context import build as build_context
+from dreamd.memory.evidence import Evidence
 from dreamd.memory.export import export_user
 from dreamd.memory.forget import Report as ForgetReport
 from dreamd.memory.forget import Scope, forget, parse_before
@@ -220,22 +221,23 @@ class Memory(Steering):
         vectors = self.embedder.embed(list(dict.fromkeys([query, as_named])))
         query_vector, named_vector = vectors[0], vectors[-1]
         gists: dict[str, float] = {}
-        evidence = [self.indexes.facts(user).evidence(named_vector) for user in users]
         for user in users:
             gists.update(self.indexes.gists(user).scores(named_vector))
-        # One user's facts as the index holds them (the matrix matches the same turn ids
-        # to its rows once); several users' in turn order again.
-        facts = evidence[0] if len(evidence) == 1 else (
-            np.concatenate([t for t, _ in evidence]), np.concatenate([c for _, c in evidence]))
-        if len(evidence) > 1:
-            order = np.argsort(facts[0], kind="stable")
-            facts = (facts[0][order], facts[1][order])
-        scores = index.scores(query_vector, gists, facts)
+        scores = index.scores(query_vector, gists)
         # The matrix holds these users' turns; the mask narrows to `session` and drops
         # a session that changed hands since the matrix was read.
         allowed = self._allowed(users, session)
         if len(scores):
             scores = np.where(index.mask(allowed), scores, -np.inf)
+        period = asked_period(asked, datetime.now(UTC).date())
+        within = index.within(period) if period is not None and len(scores) else None
+        # The facts' share, where it could move a turn into the candidates (a share is
+        # small: far below them, a turn's is never taken).
+        index.add_facts(scores, self._evidence(users, named_vector),
+                        [(None, CANDIDATES), *([(within, CANDIDATES)] if within is not None
+                                               else [])])
+        finite = scores[np.isfinite(scores)]
+        spread = (float(finite.mean()), float(finite.std())) if len(finite) else None
         best = top_k(scores, CANDIDATES)
         ids = index.ids  # a property: concatenated once, not per candidate
         vector = {int(ids[i]): float(scores[i]) for i in best if np.isfinite(scores[i])}
@@ -244,16 +246,13 @@ class Memory(Steering):
             with self.store.read() as conn:
                 words = search_words(conn, terms, CANDIDATES, users, DEFAULT_USER in users)
             words = {i: s for i, s in words.items() if i in self._within(words, allowed)}
-        period = asked_period(asked, datetime.now(UTC).date())
         late: dict[int, float] = {}
-        if period is not None and len(scores):
+        if within is not None:
             # The period's best turns are candidates too ("what did I say yesterday?"
             # names no topic).
-            inside = np.where(index.within(period), scores, -np.inf)
+            inside = np.where(within, scores, -np.inf)
             late = {int(ids[i]): float(scores[i]) for i in top_k(inside, CANDIDATES)
                     if np.isfinite(scores[i])}
-        finite = scores[np.isfinite(scores)]
-        spread = (float(finite.mean()), float(finite.std())) if len(finite) else None
         fused = fuse(vector, words, spread, late)
         with self.store.read() as conn:
             turns = turns_by_id(conn, list(fused))
@@ -262,6 +261,18 @@ class Memory(Steering):
         ranked = sorted((i for i in fused if i in turns), key=lambda i: -fused[i])[:k]
         return [Hit(i, turns[i].session_id, turns[i].role, turns[i].content,
                     turns[i].created_at, fused[i]) for i in ranked]
+
+    def _evidence(self, users: list[str], vector: np.ndarray) -> Evidence:
+        """The users' facts as evidence: one user's as the index holds them (the matrix
+        matches the same turn ids to its rows once), several users' taken whole and
+        joined in turn order."""
+        if len(users) == 1:
+            return self.indexes.facts(users[0]).evidence(vector)
+        parts = [self.indexes.facts(user).evidence(vector) for user in users]
+        turns = np.concatenate([p.turns for p in parts])
+        cosines = np.concatenate([p.cosine(None) for p in parts])
+        order = np.argsort(turns, kind="stable")
+        return Evidence.of(turns[order], cosines[order])
 
     def as_keyed(self, query: str, users: list[str]) -> str:
         """The query in the words turns are keyed in: asked by the one user it is about,

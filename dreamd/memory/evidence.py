@@ -8,6 +8,9 @@ holds, and started again when dreamd forgets something (`vector_epoch`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numpy as np
 
 from dreamd.store.corrections import word_seq
@@ -33,6 +36,24 @@ class LastLook:
     def done(self) -> None:
         """The refresh read all there was at the mark `unchanged` took."""
         self.seen = self.now
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Facts as evidence for one query: per (fact, source turn) pair, in turn order, the
+    turn; a pair's cosine with the query is taken only when asked for (`cosine`: pairs,
+    as indices into `turns`, or None for every pair), since a recall needs it only for
+    the turns that could still rank among the best. No cosine exceeds `bound`."""
+
+    turns: np.ndarray
+    cosine: Callable[[np.ndarray | None], np.ndarray]
+    bound: float
+
+    @classmethod
+    def of(cls, turns: np.ndarray, cosines: np.ndarray) -> Evidence:
+        """Cosines already taken (several users' facts joined, in turn order)."""
+        return cls(turns, lambda pairs: cosines if pairs is None else cosines[pairs],
+                   float(cosines.max()) if len(cosines) else 0.0)
 
 
 class GistIndex:
@@ -89,6 +110,7 @@ class FactIndex:
         self.in_order = True  # fact_of is every row in order: the product needs no gather
         self.waiting: list[int] = []  # facts read before their vector was stored
         self.matrix = np.zeros((0, 0), dtype=np.float32)
+        self.longest = 0.0  # the largest norm of a fact's vector
         self.row_of: dict[int, int] = {}  # fact id -> its row
         self.fact_of = np.zeros(0, dtype=np.int64)  # per (fact, source turn): the fact's row
         self.turns = np.zeros(0, dtype=np.int64)  # and the turn
@@ -121,6 +143,7 @@ class FactIndex:
             start = len(self.matrix)
             block = np.stack([np.frombuffer(blobs[f.id], dtype=np.float32) for f in kept])
             self.matrix = np.vstack([self.matrix, block]) if start else block
+            self.longest = max(self.longest, float(np.linalg.norm(block, axis=1).max()))
             self.row_of.update((f.id, start + n) for n, f in enumerate(kept))
             pairs += [(start + n, t) for n, f in enumerate(kept) for t in f.sources]
         if pairs:
@@ -138,11 +161,20 @@ class FactIndex:
             self.last_id = new[-1].id
         self.look.done()
 
-    def evidence(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(turn ids, cosines), in turn order: for each fact and each turn it came from,
-        the cosine between the query and the fact."""
+    def evidence(self, query: np.ndarray) -> Evidence:
+        """The facts as they stand, for `query`: each pair's cosine is the product of
+        the query with its fact's row, taken for the pairs asked for."""
         self.refresh()
+        query = query.astype(np.float32)
+        matrix, fact_of, in_order = self.matrix, self.fact_of, self.in_order
+
+        def cosine(pairs: np.ndarray | None) -> np.ndarray:
+            if pairs is None:
+                every: np.ndarray = matrix @ query
+                return every if in_order else every[fact_of]
+            picked: np.ndarray = matrix[pairs if in_order else fact_of[pairs]] @ query
+            return picked
+
         if not len(self.turns):
-            return self.turns, np.zeros(0, dtype=np.float32)
-        cosines = self.matrix @ query.astype(np.float32)
-        return self.turns, cosines if self.in_order else cosines[self.fact_of]
+            return Evidence.of(self.turns, np.zeros(0, dtype=np.float32))
+        return Evidence(self.turns, cosine, self.longest * float(np.linalg.norm(query)))

@@ -10,7 +10,8 @@ without embedding anything twice:
   per-turn scores and one stored norm per turn, not a second matrix;
 - + 0.5 x the best vector score in the turn's session, or of the session's gist;
 - + 0.2 x the best cosine of a fact the turn gave (the facts tier: names resolved, dates
-  absolute, so a question can meet the fact where it would miss the turn);
+  absolute, so a question can meet the fact where it would miss the turn), taken only
+  for a turn that could become a candidate by it;
 - words: BM25 over the key with its neighbours (Porter stemming), ranked among the
   allowed users' turns only;
 - fused by z-scores (0.65 vector, 0.35 words): reciprocal-rank fusion threw most of the
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dreamd.memory.evidence import FactIndex, GistIndex, LastLook
+from dreamd.memory.evidence import Evidence, FactIndex, GistIndex, LastLook
 from dreamd.memory.rows import FactRows, Links, SessionRuns
 from dreamd.models import Turn
 from dreamd.store.interface import Store
@@ -201,11 +202,12 @@ class VectorIndex:
         return np.where(norms > 1e-9, norms, 1.0).astype(np.float32)
 
     def scores(self, query: np.ndarray, gists: dict[str, float] | None = None,
-               facts: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+               facts: Evidence | None = None,
+               ranked: list[tuple[np.ndarray | None, int]] | None = None) -> np.ndarray:
         """Per row (in `ids` order): own + context score, plus the session signal — the
         best score in the session or its gist's (`gists`: session -> cosine) — plus a
-        share of the best cosine of a fact the turn gave (`facts`: turn ids, cosines; in
-        turn order, for speed; the same turn ids again are matched to rows once).
+        share of the best cosine of a fact the turn gave (`facts`; see `add_facts` for
+        `ranked`).
 
         The product over the matrix is most of a query's cost: each step after it is a
         pass or two over one score a row, laid out once per refresh (the rows beside a
@@ -233,13 +235,37 @@ class VectorIndex:
                     best[code] = max(best[code], GIST_WEIGHT * cosine)
             best *= SESSION_WEIGHT
             score += self.session_runs().each_row(best, self.codes)
-            if facts is not None and len(facts[0]):
-                self.fact_rows(facts[0]).add(score, facts[1], FACT_WEIGHT)
         if self._extra:
             block = np.frombuffer(b"".join(r[1] for r in self._extra), dtype=np.float32)
             score = np.concatenate([score, 2 * (block.reshape(len(self._extra), -1) @ query)])
+        if facts is not None:
+            self.add_facts(score, facts, ranked)
         result: np.ndarray = score
         return result
+
+    def add_facts(self, score: np.ndarray, facts: Evidence,
+                  ranked: list[tuple[np.ndarray | None, int]] | None = None) -> None:
+        """Adds to `score` (from `scores`) the facts' share: `facts.turns` in turn order,
+        for speed; the same turn ids again are matched to rows once.
+
+        `ranked`: the best-k sets the caller takes from `score` (rows a mask allows, or
+        every row; k). A fact adds at most FACT_WEIGHT x its bound, so only a row within
+        that of a set's k-th score could enter the set: the others' shares are left out
+        (their cosines never taken), and each set is what every share would make it."""
+        n = len(self.base_ids)
+        if not n or not len(facts.turns):
+            return
+        near = None
+        if ranked is not None:
+            # (a hair wider than the bound: a row of a set must not be lost to rounding)
+            reach = np.float32(FACT_WEIGHT * max(facts.bound, 0.0) * 1.001 + 1e-6)
+            near = np.zeros(n, dtype=bool)
+            for allowed, k in ranked:
+                among = score if allowed is None else np.where(allowed, score, -np.inf)
+                kth = np.partition(among, len(among) - k)[len(among) - k] \
+                    if k < len(among) else -np.inf
+                near |= (among[:n] >= kth - reach) & np.isfinite(among[:n])
+        self.fact_rows(facts.turns).add(score, facts.cosine, FACT_WEIGHT, near)
 
     def context_weights(self) -> tuple[np.ndarray, np.ndarray]:
         """Per row, what its own cosine and its neighbours' weigh in `scores`."""

@@ -4,6 +4,7 @@ neighbours are not beside them, each session's run of rows, the rows facts speak
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,11 +114,27 @@ class FactRows:
         every = len(first) == len(turns) and bool(np.all(first == np.arange(len(turns))))
         return cls(rows[starts], None if every else first, more)
 
-    def add(self, score: np.ndarray, cosines: np.ndarray, weight: float) -> None:
-        """Adds to each row `weight` x the best of its facts' `cosines` (never below 0:
-        a fact never counts against its turn)."""
-        shares = np.maximum(cosines if self.first is None else cosines[self.first], 0)
-        for runs, more in self.more:
-            shares[runs] = np.maximum(shares[runs], cosines[more])
+    def add(self, score: np.ndarray, cosine: Callable[[np.ndarray | None], np.ndarray],
+            weight: float, near: np.ndarray | None = None) -> None:
+        """Adds to each row `weight` x the best of its facts' cosines (never below 0: a
+        fact never counts against its turn). `cosine`: facts (indices), or None for every
+        fact, -> their cosines; `near`: per row of the matrix, whether its share is wanted
+        (None: every row's). When most are, every cosine is taken in one product."""
+        picked = None if near is None else np.flatnonzero(near[self.rows])
+        if picked is not None and 4 * len(picked) > len(self.rows):
+            picked = None
+        if picked is None:
+            every = cosine(None)
+            shares = np.maximum(every if self.first is None else every[self.first], 0)
+            for runs, more in self.more:
+                shares[runs] = np.maximum(shares[runs], every[more])
+            rows = self.rows
+        else:
+            shares = np.maximum(cosine(picked if self.first is None else self.first[picked]), 0)
+            for runs, more in self.more:
+                wanted = np.isin(runs, picked, assume_unique=True)
+                at = np.searchsorted(picked, runs[wanted])
+                shares[at] = np.maximum(shares[at], cosine(more[wanted]))
+            rows = self.rows[picked]
         shares *= weight
-        score[self.rows] += shares
+        score[rows] += shares
