@@ -385,7 +385,8 @@ def bench_recall() -> None:
         # ten (or every turn's share, to check that the two agree).
         index.refresh()
         facts = fact_index.evidence(query)
-        ranked = None if every_share else [(None, 10)]
+        ranked: list[tuple[np.ndarray | None, int]] | None = \
+            None if every_share else [(None, 10)]
         return index.ids[top_k(index.scores(query, None, facts, ranked), 10)].tolist()
 
     assert bare() == prior_art()  # the same matrix

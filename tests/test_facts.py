@@ -752,3 +752,18 @@ def test_a_start_or_a_stop_whose_object_the_talk_gave_leans_on_it(line: str,
     from dreamd.text.from_facts import points_at_the_talk
 
     assert points_at_the_talk(line, line.split()[0]) is leans
+
+
+@pytest.mark.parametrize(("line", "leans"), [
+    ("Ravi did something similar in college.", True),  # similar to what?
+    ("Noor had a similar accident last spring.", True),
+    ("Tom wants to try something similar next year.", True),
+    ("Lena bought a car similar to her sister's.", False),  # the line says to what
+    ("Omar has a similar build to his father.", False),
+    ("Priya works in a similar field as her mother.", False),
+    ("Jun likes films with similar endings.", False),  # no one thing to compare
+])
+def test_something_similar_to_what_the_talk_said_leans_on_it(line: str, leans: bool) -> None:
+    from dreamd.text.from_facts import points_at_the_talk
+
+    assert points_at_the_talk(line, line.split()[0]) is leans

@@ -128,6 +128,13 @@ _PERSON_BEFORE = frozenset("i he she they we and to do does did has have had wo 
     | speech.MODALS
 
 
+# One thing like another, where the line does not say which ("did something similar", "had
+# a similar accident"): not "similar to ...", "... as ...", nor things of a kind ("films
+# with similar endings").
+_SIMILAR = re.compile(r"\b(?:something|anything|nothing|a)\s+similar\b(?![^.,;:!?]*\b(?:to|as)\b)",
+                      re.IGNORECASE)
+
+
 def _object_left_to_the_talk(text: str, subject: str) -> bool:
     for m in _STARTED.finditer(text):
         before = [w for w in speech.WORD.findall(text[:m.start()])
@@ -148,7 +155,8 @@ def points_at_the_talk(text: str, subject: str = "") -> bool:
     the thing it names ("made this bowl", "these kids", "this year", "these 3 dogs"); a
     "that" or "those" pointing back at one ("loved that pie"); a "him" or "her" for whom
     nothing before it in the line (a name other than `subject`'s, a noun) stands; a
-    verb of starting or stopping whose object the talk gave ("started when she was nine")."""
+    verb of starting or stopping whose object the talk gave ("started when she was nine");
+    one thing like another the line does not name ("did something similar")."""
     for m in _DEMONSTRATIVE.finditer(text):
         after = (m.group(1) or "").lower()
         if not (after and after not in speech.STOPWORDS
@@ -165,7 +173,7 @@ def points_at_the_talk(text: str, subject: str = "") -> bool:
         if after not in speech.STOPWORDS and "NOUN" in speech.senses(after) and (
                 m.group().lower().startswith("those") or not speech.finite(after)):
             return True
-    if _object_left_to_the_talk(text, subject):
+    if _object_left_to_the_talk(text, subject) or _SIMILAR.search(text):
         return True
     return any(not _stands_for(text[:m.start()], subject) for m in _SOMEONE.finditer(text)
                if not _owned_by(m))
