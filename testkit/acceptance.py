@@ -17,6 +17,8 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from dreamd.backends.protocols import Embedder
 from dreamd.backends.validate import CHECKS, FOR_JSON, Grounds, source_of
 from dreamd.dream.jobs.facts_asked import ITEM_CHECKS, PER_TURN, fact_refusal
@@ -103,6 +105,29 @@ def turn_ids(prompt: Prompt) -> set[int]:
 
 
 _SCORES: dict[tuple[str, str, tuple[str, ...]], float] = {}
+_VECTORS: dict[tuple[str, str], np.ndarray] = {}
+
+
+class EmbeddedOnce:
+    """An embedder that embeds each distinct text once: the answers to one request share
+    its material, which topic_score embeds with each of them. (The embedder's vector of a
+    text does not depend on the texts beside it in a call.)"""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder, self.model = embedder, embedder.model
+
+    @property
+    def dim(self) -> int:
+        return self.embedder.dim
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        new = [t for t in dict.fromkeys(texts) if (self.model, t) not in _VECTORS]
+        if new:
+            _VECTORS.update(((self.model, t), v)
+                            for t, v in zip(new, self.embedder.embed(new), strict=True))
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.stack([_VECTORS[(self.model, t)] for t in texts])
 
 
 def scored(embedder: Embedder, answer: str, items: tuple[str, ...]) -> float:
@@ -110,7 +135,7 @@ def scored(embedder: Embedder, answer: str, items: tuple[str, ...]) -> float:
     need it)."""
     key = (embedder.model, answer, items)
     if key not in _SCORES:
-        _SCORES[key] = topic_score(embedder, answer, items)
+        _SCORES[key] = topic_score(EmbeddedOnce(embedder), answer, items)
     return _SCORES[key]
 
 
