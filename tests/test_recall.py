@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -265,6 +266,23 @@ def straightforward(index: VectorIndex, query: np.ndarray, gists: dict[str, floa
     return result
 
 
+def of_words(tmp_path: Path, turns: int, length: int, rng: np.random.Generator,
+             session_of: Callable[[int], str]) -> tuple[Memory, HashingEmbedder]:
+    """A memory of `turns` turns of `length` words drawn from a few, each in the session
+    `session_of` its number gives, passed once (hashing embedder)."""
+    embedder = HashingEmbedder()
+    db = tmp_path / "m.db"
+    memory = Memory(db, config=Config(db=str(db), embed=EmbedConfig(backend="hashing")),
+                    embedder=embedder)
+    words = "dog park rain coffee train sister guitar paint bread winter lake".split()
+    for n in range(turns):
+        memory.remember(session_of(n), "user" if n % 2 else "assistant",
+                        " ".join(rng.choice(words, length)))
+    run_pass(memory.store, memory.config, embedder,
+             RecordingCompleter(memory.store, embedder=embedder), trigger="test", force=True)
+    return memory, embedder
+
+
 @pytest.mark.parametrize("interleaved", [False, True])
 def test_scores_are_exactly_the_straightforward_computation(tmp_path: Path,
                                                             interleaved: bool) -> None:
@@ -273,19 +291,10 @@ def test_scores_are_exactly_the_straightforward_computation(tmp_path: Path,
     time and for sessions interleaved (a user in two chats at once, a session taken up
     again later), facts in turn order and not, several facts for one turn, a fact for a
     turn the matrix lacks, turns embedded ahead of the daemon."""
-    embedder = HashingEmbedder()
-    db = tmp_path / "m.db"
-    memory = Memory(db, config=Config(db=str(db), embed=EmbedConfig(backend="hashing")),
-                    embedder=embedder)
     rng = np.random.default_rng(11)
-    words = "dog park rain coffee train sister guitar paint bread winter lake".split()
     sessions = [f"s{n}" for n in range(6)]
-    for n in range(90):
-        session = sessions[int(rng.integers(6))] if interleaved else sessions[n // 15]
-        text = " ".join(rng.choice(words, 5))
-        memory.remember(session, "user" if n % 2 else "assistant", text)
-    run_pass(memory.store, memory.config, embedder,
-             RecordingCompleter(memory.store, embedder=embedder), trigger="test", force=True)
+    memory, embedder = of_words(tmp_path, 90, 5, rng, lambda n: sessions[
+        int(rng.integers(6)) if interleaved else n // 15])
     memory.remember(sessions[0], "user", "a turn the app embedded itself", embed=True)
     index = memory.index
     index.refresh()
@@ -312,17 +321,8 @@ def test_the_best_are_the_same_when_only_the_shares_that_could_move_them_are_tak
     a set's k-th score (the candidates, the period's candidates): every set it takes is
     the one every share would give, for any k, with a mask and without, one fact a turn
     in order or several a turn; and most cosines are never taken."""
-    embedder = HashingEmbedder()
-    db = tmp_path / "m.db"
-    memory = Memory(db, config=Config(db=str(db), embed=EmbedConfig(backend="hashing")),
-                    embedder=embedder)
     rng = np.random.default_rng(5)
-    words = "dog park rain coffee train sister guitar paint bread winter lake".split()
-    for n in range(400):
-        memory.remember(f"s{n // 20}", "user" if n % 2 else "assistant",
-                        " ".join(rng.choice(words, 4)))
-    run_pass(memory.store, memory.config, embedder,
-             RecordingCompleter(memory.store, embedder=embedder), trigger="test", force=True)
+    memory, embedder = of_words(tmp_path, 400, 4, rng, lambda n: f"s{n // 20}")
     index = memory.index
     index.refresh()
     ids = index.base_ids
