@@ -196,6 +196,34 @@ def test_a_plan_without_its_subject_is_the_speakers(said: str, told: str) -> Non
         "Mia", "Gonna be a long week at the depot.", SAID, "Leo"))
 
 
+def test_so_far_is_no_joining_so() -> None:
+    """"So far I can ..." opens on a phrase, not on a "so" joining it to the last sentence:
+    nobody is called "Far"."""
+    told = extract("Mia", "So far I can count to ten in Korean.", SAID, "Leo")
+    assert told and all("Far " not in c.statement for c in told), told
+    assert any("Mia can count to ten in Korean" in c.statement for c in told), told
+
+
+def test_a_weekday_said_in_the_plural_is_no_one_a_pronoun_stands_for() -> None:
+    """"on Thursdays" names a day, not a person "her" could be."""
+    told = extract("Lena", "Bring your niece along on Thursdays. Bruno will show her the "
+                   "greenhouse and the bees.", SAID, "Omar")
+    assert all("Thursdays's" not in c.statement and "show Thursdays" not in c.statement
+               for c in told), told
+
+
+@pytest.mark.parametrize(("said", "told"), [
+    ("I can walk you home after choir practice on Friday.", "Mia can walk Leo home after"),
+    ("I'll drive you back to the station on Sunday.", "Mia will drive Leo back to"),
+    ("I was thinking you love the sea, so I booked Brighton.", "Leo loves the sea"),
+])
+def test_a_you_before_home_or_back_is_an_object_and_home_no_verb(said: str,
+                                                                 told: str) -> None:
+    """"walk you home": "you" is the walk's object, and "home" no verb of Leo's
+    ("Leo homes"); a "you" a verb of thinking leads into is still the subject."""
+    assert any(told in c.statement for c in extract("Mia", said, SAID, "Leo")), said
+
+
 def test_whose_been_a_something_is_is_not_said() -> None:
     """"Been a long week, but ..." may be "it" or "I": no one is made a long week."""
     told = extract("Mia", "Been a rough year, but I'm proud of how far I've come.", SAID,

@@ -64,9 +64,18 @@ _OWN_SUBJECT = re.compile(r"\b(?:I|I['’]m|I['’]ve|I['’]ll|I['’]d|we|we['
 
 
 # A word that joins a sentence to the one before it ("And I sold the car", "So I'm off"):
-# a line of memory stands on its own. Closed-class English.
+# a line of memory stands on its own. Closed-class English. A "so" before a describing
+# word or an adverb is a degree, and its phrase the sentence's own ("So far I can ...").
 _JOINED = re.compile(r"^(?:and|so|plus|but|also|anyway|besides)\b,?\s+(?=[\w'’])",
                      re.IGNORECASE)
+_SO_WHAT = re.compile(r"^so\s+([a-z]+)\b", re.IGNORECASE)
+
+
+def _unjoined(text: str) -> str:
+    m = _SO_WHAT.match(text)
+    if m and (speech.describing(m.group(1)) or speech.adverb(m.group(1))):
+        return text
+    return _JOINED.sub("", text)
 
 
 def bare(sentence: str, known: tuple[str, ...] = ()) -> str:
@@ -75,7 +84,7 @@ def bare(sentence: str, known: tuple[str, ...] = ()) -> str:
     no pronoun, and no name but the speakers'; and without a word joining it to the
     sentence before ("And", "So", "Plus")."""
     text = sentence
-    while m := _LEAD.match(text := _JOINED.sub("", text)):
+    while m := _LEAD.match(text := _unjoined(text)):
         opening = m.group(1)
         words = opening.split()
         held = [w for w in words[:-1] if w.lower() in _HOLDS]
@@ -208,13 +217,13 @@ def people_named(text: str, known: tuple[str, ...]) -> list[str]:
     """The people `text` names, in order, as far as words show it: a capitalized word
     inside a sentence that does not follow a place word ("from Manchester"), or one
     opening a sentence as its subject ("Ana says ..."); not the `known` speakers, not
-    calendar or common words, not one after "the" or "a" ("the Japanese boy")."""
+    calendar words (nor their plurals, "on Thursdays") or common words, not one after "the" or "a" ("the Japanese boy")."""
     found = []
     for sentence in speech.sentences(text):
         for m in _NAME_WORD.finditer(sentence):
             word = m.group()
-            if word in known or word.lower() in STOPWORDS or word.lower() in CALENDAR \
-                    or word.endswith("ing"):
+            if word in known or word.lower() in STOPWORDS \
+                    or word.lower().removesuffix("s") in CALENDAR or word.endswith("ing"):
                 continue
             if m.start() == 0:
                 if not speech.opens_with_name(sentence):

@@ -317,7 +317,8 @@ class _Unsure(Exception):
 def _agreeing(text: str, subject: str, name: str, object_too: bool) -> str:
     """Each `subject` ("I", "you") in `text` as `name`, with the verb after it (past any
     adverbs, "I really love") made to agree. `object_too`: the word may be an object ("told
-    you about"), and then a word after it that is no verb stays as it is."""
+    you about"), and then a word after it that is no verb, or that English knows as an
+    adverb too ("walk you home"), stays as it is."""
     out: list[str] = []
     at = 0
     for m in re.finditer(rf"\b{subject}\b", text):
@@ -340,6 +341,9 @@ def _agreeing(text: str, subject: str, name: str, object_too: bool) -> str:
             if _adverb_here(word, following):
                 said += f" {word}"  # "I really love", "I even got" (not "evens")
                 continue
+            if object_too and "ADV" in _senses(word.lower()):
+                said += f" {word}"  # "walk you home", "drive you back": an object's
+                break
             third = third_verb(word)
             if third is None and (object_too and not _verb_lemmas(word)):
                 said += f" {word}"
