@@ -183,12 +183,13 @@ def shingles(text: str) -> set[tuple[str, ...]]:
     return {words[i:i + 8] for i in range(len(words) - 7)}
 
 
-def test_the_benchmark_s_fresh_set_is_in_no_example_set_and_no_fixture() -> None:
-    """bench/fresh is an exam: no run of eight of its words is in what dreamd learns from
-    (dreamd/data) or in the tests' fixtures (tests/data)."""
+@pytest.mark.parametrize("exam", ["fresh", "fresh_msc"])
+def test_the_benchmark_s_fresh_sets_are_in_no_example_set_and_no_fixture(exam: str) -> None:
+    """bench/fresh and bench/fresh_msc are exams: no run of eight of their words is in what
+    dreamd learns from (dreamd/data) or in the tests' fixtures (tests/data)."""
     root = Path(__file__).parent.parent
     fresh: set[tuple[str, ...]] = set()
-    for path in sorted((root / "bench" / "fresh").glob("*.txt")):
+    for path in sorted((root / "bench" / exam).glob("*.txt")):
         for line in path.read_text("utf-8").splitlines():
             if ":" in line and not line.startswith(("#", "speakers:", "style:")):
                 fresh |= shingles(line.split(":", 1)[1])
