@@ -196,6 +196,24 @@ def test_a_plan_without_its_subject_is_the_speakers(said: str, told: str) -> Non
         "Mia", "Gonna be a long week at the depot.", SAID, "Leo"))
 
 
+@pytest.mark.parametrize(("turn", "said"), [
+    ('We won a bronze and a "highly commended." Not bad for beginners.',
+     ['We won a bronze and a "highly commended."', "Not bad for beginners."]),
+    ('She said "no way!" and left. Then I laughed.',
+     ['She said "no way!" and left.', "Then I laughed."]),
+    ("He called it “a triumph.” We laughed.", ["He called it “a triumph.”", "We laughed."]),
+    ("I told him 'not today.' He sulked.", ["I told him 'not today.'", "He sulked."]),
+    ('Best day ever!Haha. Then "Sam" called.', ["Best day ever!", "Haha.", 'Then "Sam" called.']),
+])
+def test_a_quotation_closed_after_its_full_stop_ends_with_its_sentence(turn: str,
+                                                                       said: list[str]) -> None:
+    """A closing quotation mark after a sentence's full stop is that sentence's, not the
+    opening of the next (which made `Cormac: "" Not bad ...`)."""
+    from dreamd.text.speech import sentences
+
+    assert sentences(turn) == said
+
+
 def test_so_far_is_no_joining_so() -> None:
     """"So far I can ..." opens on a phrase, not on a "so" joining it to the last sentence:
     nobody is called "Far"."""

@@ -51,9 +51,12 @@ CALENDAR = frozenset("""monday tuesday wednesday thursday friday saturday sunday
 
 # Said but not words: "[shares an image: a dog on a beach]" and other stage directions.
 _STAGE = re.compile(r"\s*\[[^\]]*\]")
-# A sentence ends at . ! or ? before a capital ("great!Haha" too), or before any word
-# where people write in lower case ("got home late. dinner was cold").
-_END = re.compile(r"(?<=[.!?])\s*(?=[A-Z\"'“])|(?<=[.!?])\s+(?=[a-z0-9])")
+# A sentence ends at . ! or ? before a capital ("great!Haha" too) or a quotation opened
+# after a space, or before any word where people write in lower case ("got home late.
+# dinner was cold"); a quotation mark right after the stop closes the sentence's own
+# quotation ('a "highly commended." Not bad'), and the sentence ends after it.
+_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'“])|(?<=[.!?])(?=[A-Z“])|"
+                  r"(?<=[.!?][\"'”’])\s+(?=[A-Z\"'“])|(?<=[.!?])\s+(?=[a-z0-9])")
 # ... but not after a title, an initial or a common abbreviation ("Dr. Okafor", "J. R.",
 # "the U.S. team", "St. Ives").
 _ABBREVIATED = re.compile(r"(?:^|\s)(?:[A-Za-z]|Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|Mt|vs|etc|approx|"
