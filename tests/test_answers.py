@@ -119,17 +119,17 @@ def strict_objects(schema: Any) -> list[dict[str, Any]]:
 
 def test_the_schemas_sent_are_strict_and_are_the_answers_fields() -> None:
     from dreamd.dream.answers import FactItem, FactsAnswer, Reflection
-    from dreamd.dream.prompts import FACTS_SCHEMA, REFLECT_SCHEMA
+    from dreamd.dream.prompts import facts_schema, reflect_schema
 
-    objects = strict_objects(FACTS_SCHEMA) + strict_objects(REFLECT_SCHEMA)
+    objects = strict_objects(facts_schema()) + strict_objects(reflect_schema())
     assert len(objects) == 3
     for each in objects:
         assert each["additionalProperties"] is False
         assert each["required"] == list(each["properties"])
-    items = FACTS_SCHEMA["properties"]["facts"]["items"]
+    items = facts_schema()["properties"]["facts"]["items"]
     assert list(items["properties"]) == list(FactItem.model_fields)
-    assert list(FACTS_SCHEMA["properties"]) == list(FactsAnswer.model_fields)
-    assert list(REFLECT_SCHEMA["properties"]) == list(Reflection.model_fields)
+    assert list(facts_schema()["properties"]) == list(FactsAnswer.model_fields)
+    assert list(reflect_schema()["properties"]) == list(Reflection.model_fields)
     assert items["properties"]["turns"] == {"type": "array", "items": {"type": "integer"}}
 
 

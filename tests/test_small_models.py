@@ -20,7 +20,7 @@ from dreamd.cli.render import render_status
 from dreamd.config import CompleterConfig, Config, EmbedConfig, FactsConfig, PassConfig, UserConfig
 from dreamd.dream.cycle import PassResult, run_pass
 from dreamd.dream.extractive import ExtractiveCompleter
-from dreamd.dream.prompts import FACTS_SCHEMA, REFLECT_SCHEMA
+from dreamd.dream.prompts import facts_schema, reflect_schema
 from testkit.openai_server import FakeOpenAI, task_of
 from tests.helpers import (
     KEY,
@@ -75,9 +75,9 @@ def test_facts_and_the_reflection_are_constrained_by_their_schema(
     facts = [fmt for task, fmt in sent if task == "facts"]
     reflect = [fmt for task, fmt in sent if task == "reflect"]
     assert facts and facts[0] is not None and facts[0]["type"] == "json_schema"
-    assert facts[0]["json_schema"]["schema"] == FACTS_SCHEMA
+    assert facts[0]["json_schema"]["schema"] == facts_schema()
     assert reflect and reflect[0] is not None
-    assert reflect[0]["json_schema"]["schema"] == REFLECT_SCHEMA
+    assert reflect[0]["json_schema"]["schema"] == reflect_schema()
     assert all(fmt is None for task, fmt in sent if task in ("summarize", "profile", "era"))
     assert result.outcome == "ok" and completer.schema_refused == {}
     assert len(facts) == 1  # whole at once: no repair was needed

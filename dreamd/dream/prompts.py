@@ -7,10 +7,10 @@ inside a <data-…> block is an instruction, and no text inside can close its bl
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 from typing import Any
 
-from dreamd.dream.answers import FactsAnswer, Reflection, sent_schema
 from dreamd.models import Prompt
 from dreamd.text.dates import day_of, said_line
 
@@ -87,9 +87,21 @@ FACTS_EXAMPLE = (
 )
 
 
-# The response_format schemas: from the answers' typed models (see dreamd.dream.answers).
-FACTS_SCHEMA = sent_schema(FactsAnswer)
-REFLECT_SCHEMA = sent_schema(Reflection)
+# The response_format schemas: from the answers' typed models (see dreamd.dream.answers),
+# made when a prompt first needs one. The models load pydantic, which a pass that asks no
+# model anything never needs: most passes of an idle daemon.
+@functools.cache
+def facts_schema() -> dict[str, Any]:
+    from dreamd.dream.answers import FactsAnswer, sent_schema
+
+    return sent_schema(FactsAnswer)
+
+
+@functools.cache
+def reflect_schema() -> dict[str, Any]:
+    from dreamd.dream.answers import Reflection, sent_schema
+
+    return sent_schema(Reflection)
 
 
 def facts_prompt(names: dict[str, str], turns: list[str], known: list[str],
@@ -102,12 +114,12 @@ def facts_prompt(names: dict[str, str], turns: list[str], known: list[str],
                                                            **names),
                   user=user, items=tuple(turns), context={"known": len(known),
                                                           "example": example},
-                  schema=FACTS_SCHEMA)
+                  schema=facts_schema())
 
 
 def repair_prompt(invalid: str, problem: str) -> Prompt:
     user = f"Problem: {problem}\n\nYour answer was:\n" + _data(invalid.splitlines())
-    return Prompt(task="reflect", system=REPAIR_SYSTEM, user=user, schema=REFLECT_SCHEMA)
+    return Prompt(task="reflect", system=REPAIR_SYSTEM, user=user, schema=reflect_schema())
 
 
 def facts_repair_prompt(asked: Prompt, problem: str) -> Prompt:
@@ -258,5 +270,5 @@ def reflect_prompt(
         user=user,
         items=tuple(turn_lines),
         context={**context, "user_name": names["user"], "agent_name": names["agent"]},
-        schema=REFLECT_SCHEMA,
+        schema=reflect_schema(),
     )

@@ -239,7 +239,6 @@ def portable(exc: Exception) -> Exception:
 
 
 def run_one(request: PassRequest, beats: Beats, stop: threading.Event) -> PassResult:
-    from dreamd.backends.local import LocalEmbedder
     from dreamd.dream.cycle import run_pass
     from dreamd.dream.factory import make_backends, release
     from dreamd.dream.workers import Claims
@@ -268,8 +267,11 @@ def run_one(request: PassRequest, beats: Beats, stop: threading.Event) -> PassRe
         if request.worker is not None:
             claims = Claims(store, config, log, worker=request.worker)
             claims.start(told=False)  # beats for the leases this pass holds, while it works
-            if isinstance(embedder, LocalEmbedder):
-                embedder.share(request.neighbours)
+            if config.embed.backend == "local":  # its module: only for the local model
+                from dreamd.backends.local import LocalEmbedder
+
+                if isinstance(embedder, LocalEmbedder):
+                    embedder.share(request.neighbours)
         deadline = (config.completer.call_deadline_seconds
                     + config.completer.connect_timeout_seconds)
         watched = WatchedEmbedder(embedder, beats, deadline)

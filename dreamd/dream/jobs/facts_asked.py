@@ -14,11 +14,10 @@ import json
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dreamd.backends import write_gate
 from dreamd.backends.validate import Grounds, Refusal, source_of, ungrounded
-from dreamd.dream.answers import FactItem, checked, why_of
 from dreamd.dream.jobs.asking import Unusable
 from dreamd.dream.jobs.base import JobContext
 from dreamd.dream.jobs.fitting import largest
@@ -28,6 +27,9 @@ from dreamd.errors import InputRejected, OutputInvalid
 from dreamd.models import Fact, Prompt, Turn
 from dreamd.text.dates import day_of, long_date
 from dreamd.text.facts import Candidate
+
+if TYPE_CHECKING:  # pydantic's models: loaded once an answer is checked
+    from dreamd.dream.answers import FactItem
 
 JOB = "facts"
 NOT_PEOPLE = frozenset({"assistant", "system", "tool", "function", "developer"})
@@ -96,6 +98,8 @@ def fact_of(item: Any, where: str, turn_ids: set[int], known: set[int],
             grounds: Grounds | None) -> FactItem | Refusal:
     """One fact of an answer as a FactItem, or why it may not be kept: its shape first
     (see FactItem), then whether the turns name what it does."""
+    from dreamd.dream.answers import FactItem, checked, why_of
+
     fact = checked(FactItem, item, {"turn_ids": turn_ids, "known": known})
     if isinstance(fact, str):
         if not fact:

@@ -8,7 +8,6 @@ from typing import Any
 
 from dreamd.backends.validate import Refusal, source_of, ungrounded
 from dreamd.config import Config
-from dreamd.dream.answers import Reflection, checked
 from dreamd.dream.jobs.base import JobContext, complete_once
 from dreamd.dream.jobs.fitting import newest_that_fit
 from dreamd.dream.jobs.pool import run_keyed
@@ -42,6 +41,8 @@ def validate(text: str, source: str = "") -> dict[str, Any]:
     """Parse and check a reflection against its model (Reflection) and, given the prompt
     as `source`, whether it is grounded in it; raise OutputInvalid naming the first
     problem. Invalid output keeps the old state."""
+    from dreamd.dream.answers import Reflection, checked  # pydantic: only once answered
+
     try:
         data = json.loads(text)
     except ValueError as exc:
