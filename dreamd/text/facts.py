@@ -217,7 +217,8 @@ def people_named(text: str, known: tuple[str, ...]) -> list[str]:
     """The people `text` names, in order, as far as words show it: a capitalized word
     inside a sentence that does not follow a place word ("from Manchester"), or one
     opening a sentence as its subject ("Ana says ..."); not the `known` speakers, not
-    calendar words (nor their plurals, "on Thursdays") or common words, not one after "the" or "a" ("the Japanese boy")."""
+    calendar words (nor their plurals, "on Thursdays") or common words, not one after
+    "the" or "a" ("the Japanese boy")."""
     found = []
     for sentence in speech.sentences(text):
         for m in _NAME_WORD.finditer(sentence):
