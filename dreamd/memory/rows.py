@@ -119,7 +119,8 @@ class FactRows:
         """Adds to each row `weight` x the best of its facts' cosines (never below 0: a
         fact never counts against its turn). `cosine`: facts (indices), or None for every
         fact, -> their cosines; `near`: per row of the matrix, whether its share is wanted
-        (None: every row's). When most are, every cosine is taken in one product."""
+        (None: every row's). Where over a quarter of the rows are, every cosine is taken in one
+        product (gathering that many rows costs more)."""
         picked = None if near is None else np.flatnonzero(near[self.rows])
         if picked is not None and 4 * len(picked) > len(self.rows):
             picked = None
