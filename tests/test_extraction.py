@@ -220,6 +220,11 @@ def test_so_far_is_no_joining_so() -> None:
     told = extract("Mia", "So far I can count to ten in Korean.", SAID, "Leo")
     assert told and all("Far " not in c.statement for c in told), told
     assert any("Mia can count to ten in Korean" in c.statement for c in told), told
+    # A quantity stands without its "so".
+    from dreamd.text.facts import bare
+
+    assert bare("So many cousins came to the wedding in Lagos.") == \
+        "Many cousins came to the wedding in Lagos."
 
 
 def test_a_weekday_said_in_the_plural_is_no_one_a_pronoun_stands_for() -> None:

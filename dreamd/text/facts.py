@@ -65,15 +65,18 @@ _OWN_SUBJECT = re.compile(r"\b(?:I|I['’]m|I['’]ve|I['’]ll|I['’]d|we|we['
 
 # A word that joins a sentence to the one before it ("And I sold the car", "So I'm off"):
 # a line of memory stands on its own. Closed-class English. A "so" before a describing
-# word or an adverb is a degree, and its phrase the sentence's own ("So far I can ...").
+# word or an adverb is a degree, and its phrase the sentence's own ("So far I can ..."),
+# but for a quantity, which stands without it ("So much has happened" -> "Much has ...").
 _JOINED = re.compile(r"^(?:and|so|plus|but|also|anyway|besides)\b,?\s+(?=[\w'’])",
                      re.IGNORECASE)
 _SO_WHAT = re.compile(r"^so\s+([a-z]+)\b", re.IGNORECASE)
+_QUANTITY = frozenset("much many few little more most".split())
 
 
 def _unjoined(text: str) -> str:
     m = _SO_WHAT.match(text)
-    if m and (speech.describing(m.group(1)) or speech.adverb(m.group(1))):
+    if m and m.group(1).lower() not in _QUANTITY and (
+            speech.describing(m.group(1)) or speech.adverb(m.group(1))):
         return text
     return _JOINED.sub("", text)
 
