@@ -183,10 +183,11 @@ def shingles(text: str) -> set[tuple[str, ...]]:
     return {words[i:i + 8] for i in range(len(words) - 7)}
 
 
-@pytest.mark.parametrize("exam", ["fresh", "fresh_msc"])
+@pytest.mark.parametrize("exam", ["fresh", "fresh_msc", "fresh_chat"])
 def test_the_benchmark_s_fresh_sets_are_in_no_example_set_and_no_fixture(exam: str) -> None:
-    """bench/fresh and bench/fresh_msc are exams: no run of eight of their words is in what
-    dreamd learns from (dreamd/data) or in the tests' fixtures (tests/data)."""
+    """bench/fresh, bench/fresh_msc and bench/fresh_chat are exams: no run of eight of their
+    words is in what dreamd learns from (dreamd/data) or in the tests' fixtures
+    (tests/data)."""
     root = Path(__file__).parent.parent
     fresh: set[tuple[str, ...]] = set()
     for path in sorted((root / "bench" / exam).glob("*.txt")):
