@@ -60,9 +60,10 @@ def corpus(name: str = "sentences.txt") -> dict[str, list[str]]:
 
 
 def shingles(sentence: str) -> set[tuple[str, ...]]:
-    """A sentence's runs of six words (its words, if fewer), its opening call set aside."""
+    """A sentence's runs of six words (its words, if fewer), its opening call set aside;
+    none for three words or fewer: any two writers share "that's adorable" or "lol same"."""
     words = tuple(re.findall(r"\w+", bare(sentence).lower()))
-    return {words[i:i + 6] for i in range(max(1, len(words) - 5))} if words else set()
+    return {words[i:i + 6] for i in range(max(1, len(words) - 5))} if len(words) > 3 else set()
 
 
 @pytest.mark.parametrize("name", EXAMS)
@@ -225,6 +226,62 @@ def test_so_far_is_no_joining_so() -> None:
 
     assert bare("So many cousins came to the wedding in Lagos.") == \
         "Many cousins came to the wedding in Lagos."
+
+
+@pytest.mark.parametrize("said", [
+    "No, I haven't.", "Honestly, I didn't.", "We really did!", "Yes, we have, actually.",
+    "I wasn't.", "She does too.", "I can't.",
+])
+def test_an_answer_ending_on_its_auxiliary_leaves_its_verb_to_the_question(said: str) -> None:
+    """"No, I haven't." answers a question: what was or was not done is the question's, so
+    it is nothing a friend could keep on its own (as "Maybe I should." is not)."""
+    assert extract("Mia", said, SAID, "Leo") == []
+
+
+@pytest.mark.parametrize(("said", "kept", "gone"), [
+    ("I did, my uncle showed me how to tie flies for trout.",
+     "Mia's uncle showed Mia how to tie flies for trout", "Mia did,"),
+    ("We have, and the bees made forty jars of honey last summer.",
+     "bees made forty jars of honey", "Mia have,"),
+    ("I don't, but my brother Tomas keeps two ferrets.", "Tomas keeps two ferrets", "don't,"),
+])
+def test_an_answers_opening_clause_is_left_out_and_what_follows_kept(
+        said: str, kept: str, gone: str) -> None:
+    """"I did, my uncle showed me ..." opens on the answer to a question, then tells: the
+    telling part is the fact, without the answer's clause."""
+    told = extract("Mia", said, SAID, "Leo")
+    assert any(kept in c.statement for c in told), told
+    assert all(gone not in c.statement and not c.statement.startswith(("Mia did", "Mia have"))
+               for c in told), told
+
+
+def test_a_clause_the_comma_only_interrupts_is_no_answer() -> None:
+    """"I have, over the years, collected ..." is one clause with an aside: kept whole."""
+    told = extract("Mia", "I have, over the years, collected three hundred stamps from Peru.",
+                   SAID, "Leo")
+    assert any("collected three hundred stamps from Peru" in c.statement
+               and c.statement.startswith("Mia has") for c in told), told
+
+
+@pytest.mark.parametrize(("said", "told"), [
+    ("omg my cousin just opened a ramen bar in lisbon", "Mia's cousin just opened a ramen bar"),
+    ("yeah i switched to night shifts at the depot in march", "Mia switched to night shifts"),
+    ("lol ok i adopted a second ferret, his name is Pickle", "Mia adopted a second ferret"),
+])
+def test_an_interjection_opening_a_lower_case_line_is_no_part_of_the_fact(
+        said: str, told: str) -> None:
+    """Written in lower case without a comma, "omg my cousin ..." still opens on an
+    interjection: the fact starts after it (not "Omg Mia's cousin ...")."""
+    statements = [c.statement for c in extract("Mia", said, SAID, "Leo")]
+    assert any(s.startswith(told) for s in statements), statements
+
+
+def test_a_line_that_is_an_order_after_its_interjection_is_no_fact() -> None:
+    """"ok send me the link" is an order to the other, whatever opens it."""
+    assert extract("Mia", "ok send me the link, same nickname as on discord", SAID, "Leo") == []
+    # A thanks takes an object: what follows it is not a sentence of its own.
+    told = extract("Mia", "thanks to my sister I finally passed the driving test", SAID, "Leo")
+    assert all(not c.statement.startswith("To ") for c in told), told
 
 
 def test_a_weekday_said_in_the_plural_is_no_one_a_pronoun_stands_for() -> None:

@@ -71,6 +71,25 @@ _JOINED = re.compile(r"^(?:and|so|plus|but|also|anyway|besides)\b,?\s+(?=[\w'’
                      re.IGNORECASE)
 _SO_WHAT = re.compile(r"^so\s+([a-z]+)\b", re.IGNORECASE)
 _QUANTITY = frozenset("much many few little more most".split())
+# An auxiliary that stands for a verb the question gave: "I did", "we haven't", "she does".
+_AUXILIARY = (r"(?:do|does|did|have|has|had|am|is|are|was|were|will|would|can|could|"
+              r"should|shall|might|must|may|ca|wo|sha)(?:n['’]t|\s+not)?")
+# A sentence that ends on one after its subject (an adverb between, a word like "too" or
+# "actually" after): an answer. Not "in May", nor "I wrote my will".
+_ENDS_ON_AUXILIARY = re.compile(
+    rf"\b(?:I|[Ww]e|[Yy]ou|[Hh]e|[Ss]he|[Tt]hey|[Ii]t|[A-Z][a-z]+)"
+    rf"(?:\s+(?:\w+ly|just|still|never|also|already|always|so))?\s+{_AUXILIARY}"
+    r"(?:,?\s+(?:too|either|though|\w+ly))?\W*$")
+# Interjections that open a line written without a comma after them ("yeah i moved",
+# "ok add me"), but not those that take an object ("thanks to my sister ...").
+_OPENERS = (speech.INTERJECTIONS | {"ok", "okay"}) - {
+    "thank", "thanks", "congrats", "congratulations", "greetings", "cheers"}
+_BARE_OPENER = re.compile(r"^([A-Za-z]+)\s+(?=[a-z]|I\b|I['’])")
+# An answer's clause opening a sentence that then tells something with its own subject or
+# a word joining one: "I did, my gran taught me", "We have, and the bees ...".
+_ANSWER_FIRST = re.compile(rf"^(?:I|we|he|she|they|it)\s+{_AUXILIARY}\s*,\s*(?=(?:I|I['’]\w+|"
+                           r"my|we|our|you|your|he|his|she|her|they|their|it|and|but)\b)",
+                           re.IGNORECASE)
 
 
 def _unjoined(text: str) -> str:
@@ -97,6 +116,11 @@ def bare(sentence: str, known: tuple[str, ...] = ()) -> str:
                 or resolve(opening, date(2000, 1, 1)) != opening):
             break
         text = text[m.end():]
+    while (m := _BARE_OPENER.match(text)) and m.group(1).lower() in _OPENERS:
+        text = _unjoined(text[m.end():])  # "omg my cousin ...", lower case and no comma
+    m = _ANSWER_FIRST.match(text)
+    if m:
+        text = _unjoined(text[m.end():])
     m = _ANNOUNCED.match(text)
     if m and len(_WORD.findall(text[m.end():])) >= 4:
         text = text[m.end():]
@@ -129,6 +153,8 @@ def proposed(bare: str) -> bool:
         # leaves its verb to the talk (not "in May.", nor "I quit sugar, my doctor said I
         # should.").
         return False
+    if _ENDS_ON_AUXILIARY.search(bare) and bare.count(",") <= 1 and len(words) <= 6:
+        return False  # "I haven't.", "We really did!", "We have, actually.": an answer
     return any(w.lower() not in STOPWORDS and w.lower() not in _CONTRACTION_TAILS
                for w in words)
 
