@@ -8,7 +8,8 @@
 - era spread: a month talked about on three or more days has an era whose lines come
   from three or more of those days (each line traced to the turn nearest it in meaning);
 - agreement breaks: a verb that does not agree with its subject, as a rewriting into the
-  third person can leave it (`let Jake knows`, `Jake evens got`, `Jake want`);
+  third person can leave it (`let Jake knows`, `Jake evens got`, `Jake want`, `Jake's
+  sister and Jake is going`);
 - the narrative's open threads: dated before the last conversation (a plan long past),
   or leaning on a conversation the reader does not have (`it`, `them`).
 
@@ -70,6 +71,9 @@ _OBJECT_THEN_BARE = re.compile(
     r"can|could|will|would|should|must|might|may|did|does|do)\s+([A-Z][a-z]+)\s+([a-z]+)\b")
 _NAME_THEN_TWO = re.compile(r"\b([A-Z][a-z]+)\s+([a-z]+?)(e?s)\s+([a-z]+)\b")
 _OPENING_NAME = re.compile(r"^(?:-\s*)?(?:[^:]{1,12}:\s+)?([A-Z][a-z]+)\s+([a-z]+)\b(?: (\w+))?")
+# Two people as one subject, told with the verb of one: "Jake's sister and Jake is going".
+_TWO_AS_ONE = re.compile(r"\b(?:[A-Z][a-z]+['’]s [a-z]+|[A-Z][a-z]+) and [A-Z][a-z]+ "
+                        r"(?:(?:just|also|still|never|always|both) )?(is|was|has|[a-z]+s)\b")
 # After a verb, not a noun: "Jake want to", "Jake love the" (and not "Hibs match on").
 _VERB_NEXT = frozenset("to the a an his her their its it that this them him".split())
 
@@ -89,6 +93,9 @@ def agreement_breaks(text: str) -> list[str]:
             if not _senses(m.group(1)) and "ADV" in senses and "ADV" not in whole \
                     and _finite_verb(m.group(4)):
                 found.append(m.group())  # "Jake evens got"
+        for m in _TWO_AS_ONE.finditer(plain):
+            if m.group(1) in ("is", "was", "has") or _third_person_verb(m.group(1)):
+                found.append(m.group())  # "Jake's sister and Jake is going"
         start = _OPENING_NAME.match(plain)
         if start and not _senses(start.group(1)) and start.group(1).lower() not in CALENDAR:
             verb = start.group(2)

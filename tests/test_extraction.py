@@ -162,9 +162,34 @@ def test_an_opening_word_that_also_describes_is_no_verb_of_the_speakers(said: st
      'Mia\'s boss said "you are the best" and Mia cried.'),
     ("My dad wrote \u201cI miss you\u201d on the card.",
      "Mia's dad wrote \u201cI miss you\u201d on the card."),
+    # "X and I" are two: their verb stays plural.
+    ("My cousin and I are opening a bike shop in Lyon.",
+     "Mia's cousin and Mia are opening a bike shop in Lyon."),
+    ("Jonas and I have been climbing together since 2019.",
+     "Jonas and Mia have been climbing together since 2019."),
+    ("My dad and I were both born in Tema.", "Mia's dad and Mia were both born in Tema."),
+    ("My grandma and I bake bread every Saturday.",
+     "Mia's grandma and Mia bake bread every Saturday."),
+    ("After the move, my partner and I adopted a greyhound.",
+     "After the move, Mia's partner and Mia adopted a greyhound."),
+    # ... and an "and I" that opens a clause of its own still agrees.
+    ("I love the city and I am staying another year.",
+     "Mia loves the city and Mia is staying another year."),
 ])
 def test_rewritten_sentences_keep_their_verbs_in_agreement(said: str, told: str) -> None:
     assert (in_third_person(said, "Mia", "Leo") or "").startswith(told)
+
+
+def test_the_reader_check_finds_two_people_told_with_one_s_verb() -> None:
+    """bench.reader counts what the rewriting used to leave ("Mia's cousin and Mia is
+    opening ..."), and not two clauses joined ("Tom left and Mia is staying")."""
+    from bench.reader import agreement_breaks
+
+    assert agreement_breaks("- Mia's cousin and Mia is opening a bike shop.") != []
+    assert agreement_breaks("- Jonas and Mia has been climbing since 2019.") != []
+    assert agreement_breaks("- Mia's grandma and Mia bakes bread every Saturday.") != []
+    assert agreement_breaks("- Mia's cousin and Mia are opening a bike shop.") == []
+    assert agreement_breaks("- Tom left early and the party was over.") == []
 
 
 @pytest.mark.parametrize(("said", "told"), [

@@ -434,9 +434,16 @@ def _and_i(m: re.Match[str]) -> str:
     return m.group()
 
 
+# "My sister and I", "Tom and I" opening a sentence or a clause: two, whose verb stays as
+# it is ("... and Mia are going"), not one that agrees with "Mia".
+_TWO_WITH_I = re.compile(r"(^|,\s+)((?:[Mm]y|[Oo]ur)\s+(?:[a-z-]+\s+){0,2}?[a-z-]+|"
+                         r"[A-Z][a-z]+(?:\s+[A-Z][a-z]+)?)(\s+and\s+)I\b(?!['’])")
+
+
 def _retold(sentence: str, speaker: str, addressee: str | None) -> str | None:
     """in_third_person's work on a sentence without quotation marks."""
-    text = re.sub(r"\bI['’]d\b", lambda m: f"I {_had_or_would(m)}", sentence)
+    text = _TWO_WITH_I.sub(lambda m: f"{m[1]}{m[2]}{m[3]}{speaker}", sentence)
+    text = re.sub(r"\bI['’]d\b", lambda m: f"I {_had_or_would(m)}", text)
     text = _AND_VERB.sub(_and_i, text)
     for contracted, full in (("m", "am"), ("ve", "have"), ("ll", "will")):
         text = re.sub(rf"\bI['’]{contracted}\b", f"I {full}", text)
