@@ -72,7 +72,9 @@ _OBJECT_THEN_BARE = re.compile(
 _NAME_THEN_TWO = re.compile(r"\b([A-Z][a-z]+)\s+([a-z]+?)(e?s)\s+([a-z]+)\b")
 _OPENING_NAME = re.compile(r"^(?:-\s*)?(?:[^:]{1,12}:\s+)?([A-Z][a-z]+)\s+([a-z]+)\b(?: (\w+))?")
 # Two people as one subject, told with the verb of one: "Jake's sister and Jake is going".
-_TWO_AS_ONE = re.compile(r"\b(?:[A-Z][a-z]+['’]s [a-z]+|[A-Z][a-z]+) and [A-Z][a-z]+ "
+# Where a subject stands: a line's start (after its bullet and day) or after a comma.
+_TWO_AS_ONE = re.compile(r"(?:^(?:-\s*)?(?:\d{1,2} [A-Z][a-z]{2}:\s*)?|,\s+)"
+                        r"(?:[A-Z][a-z]+['’]s [a-z]+|[A-Z][a-z]+) and [A-Z][a-z]+ "
                         r"(?:(?:just|also|still|never|always|both) )?(is|was|has|[a-z]+s)\b")
 # After a verb, not a noun: "Jake want to", "Jake love the" (and not "Hibs match on").
 _VERB_NEXT = frozenset("to the a an his her their its it that this them him".split())

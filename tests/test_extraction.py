@@ -190,6 +190,9 @@ def test_the_reader_check_finds_two_people_told_with_one_s_verb() -> None:
     assert agreement_breaks("- Mia's grandma and Mia bakes bread every Saturday.") != []
     assert agreement_breaks("- Mia's cousin and Mia are opening a bike shop.") == []
     assert agreement_breaks("- Tom left early and the party was over.") == []
+    assert agreement_breaks("- Kofi's brother marries in June and Mia has a speech.") == []
+    assert agreement_breaks("- 4 May: It changed Mia's life and Mia has no regrets.") == []
+    assert agreement_breaks("- 4 May: Mia's cousin and Mia is opening a shop.") != []
 
 
 @pytest.mark.parametrize(("said", "told"), [
@@ -307,6 +310,20 @@ def test_a_line_that_is_an_order_after_its_interjection_is_no_fact() -> None:
     # A thanks takes an object: what follows it is not a sentence of its own.
     told = extract("Mia", "thanks to my sister I finally passed the driving test", SAID, "Leo")
     assert all(not c.statement.startswith("To ") for c in told), told
+
+
+@pytest.mark.parametrize(("said", "told"), [
+    ("Ines, my sister, runs a bakery in Porto.", "Ines, Mia's sister, runs a bakery in Porto"),
+    ("Tomas, our neighbour, keeps bees on the roof.", "Tomas"),
+])
+def test_a_name_followed_by_who_they_are_is_the_subject_not_a_call(said: str, told: str
+                                                                     ) -> None:
+    """"Ines, my sister, runs ..." names its subject and says who she is: not a call to
+    someone called Ines ("Leo, my boss gave me a raise" is one, and loses it)."""
+    statements = [c.statement for c in extract("Mia", said, SAID, "Leo")]
+    assert any(told in s for s in statements), statements
+    assert [c.statement for c in extract("Mia", "Leo, my boss gave me a raise.", SAID, "Leo")
+            ] == ["Mia's boss gave Mia a raise."]
 
 
 def test_a_weekday_said_in_the_plural_is_no_one_a_pronoun_stands_for() -> None:

@@ -9,6 +9,7 @@ benchmark's fresh set (bench/fresh) nor on any dev slice.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 from typing import Any
@@ -126,6 +127,22 @@ def test_open_threads_are_plans_not_yet_past_that_read_on_their_own() -> None:
                if ln.startswith("- open:")]
     assert threads == ["- open: Sam plans to visit Ines in Porto (Saturday 30 May 2026).",
                        "- open: Sam decided to take the night train to Porto."]
+
+
+def test_a_change_without_a_thing_held_says_what_changed_not_none() -> None:
+    """A fact a newer one changed ("switched to the 10k") that is no job, home or partner is
+    told as a change, never under "None"."""
+    old = dataclasses.replace(fact(1, "Sam is training for the Porto marathon.", "2026-03-01"),
+                              replaced_by=2)
+    new = fact(2, "Sam switched to the 10k instead.", "2026-04-12")
+    job = dataclasses.replace(fact(3, "Sam works at a bakery.", "2026-03-01", about="job"),
+                              replaced_by=4)
+    lines = narrative_from([old, new, job, fact(4, "Sam works at a bank now.", "2026-04-20",
+                                                about="job")], "2026-04-01", 10).splitlines()
+    assert lines[0] == "- changed: Sam switched to the 10k instead. (before: Sam is training " \
+                       "for the Porto marathon)"
+    assert lines[1].startswith("- job: Sam works at a bank now.")
+    assert not any("None" in ln for ln in lines)
 
 
 def turns(session: int, said: list[tuple[str, str]]) -> list[dict[str, str]]:

@@ -61,6 +61,15 @@ def test_words_that_are_also_short_weekdays_are_left_as_they_are(text: str) -> N
     assert resolve(text, SUNDAY) == text
 
 
+@pytest.mark.parametrize("text", ["I teach pottery on Tuesday evenings.",
+                                  "We play darts on Friday nights at the Crown.",
+                                  "On Sunday mornings I swim in the lido."])
+def test_a_weekday_s_mornings_or_nights_are_a_habit_and_no_one_day(text: str) -> None:
+    """"on Tuesday evenings" is every Tuesday: no date is written after it."""
+    assert resolve(text, SUNDAY) == text
+    assert resolve("I teach pottery on Tuesday.", SUNDAY).endswith("(Tuesday 9 May 2023).")
+
+
 @pytest.mark.parametrize(("question", "first", "last"), [
     ("What did Maria plan on the evening of 7 July, 2023?", date(2023, 7, 7), date(2023, 7, 7)),
     ("What did Melanie show Caroline on October 13, 2023?", date(2023, 10, 13),

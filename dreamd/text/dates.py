@@ -190,7 +190,10 @@ def _year(m: re.Match[str], said: date) -> str:
 _SHORT_DAY = r"(mon|tues?|wed|thu(?:rs?)?|fri)"
 
 
-@_rule(rf"(last|next|this|on|this past|this coming) (?:{_DAY}|{_SHORT_DAY})")
+# "on Tuesday evenings", "on Friday nights": every such day, a habit (no lookahead needed
+# for "on Tuesdays", which the word boundary keeps out).
+@_rule(rf"(last|next|this|on|this past|this coming) (?:{_DAY}|{_SHORT_DAY})"
+       r"(?!\s+(?:mornings|afternoons|evenings|nights|lunchtimes)\b)")
 def _weekday(m: re.Match[str], said: date) -> str:
     which = m.group(1).lower()
     weekday = [d[:3] for d in WEEKDAYS].index((m.group(2) or m.group(3))[:3].lower())

@@ -80,6 +80,9 @@ _ENDS_ON_AUXILIARY = re.compile(
     rf"\b(?:I|[Ww]e|[Yy]ou|[Hh]e|[Ss]he|[Tt]hey|[Ii]t|[A-Z][a-z]+)"
     rf"(?:\s+(?:\w+ly|just|still|never|also|already|always|so))?\s+{_AUXILIARY}"
     r"(?:,?\s+(?:too|either|though|\w+ly))?\W*$")
+# After "Ines, ": who she is, between commas ("my sister, runs ..."): Ines is the subject,
+# not someone called.
+_WHO_THEY_ARE = re.compile(r"(?:my|our|his|her|their|your)\s+[\w'’ -]{1,30}?,\s", re.IGNORECASE)
 # Interjections that open a line written without a comma after them ("yeah i moved",
 # "ok add me"), but not those that take an object ("thanks to my sister ...").
 _OPENERS = (speech.INTERJECTIONS | {"ok", "okay"}) - {
@@ -113,7 +116,8 @@ def bare(sentence: str, known: tuple[str, ...] = ()) -> str:
         held += [words[-1]] if words[-1].lower() in _HOLDS - {"my"} else []  # "Oh my, ..."
         if (any(c.isdigit() for c in opening) or held
                 or any(w[:1].isupper() and w not in known for w in words[1:])
-                or resolve(opening, date(2000, 1, 1)) != opening):
+                or resolve(opening, date(2000, 1, 1)) != opening
+                or (m.group().rstrip().endswith(",") and _WHO_THEY_ARE.match(text[m.end():]))):
             break
         text = text[m.end():]
     while (m := _BARE_OPENER.match(text)) and m.group(1).lower() in _OPENERS:

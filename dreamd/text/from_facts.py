@@ -419,7 +419,8 @@ def narrative_from(facts: list[Fact], since: str, max_lines: int) -> str:
     for old in facts:
         new = by_id.get(old.replaced_by) if old.replaced_by is not None else None
         if new is not None and when(new) >= since:
-            changes.append(f"- {old.about}: {new.statement} (before: {reminder(old.statement)})")
+            what = old.about or "changed"  # a job, a home, a partner; else what it says
+            changes.append(f"- {what}: {new.statement} (before: {reminder(old.statement)})")
     present = max((f.learned_at[:10] for f in facts), default="")
     threads = [f"- open: {f.statement}" for f in facts
                if f.current and when(f) >= since and _PLAN.search(f.statement)
