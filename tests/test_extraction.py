@@ -326,6 +326,43 @@ def test_a_name_followed_by_who_they_are_is_the_subject_not_a_call(said: str, to
             ] == ["Mia's boss gave Mia a raise."]
 
 
+@pytest.mark.parametrize(("said", "told"), [
+    ("Hello, I'm Mia, I've just moved into the flat below yours.",
+     "Mia has just moved into the flat below"),
+    ("Sorry to bother you, I'm Mia, I run the bakery on the corner.",
+     "Sorry to bother Leo, Mia runs the bakery on the corner."),
+    ("I'm Mia, and the one in the red boots is my son Jun.", "The one in the red boots is"),
+])
+def test_the_speaker_giving_her_own_name_is_no_part_of_the_fact(said: str, told: str
+                                                                ) -> None:
+    """"I'm Mia, I've just moved ..." told of Mia is not "Mia is Mia, Mia has just ...":
+    memory knows whose words they are."""
+    statements = [c.statement for c in extract("Mia", said, SAID, "Leo")]
+    assert any(told in s for s in statements), statements
+    assert not any("Mia is Mia" in s for s in statements), statements
+
+
+def test_a_web_address_opening_a_line_is_no_verb() -> None:
+    """"twitch.tv/..., on my nights off" gives an address, not a verb "twitch" whose
+    subject the talk left out."""
+    told = extract("Mia", "twitch.tv/mia_plays_dwarves, fridays on my nights off", SAID, "Leo")
+    assert all("twitches" not in c.statement and not c.statement.startswith("Mia twitch")
+               for c in told), told
+
+
+@pytest.mark.parametrize(("said", "told"), [
+    ("i cant even have gluten, coeliac since 2019", "Mia can't even have gluten"),
+    ("we dont have a car so i cycle everywhere", "We don't have a car"),
+    ("i didnt get the flat in leith", "Mia didn't get the flat in leith"),
+])
+def test_a_negation_written_without_its_apostrophe_is_read_as_one(said: str, told: str
+                                                                   ) -> None:
+    """In lower-case chat "i cant" is "I can't": told of Mia, "Mia can't", not "Mia cants"."""
+    statements = [c.statement for c in extract("Mia", said, SAID, "Leo")]
+    assert any(s.startswith(told) or told in s for s in statements), statements
+    assert not any("cants" in s or "didnts" in s for s in statements), statements
+
+
 def test_a_weekday_said_in_the_plural_is_no_one_a_pronoun_stands_for() -> None:
     """"on Thursdays" names a day, not a person "her" could be."""
     told = extract("Lena", "Bring your niece along on Thursdays. Bruno will show her the "

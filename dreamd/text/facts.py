@@ -80,6 +80,8 @@ _ENDS_ON_AUXILIARY = re.compile(
     rf"\b(?:I|[Ww]e|[Yy]ou|[Hh]e|[Ss]he|[Tt]hey|[Ii]t|[A-Z][a-z]+)"
     rf"(?:\s+(?:\w+ly|just|still|never|also|already|always|so))?\s+{_AUXILIARY}"
     r"(?:,?\s+(?:too|either|though|\w+ly))?\W*$")
+# A web address ("twitch.tv/...", "etsy.com/shop/..."): no verb, whatever its first word.
+_ADDRESS = re.compile(r"[\w-]+\.[a-z]{2,}(?:/|\b)")
 # After "Ines, ": who she is, between commas ("my sister, runs ..."): Ines is the subject,
 # not someone called.
 _WHO_THEY_ARE = re.compile(r"(?:my|our|his|her|their|your)\s+[\w'’ -]{1,30}?,\s", re.IGNORECASE)
@@ -381,7 +383,7 @@ def _told(sentence: str, speaker: str, addressee: str | None, said: date | None,
         text = f"I'm {text[:1].lower()}{text[1:]}"
     elif own and len(words) > 1 and speech.base_verb(words[0]) \
             and not speech.describing(words[0]) and not speech.subject_next(words[1]) \
-            and re.search(r"\b[Mm]y\b", text):
+            and re.search(r"\b[Mm]y\b", text) and not _ADDRESS.match(text):
         # "Love my new job"; not "Last Fri my kids ...", whose first word also describes,
         # nor "Dance is my stress fix", whose first word a verb follows.
         text = f"I {text[:1].lower()}{text[1:]}"
@@ -415,7 +417,8 @@ def extract(speaker: str, content: str, said_at: str, addressee: str | None,
         statement = _told(tidy, speaker, addressee, said, before, known)
         if len(statement) > MAX_CHARS:
             continue  # rewritten past a sentence's length: not cut mid-word
-        if re.fullmatch(rf"{re.escape(speaker)} is {re.escape(speaker)}\W*", statement):
+        statement = _without_own_name(statement, speaker)
+        if not _WORD.search(statement):
             continue  # "I'm Sam": the name the speaker already goes by
         if statement.startswith(f'{speaker}: "') and len(_WORD.findall(tidy)) < 6 \
                 and not (PROPER.search(tidy) or NUMBER.search(tidy)
@@ -429,6 +432,17 @@ def extract(speaker: str, content: str, said_at: str, addressee: str | None,
                              None if someone_else else about(statement, speaker),
                              became_true(statement, said), said_at))
     return out
+
+
+def _without_own_name(statement: str, speaker: str) -> str:
+    """A statement without the clause that gives the speaker's own name ("Sam is Sam, Sam
+    has just moved in upstairs" -> "Sam has just moved in upstairs"): memory knows whose
+    words they are."""
+    name = re.escape(speaker)
+    text = re.sub(rf"(^|,\s+){name} is {name}(?:,\s+(?:and\s+)?|\W*$)",
+                  lambda m: m[1], statement)
+    text = re.sub(r",\s*$", ".", text.strip())
+    return text[:1].upper() + text[1:] if text != statement else statement
 
 
 @functools.lru_cache(maxsize=16384)

@@ -62,7 +62,11 @@ _END = re.compile(r"(?<=[.!?])\s+(?=[A-Z\"'“])|(?<=[.!?])(?=[A-Z“])|"
 _ABBREVIATED = re.compile(r"(?:^|\s)(?:[A-Za-z]|Mr|Mrs|Ms|Dr|Prof|St|Jr|Sr|Mt|vs|etc|approx|"
                           r"(?:[A-Za-z]\.)+[A-Za-z])\.$")
 _LOWER_I = ((re.compile(r"\bi\b"), "I"), (re.compile(r"\b[iI]m\b"), "I'm"),
-            (re.compile(r"\b[iI]ve\b"), "I've"), (re.compile(r"\bi(?=['’](?:m|ve|ll|d)\b)"), "I"))
+            (re.compile(r"\b[iI]ve\b"), "I've"), (re.compile(r"\bi(?=['’](?:m|ve|ll|d)\b)"), "I"),
+            # "i cant", "we dont": a negation after its subject, its apostrophe left out
+            (re.compile(r"\b((?:[Ii]|[Yy]ou|[Ww]e|[Tt]hey|[Hh]e|[Ss]he|[Ii]t)\s+(?:really\s+|just\s+"
+                        r"|still\s+)?(?:ca|do|did|wo|does|is|was|are|were|have|has|had|could|"
+                        r"would|should))nt\b"), r"\1n't"))
 WORD = re.compile(r"[\w'’]+")
 
 
