@@ -342,6 +342,16 @@ def test_the_speaker_giving_her_own_name_is_no_part_of_the_fact(said: str, told:
     assert not any("Mia is Mia" in s for s in statements), statements
 
 
+@pytest.mark.parametrize("said", ["Kisses to Jun!", "Best wishes to Ana on her exam.",
+                                  "Big hugs to Bruno and the twins x", "Good luck to Ana!"])
+def test_a_wish_sent_on_to_someone_is_no_fact(said: str) -> None:
+    """"Kisses to Jun!" passes a greeting on; it tells nothing of Jun or the speaker."""
+    assert extract("Mia", said, SAID, "Leo") == []
+    assert [c.statement for c in extract("Mia", "Love to cook for my friends on Sundays.",
+                                         SAID, "Leo")] == \
+        ["Mia loves to cook for Mia's friends on Sundays."]
+
+
 def test_a_web_address_opening_a_line_is_no_verb() -> None:
     """"twitch.tv/..., on my nights off" gives an address, not a verb "twitch" whose
     subject the talk left out."""

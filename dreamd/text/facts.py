@@ -55,6 +55,10 @@ _NEWS_UNTOLD = re.compile(
     r"(?:some\s+)?(?:\w+\s+)?news(?:\s+(?:too|also|as well|to share|to tell you|for you))?"
     r"\s*[.!]*$", re.IGNORECASE)
 # A sentence that hands something over: "Here's a photo from the hike", "Here are ...".
+# A wish passed on to someone ("Kisses to Jun!", "Best wishes to Ana"): tells nothing.
+_SENT_ON = re.compile(r"^(?:(?:big|lots of|many|all my)\s+)?(?:kisses|hugs|love|regards|"
+                      r"greetings|best wishes|good luck|congrat\w*|condolences)\s+to\s+"
+                      r"(\w+)[^,]*$", re.IGNORECASE)
 _HANDED = re.compile(r"^(?:here(?:['’]s| is| are| it is)|there you go)\b", re.IGNORECASE)
 # A sentence about someone else: a name or a third person as its subject ("Grandpa broke his
 # hip", "She is 9").
@@ -149,7 +153,7 @@ def proposed(bare: str) -> bool:
     if len(words) < 3 or len(bare) > MAX_CHARS or bare.rstrip().endswith("?"):
         return False
     if speech.said_to_the_other(bare) or speech.ordered(bare) or _SMALL_TALK.search(bare) \
-            or _HANDED.match(bare) or _NEWS_UNTOLD.match(bare):
+            or _HANDED.match(bare) or _NEWS_UNTOLD.match(bare) or _sent_on(bare):
         return False
     if words[0].lower() in speech.INTERJECTIONS and all(
             w[:1].isupper() or w.lower() in STOPWORDS for w in words[1:]):
@@ -163,6 +167,12 @@ def proposed(bare: str) -> bool:
         return False  # "I haven't.", "We really did!", "We have, actually.": an answer
     return any(w.lower() not in STOPWORDS and w.lower() not in _CONTRACTION_TAILS
                for w in words)
+
+
+def _sent_on(bare: str) -> bool:
+    """A wish passed on to someone: "Kisses to Jun!" (not "Love to cook for friends")."""
+    m = _SENT_ON.match(bare)
+    return bool(m) and not speech.base_verb(m.group(1))
 
 
 @dataclass(frozen=True)
