@@ -352,6 +352,34 @@ def test_a_wish_sent_on_to_someone_is_no_fact(said: str) -> None:
         ["Mia loves to cook for Mia's friends on Sundays."]
 
 
+def test_saying_thank_you_is_thanking() -> None:
+    """"I wanted to say thank you for ..." told of Mia thanks Leo; "say thank Leo" reads
+    wrong."""
+    told = extract("Mia", "I just wanted to say thank you for feeding the cat.", SAID, "Leo")
+    assert [c.statement for c in told] == ["Mia just wanted to thank Leo for feeding the cat."]
+
+
+@pytest.mark.parametrize(("said", "before"), [
+    ("Started a new job, that is huge!", "I started a new job at the bank on Monday."),
+    ("Moving in the middle of exam season, brave.", "We're moving to Ghent in June."),
+])
+def test_a_reply_without_its_subject_that_echoes_the_other_s_verb_is_about_them(
+        said: str, before: str) -> None:
+    """Opening a reply, a sentence without a subject whose verb the other just used of
+    themselves ("Started a new job, that is huge!" after "I started a new job") is about
+    the other's news, not the speaker's."""
+    told = extract("Mia", said, SAID, "Leo", before)
+    assert not any(c.statement.startswith("Mia ") for c in told), told
+    # Without the echo, the speaker's own news, as before.
+    told = extract("Mia", "Started at the bakery on Monday.", SAID, "Leo",
+                   "What have you been up to?")
+    assert [c.statement[:30] for c in told] == ["Mia started at the bakery on M"]
+    # An answer to "did you ...?" is the speaker's own, whatever verb it echoes.
+    told = extract("Mia", "Started at the bakery on Monday.", SAID, "Leo",
+                   "Did you start the new job yet?")
+    assert [c.statement[:30] for c in told] == ["Mia started at the bakery on M"]
+
+
 def test_a_web_address_opening_a_line_is_no_verb() -> None:
     """"twitch.tv/..., on my nights off" gives an address, not a verb "twitch" whose
     subject the talk left out."""

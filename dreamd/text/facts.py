@@ -172,7 +172,7 @@ def proposed(bare: str) -> bool:
 def _sent_on(bare: str) -> bool:
     """A wish passed on to someone: "Kisses to Jun!" (not "Love to cook for friends")."""
     m = _SENT_ON.match(bare)
-    return bool(m) and not speech.base_verb(m.group(1))
+    return m is not None and not speech.base_verb(m.group(1))
 
 
 @dataclass(frozen=True)
@@ -424,6 +424,8 @@ def extract(speaker: str, content: str, said_at: str, addressee: str | None,
         before = speech.capitalized(told[-2]) if len(told) > 1 else ""
         if not before and people_named(previous, known):  # "How did Biscuit take it?"
             before = previous
+        if len(told) == 1 and _echoes(plain, previous):
+            continue  # "Started a new job, huge!" after "I started a new job": theirs
         statement = _told(tidy, speaker, addressee, said, before, known)
         if len(statement) > MAX_CHARS:
             continue  # rewritten past a sentence's length: not cut mid-word
@@ -442,6 +444,22 @@ def extract(speaker: str, content: str, said_at: str, addressee: str | None,
                              None if someone_else else about(statement, speaker),
                              became_true(statement, said), said_at))
     return out
+
+
+def _echoes(sentence: str, previous: str) -> bool:
+    """Whether a sentence without a subject opens on a verb the turn before used ("Started
+    a new job, that is huge!" after "I started a new job"): a reply about the other's
+    news, not the speaker's own."""
+    words = _WORD.findall(sentence)
+    if len(words) < 2 or not previous or speech.subject_next(words[1]) \
+            or words[0].lower() in STOPWORDS:
+        return False
+    verbs = set(speech.verb_lemmas(words[0]))
+    if not verbs:
+        return False
+    said = _WORD.findall(previous)  # the other's own news: the verb after their "I"/"we"
+    return any(verbs & set(speech.verb_lemmas(w)) and _FIRST_PERSON.search(
+        " ".join(said[max(0, i - 3):i])) for i, w in enumerate(said))
 
 
 def _without_own_name(statement: str, speaker: str) -> str:

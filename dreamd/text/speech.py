@@ -130,6 +130,11 @@ def _verb_lemmas(word: str) -> tuple[str, ...]:
     return found.get("VERB", ()) + found.get("AUX", ())
 
 
+def verb_lemmas(word: str) -> tuple[str, ...]:
+    """The verbs a word is a form of ("started" -> "start"; "moving" -> "move")."""
+    return _verb_lemmas(word.lower())
+
+
 def base_verb(word: str) -> bool:
     """Whether `word` is a verb's base form ("take", "hope"), as an order or a wish opens."""
     return word.lower() in _verb_lemmas(word.lower())
@@ -447,6 +452,9 @@ _TWO_WITH_I = re.compile(r"(^|,\s+)((?:[Mm]y|[Oo]ur)\s+(?:[a-z-]+\s+){0,2}?[a-z-
 def _retold(sentence: str, speaker: str, addressee: str | None) -> str | None:
     """in_third_person's work on a sentence without quotation marks."""
     text = _TWO_WITH_I.sub(lambda m: f"{m[1]}{m[2]}{m[3]}{speaker}", sentence)
+    # "wanted to say thank you for ...": thanking you ("thank Leo", not "say thank Leo")
+    text = re.sub(r"\b([Ss]ay|[Ss]aid) thank you\b",
+                  lambda m: "thank you" if m[1].lower() == "say" else "thanked you", text)
     text = re.sub(r"\bI['’]d\b", lambda m: f"I {_had_or_would(m)}", text)
     text = _AND_VERB.sub(_and_i, text)
     for contracted, full in (("m", "am"), ("ve", "have"), ("ll", "will")):
