@@ -362,6 +362,7 @@ def test_saying_thank_you_is_thanking() -> None:
 @pytest.mark.parametrize(("said", "before"), [
     ("Started a new job, that is huge!", "I started a new job at the bank on Monday."),
     ("Moving in the middle of exam season, brave.", "We're moving to Ghent in June."),
+    ("Moving in the middle of exam season, brave.", "We are hoping to move to Ghent in June."),
 ])
 def test_a_reply_without_its_subject_that_echoes_the_other_s_verb_is_about_them(
         said: str, before: str) -> None:

@@ -459,7 +459,7 @@ def _echoes(sentence: str, previous: str) -> bool:
         return False
     said = _WORD.findall(previous)  # the other's own news: the verb after their "I"/"we"
     return any(verbs & set(speech.verb_lemmas(w)) and _FIRST_PERSON.search(
-        " ".join(said[max(0, i - 3):i])) for i, w in enumerate(said))
+        " ".join(said[max(0, i - 5):i])) for i, w in enumerate(said))  # "we are hoping to"
 
 
 def _without_own_name(statement: str, speaker: str) -> str:
