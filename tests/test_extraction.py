@@ -375,6 +375,10 @@ def test_a_reply_without_its_subject_that_echoes_the_other_s_verb_is_about_them(
     told = extract("Mia", "Started at the bakery on Monday.", SAID, "Leo",
                    "What have you been up to?")
     assert [c.statement[:30] for c in told] == ["Mia started at the bakery on M"]
+    # The speaker's own turn before, sent as two messages: still the speaker's news.
+    told = extract("Mia", "Started at the bakery on Monday.", SAID, "Leo",
+                   "I finally started a new job!", replying=False)
+    assert [c.statement[:30] for c in told] == ["Mia started at the bakery on M"]
     # An answer to "did you ...?" is the speaker's own, whatever verb it echoes.
     told = extract("Mia", "Started at the bakery on Monday.", SAID, "Leo",
                    "Did you start the new job yet?")

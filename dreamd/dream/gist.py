@@ -51,10 +51,11 @@ def shown(speaker: str, content: str) -> str | None:
 
 
 def told(speaker: str, content: str, said_at: str, addressee: str | None,
-         previous: str = "") -> tuple[str, ...]:
+         previous: str = "", replying: bool = True) -> tuple[str, ...]:
     """A turn's statements about someone, told as the facts job tells them; not a greeting
     the facts job leaves to its selector (`"Hi Auntie Margaret!"`)."""
-    return tuple(c.statement for c in extracted(speaker, content, said_at, addressee, previous)
+    return tuple(c.statement for c in extracted(speaker, content, said_at, addressee,
+                                                previous, replying)
                  if not greets(c.statement))
 
 
@@ -106,7 +107,8 @@ def told_turns(lines: list[str], said_at: list[str], people: tuple[str, ...]) ->
         others = [s for s in speakers[:i][::-1] + speakers[i + 1:] if s != speakers[i]]
         previous = lines[i - 1].partition(": ")[2] if i else ""
         statements = told(speakers[i], content, said_at[i] if i < len(said_at) else "",
-                          others[0] if others else None, previous)
+                          others[0] if others else None, previous,
+                          replying=bool(i) and speakers[i - 1] != speakers[i])
         image = shown(speakers[i], content)
         if statements or image:
             out.append(Told(i, statements, image))

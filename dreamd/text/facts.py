@@ -404,10 +404,12 @@ def _told(sentence: str, speaker: str, addressee: str | None, said: date | None,
 
 
 def extract(speaker: str, content: str, said_at: str, addressee: str | None,
-            previous: str = "") -> list[Candidate]:
+            previous: str = "", replying: bool = True) -> list[Candidate]:
     """The facts one turn may hold, in the third person: `speaker` is the person's name;
-    `previous`, the turn before, names whom a "she" or "he" may mean. What is proposed
-    here is structure only; which proposals are kept is the selector's to say."""
+    `previous`, the turn before, names whom a "she" or "he" may mean, and, said by
+    someone else (`replying`), whose news a reply's subject-less opening may be about.
+    What is proposed here is structure only; which proposals are kept is the selector's
+    to say."""
     said = day_of(said_at)
     out: list[Candidate] = []
     told: list[str] = []  # this turn's sentences so far
@@ -424,7 +426,7 @@ def extract(speaker: str, content: str, said_at: str, addressee: str | None,
         before = speech.capitalized(told[-2]) if len(told) > 1 else ""
         if not before and people_named(previous, known):  # "How did Biscuit take it?"
             before = previous
-        if len(told) == 1 and _echoes(plain, previous):
+        if replying and len(told) == 1 and _echoes(plain, previous):
             continue  # "Started a new job, huge!" after "I started a new job": theirs
         statement = _told(tidy, speaker, addressee, said, before, known)
         if len(statement) > MAX_CHARS:
@@ -475,7 +477,7 @@ def _without_own_name(statement: str, speaker: str) -> str:
 
 @functools.lru_cache(maxsize=16384)
 def extracted(speaker: str, content: str, said_at: str, addressee: str | None,
-              previous: str = "") -> tuple[Candidate, ...]:
+              previous: str = "", replying: bool = True) -> tuple[Candidate, ...]:
     """extract(), remembered: the facts job and an offline gist read the same turns in one
     pass, and reading a turn costs more than anything else either does with it."""
-    return tuple(extract(speaker, content, said_at, addressee, previous))
+    return tuple(extract(speaker, content, said_at, addressee, previous, replying))

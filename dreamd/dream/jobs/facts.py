@@ -202,8 +202,9 @@ def candidates(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]
                           after.role if after else None)
         if other is not None:
             other = speaker_name(ctx, other, user) or ctx.names_for(user)["agent"]
-        out += [(user, turn.id, c) for c in extracted(name, turn.content, turn.created_at,
-                                                      other, before.content if before else "")]
+        out += [(user, turn.id, c) for c in extracted(
+            name, turn.content, turn.created_at, other, before.content if before else "",
+            replying=before is not None and before.role != turn.role)]
     return out
 
 
