@@ -198,8 +198,7 @@ def candidates(ctx: JobContext, rows: list[tuple[Turn, Turn | None, Turn | None]
         name = speaker_name(ctx, turn.role, user)
         if name is None:
             continue
-        other = addressee(turn.role, before.role if before else None,
-                          after.role if after else None)
+        other = addressee(turn.role, before.role if before else None, after.role if after else None)
         if other is not None:
             other = speaker_name(ctx, other, user) or ctx.names_for(user)["agent"]
         out += [(user, turn.id, c) for c in extracted(
